@@ -1,0 +1,33 @@
+/*
+ * fs.h - the pagefs FUSE filesystem: what tools/ calls to serve a mount.
+ *
+ * fs/ turns meta/ answers into FUSE replies and moves page bytes between
+ * the kernel and the pools' data files. It owns no index state of its own
+ * beyond open file handles.
+ */
+#ifndef PAGEFS_FS_H
+#define PAGEFS_FS_H
+
+#include "meta/meta.h"
+
+struct pagefs_mount_opts {
+	struct meta_config meta;   /* index, backing, defaults, policies */
+	const char *mountpoint;
+	int threads;               /* max FUSE worker threads (0: default) */
+	int allow_other;           /* -o allow_other (adds default_permissions) */
+	int read_only;             /* -o ro */
+	int debug;                 /* FUSE protocol debug output */
+	double entry_timeout;      /* seconds the kernel may cache names/attrs */
+};
+
+/*
+ * Opens the index, mounts, and serves requests until the filesystem is
+ * unmounted or a SIGTERM/SIGINT/SIGHUP arrives. `ready` is called exactly
+ * once: with err 0 once the mount is in place, or with a negative errno and
+ * a message naming the fix if setup failed (then pagefs_serve returns 1).
+ * Returns 0 after a clean unmount, 1 on failure.
+ */
+int pagefs_serve(const struct pagefs_mount_opts *o,
+                 void (*ready)(void *arg, int err, const char *msg), void *arg);
+
+#endif

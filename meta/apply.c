@@ -1,0 +1,163 @@
+/*
+ * apply.c - mirrors durable records in memory.
+ *
+ * Runs in the writer thread with meta.lock held, in the order the store
+ * applied the records, and does exactly what the store's statements did
+ * (see store_sqlite.c), so memory and store never disagree even when two
+ * operations on one name race. A page that goes away frees its slot
+ * through slot_put: at once, or when its last reader unpins it.
+ */
+#include "meta/internal.h"
+#include "meta/log.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+void drops_add(struct dropped **list, const struct page *p)
+{
+	struct dropped *d = malloc(sizeof(*d) + p->name_len + 1);
+
+	if (!d)
+		return; /* only a kernel cache hint is lost */
+	d->pool_id = p->pool->id;
+	d->page_id = p->id;
+	memcpy(d->name, p->name, p->name_len + 1u);
+	d->next = *list;
+	*list = d;
+}
+
+void drops_notify(struct meta *m, struct dropped *d)
+{
+	while (d) {
+		struct dropped *next = d->next;
+		if (m->drop_cb)
+			m->drop_cb(m->drop_arg, d->pool_id, d->page_id, d->name);
+		free(d);
+		d = next;
+	}
+}
+
+/* Removes the committed page of that name other than keep_id, if any. */
+static void remove_other(struct meta *m, struct pool *pool, const char *name, uint64_t keep_id,
+                         struct dropped **drops)
+{
+	struct page *old = table_find_name(&m->by_name, pool->id, name, NULL);
+
+	if (!old || old->id == keep_id)
+		return;
+	page_unlink_committed(m, old);
+	slot_put(pool, old->slot);
+	if (drops)
+		drops_add(drops, old);
+	free(old);
+}
+
+static void apply_commit(struct meta *m, const struct rec *r, struct dropped **drops)
+{
+	struct pool *pool = pool_by_id(m, r->pool_id);
+	struct page *p;
+
+	if (!pool)
+		return;
+	remove_other(m, pool, r->name, r->page_id, drops);
+	p = table_find_id(&m->by_id, r->page_id);
+	if (p && p->committed) {
+		/* In-place replacement (open with O_TRUNC): new slot, same id. */
+		pool->bytes -= p->length;
+		if (p->slot != r->slot)
+			slot_put(pool, p->slot);
+		p->version++;
+	} else if (p) {
+		/* A new page: leaves the pending state, relinked below. */
+		pool->pending--;
+		table_del_name(&m->by_name, p);
+		table_del_id(&m->by_id, p);
+	} else {
+		/* The page went away while its replacement was written; the
+		 * store re-created the row, so memory does too. */
+		p = page_alloc(r->name, r->name_len);
+		if (!p) {
+			log_error("out of memory applying a commit; restart the daemon");
+			return;
+		}
+		p->id = r->page_id;
+		p->pool = pool;
+		p->gen = r->gen;
+		p->name_hash = name_hash(pool->id, p->name, p->name_len);
+	}
+	p->slot = r->slot;
+	p->length = r->length;
+	p->checksum = r->checksum;
+	p->has_checksum = (uint8_t)r->has_checksum;
+	p->mtime_ns = r->mtime_ns;
+	p->atime_ns = p->atime_saved_ns = r->atime_ns;
+	p->verified = 0;
+	if (p->committed) {
+		pool->bytes += p->length;
+		lru_touch(pool, p);
+	} else {
+		page_link_committed(m, p);
+	}
+}
+
+static void apply_rename(struct meta *m, const struct rec *r)
+{
+	struct pool *pool = pool_by_id(m, r->pool_id);
+	struct page *p = table_find_id(&m->by_id, r->page_id);
+	struct page *q;
+
+	if (!pool || !p || !p->committed)
+		return;
+	remove_other(m, pool, r->name, r->page_id, NULL);
+	q = page_alloc(r->name, r->name_len);
+	if (!q) {
+		log_error("out of memory applying a rename; restart the daemon");
+		return;
+	}
+	/* The name lives inside the struct: move the page into a new one. */
+	page_unlink_committed(m, p);
+	memcpy(q, p, offsetof(struct page, name_len));
+	q->name_hash = name_hash(pool->id, q->name, q->name_len);
+	free(p);
+	page_link_committed(m, q);
+}
+
+void apply_record(struct meta *m, const struct rec *r, struct dropped **drops)
+{
+	struct pool *pool;
+	struct page *p;
+
+	if (r->type == REC_DROP) {
+		/* The page left memory when it was dropped; its slot may be
+		 * reused only once the store no longer names it. */
+		pool = pool_by_id(m, r->pool_id);
+		if (r->err < 0)
+			log_error("slot %llu of pool %u stays reserved until remount: the index "
+			          "could not record that its page was dropped",
+			          (unsigned long long)r->drop_slot, r->pool_id);
+		else if (pool && !r->handoff)
+			slot_put(pool, r->drop_slot);
+		return;
+	}
+	if (r->err < 0)
+		return;
+	switch (r->type) {
+	case REC_COMMIT:
+		apply_commit(m, r, drops);
+		break;
+	case REC_UNLINK:
+		p = table_find_id(&m->by_id, r->page_id);
+		if (p && p->committed) {
+			page_unlink_committed(m, p);
+			slot_put(p->pool, p->slot);
+			free(p);
+		}
+		break;
+	case REC_RENAME:
+		apply_rename(m, r);
+		break;
+	default:
+		break; /* pools, ranks, settings, touches: applied before submit */
+	}
+}

@@ -1,0 +1,81 @@
+/*
+ * data.c - the pools' data files on the backing directory, named and laid
+ * out as SGLang's HiCacheHF3FS names them: {prefix}.{rank}.bin for the kv
+ * pool, {prefix}.{rank}.bin.{namespace} for the others, page i at byte
+ * i * slot_size. Files are grown sparse to the pool's capacity.
+ */
+#include "meta/internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define CHECKSUM_CHUNK (256u << 10)
+
+int data_path(const struct meta *m, int rank, const char *ns, char *buf, size_t len)
+{
+	int n;
+
+	if (strcmp(ns, "kv") == 0)
+		n = snprintf(buf, len, "%s/%s.%d.bin", m->backing, m->prefix, rank);
+	else
+		n = snprintf(buf, len, "%s/%s.%d.bin.%s", m->backing, m->prefix, rank, ns);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+int data_open(const char *path, uint64_t size, int read_only, int *fd)
+{
+	struct stat st;
+	int f = open(path, (read_only ? O_RDONLY : O_RDWR | O_CREAT) | O_CLOEXEC, 0644);
+
+	if (f < 0)
+		return -errno;
+	if (fstat(f, &st) < 0 || !S_ISREG(st.st_mode)) {
+		int e = S_ISREG(st.st_mode) ? errno : EINVAL;
+		close(f);
+		return -e;
+	}
+	if (!read_only && (uint64_t)st.st_size < size && ftruncate(f, (off_t)size) < 0) {
+		int e = errno;
+		close(f);
+		return -e;
+	}
+	*fd = f;
+	return 0;
+}
+
+int meta_checksum_range(int fd, uint64_t off, uint64_t len, uint64_t *out)
+{
+	XXH3_state_t *st = XXH3_createState();
+	char *buf = malloc(CHECKSUM_CHUNK);
+	int ret = 0;
+
+	if (!st || !buf) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	XXH3_64bits_reset(st);
+	while (len > 0) {
+		size_t want = len < CHECKSUM_CHUNK ? (size_t)len : CHECKSUM_CHUNK;
+		ssize_t n = pread(fd, buf, want, (off_t)off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			ret = n < 0 ? -errno : -EIO;
+			goto out;
+		}
+		XXH3_64bits_update(st, buf, (size_t)n);
+		off += (uint64_t)n;
+		len -= (uint64_t)n;
+	}
+	*out = XXH3_64bits_digest(st);
+out:
+	free(buf);
+	XXH3_freeState(st);
+	return ret;
+}

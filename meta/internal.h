@@ -1,0 +1,229 @@
+/*
+ * internal.h - the in-memory index shared by the meta/ source files.
+ *
+ * Everything here is private to meta/. The whole index (pools, pages,
+ * slot bitmaps, pins, LRU lists) lives in memory under one mutex,
+ * meta.lock; critical sections are a few hash probes long and never do
+ * I/O. The durable record is the store (store.h), written only by the
+ * journal's writer thread (journal.c).
+ *
+ * Lock order (take left before right, never the reverse):
+ *
+ *     store read mutex  ->  meta.lock  ->  journal.lock
+ *
+ * The writer thread takes meta.lock (to apply a durable batch) and
+ * journal.lock (to take work and to publish results) but never both at
+ * once. Drop callbacks into fs/ run with no engine lock held.
+ */
+#ifndef PAGEFS_META_INTERNAL_H
+#define PAGEFS_META_INTERNAL_H
+
+#include "meta/meta.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+struct store;
+struct journal;
+
+/* A page: committed (in its pool's LRU) or being written (pending). */
+struct page {
+	struct page *name_next;        /* meta.by_name chain */
+	struct page *id_next;          /* meta.by_id chain */
+	struct page *lru_prev, *lru_next; /* pool LRU, head = most recent; committed only */
+	struct pool *pool;
+	uint64_t id;
+	uint64_t slot;
+	uint64_t length;
+	uint64_t checksum;
+	uint64_t name_hash;
+	int64_t mtime_ns;
+	int64_t atime_ns;
+	int64_t atime_saved_ns;        /* atime last sent to the store */
+	uint32_t gen;
+	uint32_t version;              /* in-place replacements this mount */
+	uint8_t committed;
+	uint8_t has_checksum;
+	uint8_t verified;              /* checksum verified since commit/mount */
+	uint16_t name_len;
+	char name[];                   /* NUL-terminated */
+};
+
+/* A pinned slot: readers or a deferred free. */
+struct pin {
+	struct pin *next;
+	uint64_t slot;
+	uint32_t count;
+	uint8_t zombie;                /* its page is gone: free the slot at count 0 */
+};
+
+#define PIN_BUCKETS 64
+
+struct pool {
+	struct pool *next;             /* meta.pools list */
+	uint32_t id;
+	uint16_t rank;
+	char ns[META_NS_MAX + 1];
+	uint64_t slot_size;            /* bytes */
+	uint64_t capacity;             /* slots */
+
+	/* Slot allocation: bit set = slot not allocatable (page, reservation,
+	 * pinned zombie, or waiting for the store). Slots >= hwm are free and
+	 * untracked, so a pool of 16M slots costs nothing until used. */
+	uint64_t *bits;
+	uint64_t bits_words;
+	uint64_t hwm;
+	uint64_t nused;                /* set bits */
+	uint64_t scan;                 /* no clear bit below this index */
+
+	struct pin *pins[PIN_BUCKETS];
+	struct page *lru_head, *lru_tail;
+
+	uint64_t pages, bytes, pending;
+	uint64_t hits, misses, evictions, checksum_failures;
+	uint64_t bytes_read, bytes_written;
+
+	int fd;                        /* data file, O_RDWR */
+	uint8_t data_missing;          /* at load: the file had to be created */
+	char *data_path;
+};
+
+struct page_table {
+	struct page **buckets;
+	uint64_t mask;
+	uint64_t count;
+};
+
+struct meta {
+	pthread_mutex_t lock;          /* protects everything below but cfg */
+	struct meta_config cfg;       /* immutable after open; strings owned */
+	char *uri, *backing, *prefix, *db_path;
+
+	struct pool *pools;
+	uint32_t next_pool_id;
+	uint8_t ranks[(META_RANK_MAX + 1) / 8]; /* explicitly created ranks */
+
+	struct page_table by_name;     /* key: (pool id, name); chains via name_next */
+	struct page_table by_id;       /* key: page id; chains via id_next */
+	uint64_t next_page_id;
+	uint32_t epoch;
+
+	meta_drop_cb drop_cb;
+	void *drop_arg;
+
+	struct store *store;
+	struct journal *journal;
+	int lock_fd;                   /* flock on the index */
+};
+
+/* ---- records the journal makes durable, in submission order ---- */
+
+enum rec_type {
+	REC_COMMIT,   /* page row: delete other same-name rows, upsert by id */
+	REC_UNLINK,   /* delete page by id; apply frees its slot */
+	REC_DROP,     /* delete page by id; already gone from memory */
+	REC_RENAME,   /* rename page id to name, replacing other same-name rows */
+	REC_TOUCH,    /* atime update; no ticket */
+	REC_POOL_PUT, /* insert or update a pool row (and its rank) */
+	REC_POOL_DEL,
+	REC_RANK_PUT,
+	REC_RANK_DEL,
+	REC_SETTING,  /* settings key = value */
+};
+
+struct rec {
+	struct rec *next;
+	enum rec_type type;
+	uint64_t seq;
+	int err;                       /* set by the writer: 0 or -errno */
+	int done;
+	int waited;                    /* a submitter waits: it frees the record */
+	/* REC_DROP: slot to free once durable; handoff = a writer took it */
+	uint64_t drop_slot;
+	int handoff;
+	/* page fields (COMMIT/UNLINK/DROP/RENAME/TOUCH) */
+	uint32_t pool_id;
+	uint64_t page_id, slot, length, checksum;
+	int has_checksum;
+	int64_t mtime_ns, atime_ns;
+	uint32_t gen;
+	/* pool fields (POOL_PUT/DEL, RANK_*) */
+	uint16_t rank;
+	uint64_t slot_size, capacity;
+	char ns[META_NS_MAX + 1];
+	char key[32];
+	char value[256];
+	uint16_t name_len;
+	char name[META_NAME_MAX + 1];
+};
+
+/* journal.c */
+int journal_start(struct meta *m, char *err, size_t errlen);
+void journal_stop(struct meta *m);
+/* Allocates a zeroed record. NULL on ENOMEM. */
+struct rec *rec_new(enum rec_type type);
+/* Queues r; takes ownership. Caller may hold meta.lock. */
+void journal_submit(struct meta *m, struct rec *r);
+/* Waits until r (submitted with r->waited = 1) is durable and applied;
+ * returns r->err and frees r. Must not hold meta.lock. */
+int journal_wait(struct meta *m, struct rec *r);
+void journal_counters(struct meta *m, uint64_t *batches, uint64_t *records);
+
+/* apply.c: mirrors a durable record in memory; called with meta.lock held
+ * by the writer thread. Appends dropped names for the callback. */
+struct dropped {
+	struct dropped *next;
+	uint32_t pool_id;
+	uint64_t page_id;
+	char name[];
+};
+void apply_record(struct meta *m, const struct rec *r, struct dropped **drops);
+void drops_notify(struct meta *m, struct dropped *d);
+void drops_add(struct dropped **list, const struct page *p);
+
+/* table.c */
+int table_init(struct page_table *t, uint64_t buckets);
+void table_free(struct page_table *t);
+uint64_t name_hash(uint32_t pool_id, const char *name, size_t len);
+void table_add_name(struct page_table *t, struct page *p);
+void table_del_name(struct page_table *t, struct page *p);
+void table_add_id(struct page_table *t, struct page *p);
+void table_del_id(struct page_table *t, struct page *p);
+struct page *table_find_id(const struct page_table *t, uint64_t id);
+/* The committed page named so in the pool; *pending counts writers. */
+struct page *table_find_name(const struct page_table *t, uint32_t pool_id, const char *name,
+                             int *pending);
+
+/* page.c helpers shared with apply.c and open.c */
+struct page *page_alloc(const char *name, size_t len);
+void page_link_committed(struct meta *m, struct page *p);   /* tables + LRU + counts */
+void page_unlink_committed(struct meta *m, struct page *p); /* reverse; keeps slot bit */
+void lru_touch(struct pool *p, struct page *pg);
+int64_t now_ns(void);
+
+/* pool.c helpers */
+struct pool *pool_by_id(struct meta *m, uint32_t id);
+struct pool *pool_by_name(struct meta *m, int rank, const char *ns);
+void pool_fill_info(const struct pool *p, struct meta_pool_info *out);
+void pool_free(struct pool *p);
+int rank_is_set(const struct meta *m, int rank);
+void rank_set(struct meta *m, int rank, int on);
+
+/* slots.c */
+int slot_take(struct pool *p, uint64_t *slot);    /* 0 or -ENOSPC */
+int slot_mark(struct pool *p, uint64_t slot);     /* at load: 0, or -EEXIST if taken */
+void slot_release(struct pool *p, uint64_t slot); /* bit clear: allocatable now */
+void slot_put(struct pool *p, uint64_t slot);     /* page gone durably: free or zombie */
+void slot_pin(struct pool *p, uint64_t slot);
+void slot_unpin(struct pool *p, uint64_t slot);
+int slot_pinned(const struct pool *p, uint64_t slot);
+/* Highest used slot + 1 (0 when none). */
+uint64_t slot_top(const struct pool *p);
+void slots_free(struct pool *p);
+
+/* data.c */
+int data_path(const struct meta *m, int rank, const char *ns, char *buf, size_t len);
+/* Opens (creating) a pool's data file and grows it to size bytes. */
+int data_open(const char *path, uint64_t size, int read_only, int *fd);
+
+#endif

@@ -1,0 +1,229 @@
+/*
+ * meta.h - the pagefs index engine: pools, pages, slots, pins and the
+ * durable record of all of them.
+ *
+ * This is the only interface fs/ and tools/ use to reach the index. It
+ * knows nothing of FUSE: callers get plain structs and 0 or a negative
+ * errno. The engine keeps every pool and page in memory (lookups, stats
+ * and pins never touch the store) and records changes through one writer
+ * thread that group-commits them to the store (SQLite today; the store is
+ * chosen by the URI scheme so a shared PostgreSQL engine can sit behind
+ * the same calls later). See docs/DESIGN.md for the protocol.
+ *
+ * Visibility rule: a mutation (commit, unlink, rename, pool change) is
+ * applied to memory by the writer thread only after the store made it
+ * durable; the calling function returns after that. So what a caller
+ * sees after a call returns survives a crash of the process.
+ *
+ * Thread safety: every function may be called from any thread.
+ */
+#ifndef PAGEFS_META_H
+#define PAGEFS_META_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define META_NS_MAX 64     /* namespace: [a-z0-9_]{1,64} */
+#define META_NAME_MAX 255  /* page file name bytes */
+#define META_RANK_MAX 65535
+
+enum meta_evict { META_EVICT_LRU = 0, META_EVICT_NONE = 1 };
+enum meta_verify { META_VERIFY_NONE = 0, META_VERIFY_FIRST = 1, META_VERIFY_ALWAYS = 2 };
+enum meta_durability { META_DURABLE_PROCESS = 0, META_DURABLE_POWER = 1 };
+
+struct meta; /* opaque engine handle */
+
+struct meta_config {
+	const char *uri;       /* "sqlite:PATH" (or a bare path) */
+	const char *backing;   /* backing directory holding the data files */
+	const char *prefix;    /* data file prefix, e.g. "hicache" */
+	uint64_t default_slot_size;  /* bytes, for pools created without one */
+	uint64_t default_capacity;   /* bytes, for pools created without one */
+	enum meta_evict evict;
+	enum meta_verify verify;
+	enum meta_durability durability;
+	int read_only;         /* open the index without changing it */
+};
+
+/* One pool as the engine sees it right now (a copy). */
+struct meta_pool_info {
+	uint32_t id;
+	uint16_t rank;
+	char ns[META_NS_MAX + 1];
+	uint64_t slot_size;      /* bytes per slot */
+	uint64_t capacity;       /* slots */
+	uint64_t pages;          /* committed pages */
+	uint64_t bytes;          /* sum of committed page lengths */
+	uint64_t used_slots;     /* committed + reserved + waiting to be freed */
+	uint64_t hits, misses, evictions, checksum_failures;
+	uint64_t bytes_read, bytes_written;
+	char data_file[4096];    /* absolute path of the pool's data file */
+	int data_fd;             /* open O_RDWR data file; valid while the pool
+	                          * exists (a pool with pages cannot be removed) */
+};
+
+/* One page (a copy). */
+struct meta_page_info {
+	uint64_t id;             /* stable across remounts; never shared */
+	uint32_t pool_id;
+	uint32_t gen;            /* mount epoch the page was created in */
+	uint64_t slot;
+	uint64_t length;
+	uint64_t checksum;       /* XXH3-64 of the bytes; valid if has_checksum */
+	int has_checksum;
+	int committed;           /* 0: still being written by its creator */
+	uint32_t version;        /* in-place replacements (O_TRUNC) this mount */
+	int64_t mtime_ns;        /* commit time */
+	int64_t atime_ns;        /* last use */
+	char name[META_NAME_MAX + 1];
+};
+
+struct meta_stats {
+	uint64_t pools, pages, bytes, capacity_bytes, free_bytes;
+	uint64_t total_slots, free_slots;
+	uint64_t hits, misses, evictions, checksum_failures;
+	uint64_t bytes_read, bytes_written;
+	uint64_t store_batches;  /* store transactions committed */
+	uint64_t store_records;  /* records in them (records/batch = group commit) */
+};
+
+/* ---- names and sizes (pure functions) ---- */
+
+/* Returns the rank for a canonical decimal "0".."65535", or -EINVAL. */
+int meta_parse_rank(const char *s);
+/* Returns 0 if s matches [a-z0-9_]{1,64}, else -EINVAL. */
+int meta_check_ns(const char *s);
+/* Returns 0, -EINVAL (empty, "/", ".", "..") or -ENAMETOOLONG (>255). */
+int meta_check_name(const char *s);
+/* Parses "4096", "64K", "16M", "1G", "1T" (powers of two). 0 or -EINVAL. */
+int meta_parse_size(const char *s, uint64_t *out);
+/* Formats bytes as the shortest exact form ("16M", "1000"). */
+void meta_format_size(uint64_t bytes, char *buf, size_t len);
+
+/* ---- lifecycle ---- */
+
+/*
+ * Opens (creating if needed) the index named by cfg->uri for the backing
+ * directory cfg->backing, takes its exclusive lock, recovers after a crash
+ * and loads it into memory. On failure returns a negative errno and writes
+ * a message that names the fix into err.
+ */
+int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_t errlen);
+/* Flushes the writer, closes the store, frees everything. NULL is fine. */
+void meta_close(struct meta *m);
+
+/* Default index path for a backing directory (user's state directory). */
+int meta_default_uri(const char *backing, char *buf, size_t len);
+
+/* Called (outside all engine locks) when the engine drops a committed
+ * page by itself: eviction or a checksum failure. */
+typedef void (*meta_drop_cb)(void *arg, uint32_t pool_id, uint64_t page_id, const char *name);
+void meta_set_drop_cb(struct meta *m, meta_drop_cb cb, void *arg);
+
+/* ---- ranks and pools ---- */
+
+int meta_rank_exists(struct meta *m, int rank);            /* 1 or 0 */
+int meta_rank_create(struct meta *m, int rank);            /* 0, -EEXIST */
+int meta_rank_remove(struct meta *m, int rank);            /* 0, -ENOENT, -ENOTEMPTY */
+/* Lists ranks > after in order into out[0..max); returns the count. */
+int meta_rank_list(struct meta *m, int after, uint16_t *out, int max);
+
+/* Looks up a pool by (rank, ns). 0 or -ENOENT. */
+int meta_pool_find(struct meta *m, int rank, const char *ns, struct meta_pool_info *out);
+int meta_pool_get(struct meta *m, uint32_t pool_id, struct meta_pool_info *out);
+/* Creates a pool (and its rank and data file). slot_size/capacity 0 take
+ * the mount defaults. -EEXIST, -EINVAL, or the data file's errno. */
+int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_size,
+                     uint64_t capacity_bytes, struct meta_pool_info *out);
+/* Changes slot size (only while the pool has no pages: -EBUSY) and/or
+ * capacity (not below the slots in use: -EBUSY). 0 leaves a value as is. */
+int meta_pool_set(struct meta *m, uint32_t pool_id, uint64_t slot_size, uint64_t capacity_bytes);
+/* Removes an empty pool: 0, -ENOENT, -ENOTEMPTY. */
+int meta_pool_remove(struct meta *m, uint32_t pool_id);
+/* Lists pools of a rank with id > after, in id order; returns the count. */
+int meta_pool_list(struct meta *m, int rank, uint32_t after, struct meta_pool_info *out, int max);
+
+/* ---- pages ---- */
+
+/*
+ * Looks up a committed page by name and refreshes its recency. Returns 0,
+ * or -ENOENT; *pending is set to 1 when a writer is creating that name.
+ */
+int meta_page_lookup(struct meta *m, uint32_t pool_id, const char *name,
+                     struct meta_page_info *out, int *pending);
+/* A page (committed or being written) by id. 0 or -ENOENT. */
+int meta_page_get(struct meta *m, uint64_t page_id, struct meta_page_info *out);
+
+/* A reservation: a slot held for one writer until commit or abort. */
+struct meta_resv {
+	uint32_t pool_id;
+	uint64_t page_id;   /* the page's id (the replaced page's id for O_TRUNC) */
+	uint64_t slot;
+	uint64_t slot_size;
+	int replace;        /* 1: replaces committed page page_id in place */
+};
+
+/*
+ * Reserves a slot for a new page `name` in a pool, evicting the least
+ * recently used unpinned page if the pool is full and eviction is on.
+ * replace_id != 0 reserves a new slot for replacing that committed page
+ * (open with O_TRUNC). Returns 0, -ENOSPC, -ENOENT, or a store errno.
+ * The new page is invisible to lookups until meta_page_commit.
+ */
+int meta_page_reserve(struct meta *m, uint32_t pool_id, const char *name,
+                      uint64_t replace_id, struct meta_resv *out);
+/*
+ * Publishes a reservation as a committed page of `length` bytes with the
+ * given checksum, atomically replacing a committed page of the same name.
+ * Returns after the store made it durable: 0, or a negative errno, in which
+ * case nothing was published and the slot was given back.
+ */
+int meta_page_commit(struct meta *m, const struct meta_resv *r, uint64_t length, uint64_t checksum);
+/* Gives back a reservation that will never commit. */
+void meta_page_abort(struct meta *m, const struct meta_resv *r);
+
+/*
+ * Pins the current slot of committed page page_id against reuse and
+ * refreshes recency. *verify is set when the reader must check the bytes
+ * against the checksum (per the mount's --verify). 0 or -ENOENT.
+ */
+int meta_page_pin(struct meta *m, uint64_t page_id, struct meta_page_info *out, int *verify);
+/* Drops a pin taken by meta_page_pin (or held by a reservation). */
+void meta_slot_unpin(struct meta *m, uint32_t pool_id, uint64_t slot);
+/*
+ * Reports a verification result for (page_id, slot). ok=1 marks it
+ * verified; ok=0 counts a checksum failure, logs it and drops the page
+ * from the index (durably) if the slot is still its current one.
+ */
+void meta_page_verified(struct meta *m, uint64_t page_id, uint64_t slot, int ok);
+
+/* Removes a committed page: 0 or -ENOENT. Durable on return. */
+int meta_page_unlink(struct meta *m, uint32_t pool_id, const char *name);
+/* Renames within a pool, replacing any target unless noreplace (-EEXIST).
+ * 0, -ENOENT. Durable on return. */
+int meta_page_rename(struct meta *m, uint32_t pool_id, const char *from, const char *to,
+                     int noreplace);
+
+/*
+ * Calls cb for each committed page of a pool with id > after_id, in id
+ * order, until cb returns non-zero (that value is returned) or the pool
+ * ends (0). The page list is read from the store, never under a lock that
+ * blocks writers; pages removed meanwhile may be reported once more.
+ */
+typedef int (*meta_page_cb)(void *arg, const struct meta_page_info *p);
+int meta_page_iter(struct meta *m, uint32_t pool_id, uint64_t after_id, meta_page_cb cb, void *arg);
+
+/* ---- page bytes ---- */
+
+/* XXH3-64 of len bytes of fd at off, read in chunks. 0 or -errno (-EIO on
+ * a short file). */
+int meta_checksum_range(int fd, uint64_t off, uint64_t len, uint64_t *out);
+
+/* ---- counters ---- */
+
+void meta_count_io(struct meta *m, uint32_t pool_id, uint64_t read, uint64_t written);
+void meta_get_stats(struct meta *m, struct meta_stats *out);
+/* The mount's settings as opened (for status and xattrs). */
+const struct meta_config *meta_config(struct meta *m);
+
+#endif

@@ -1,0 +1,449 @@
+/*
+ * open.c - opening and closing an index: the URI, the exclusive lock, the
+ * ownership mark on the backing directory, loading the store into memory,
+ * and crash recovery.
+ *
+ * Recovery needs no log replay: reservations are never written to the
+ * store, so after a crash every slot that no committed page names is free
+ * again, and pages still being written are simply absent. What the store
+ * holds was committed before the matching close() returned.
+ *
+ * Ownership: the backing directory carries BACKING/.pagefs-owner with the
+ * index's random id; the index stores the same id. A mount of a backing
+ * directory with another index, or of an index with another backing
+ * directory, is refused.
+ */
+#include "meta/internal.h"
+#include "meta/log.h"
+#include "meta/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define OWNER_FILE ".pagefs-owner"
+
+static int mkdir_p(const char *dir)
+{
+	char buf[PATH_MAX];
+
+	if (snprintf(buf, sizeof(buf), "%s", dir) >= (int)sizeof(buf))
+		return -ENAMETOOLONG;
+	for (char *s = buf + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = '\0';
+		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		*s = '/';
+	}
+	if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+int meta_default_uri(const char *backing, char *buf, size_t len)
+{
+	char real[PATH_MAX], dir[PATH_MAX];
+	const char *state = getenv("XDG_STATE_HOME");
+	const char *home = getenv("HOME");
+	int rc;
+
+	if (!realpath(backing, real))
+		return -errno;
+	if (state && state[0] == '/')
+		rc = snprintf(dir, sizeof(dir), "%s/pagefs", state);
+	else
+		rc = snprintf(dir, sizeof(dir), "%s/.local/state/pagefs", home ? home : "/root");
+	if (rc < 0 || rc >= (int)sizeof(dir))
+		return -ENAMETOOLONG;
+	if ((rc = mkdir_p(dir)) < 0)
+		return rc;
+	rc = snprintf(buf, len, "sqlite:%s/index-%016llx.db", dir,
+	              (unsigned long long)XXH3_64bits(real, strlen(real)));
+	return rc < 0 || (size_t)rc >= len ? -ENAMETOOLONG : 0;
+}
+
+/* "sqlite:PATH" or a bare path -> PATH. */
+static int uri_path(const char *uri, char *err, size_t errlen, const char **path)
+{
+	if (strncmp(uri, "sqlite:", 7) == 0) {
+		*path = uri + 7;
+	} else if (strstr(uri, "://")) {
+		snprintf(err, errlen,
+		         "metadata URI '%s' is not supported by this build; use sqlite:PATH", uri);
+		return -EPROTONOSUPPORT;
+	} else {
+		*path = uri;
+	}
+	if (!**path) {
+		snprintf(err, errlen, "metadata URI '%s' names no file; use sqlite:PATH", uri);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int take_lock(struct meta *m, char *err, size_t errlen)
+{
+	char path[PATH_MAX + 8], pid[32] = "";
+
+	snprintf(path, sizeof(path), "%s.lock", m->db_path);
+	m->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (m->lock_fd < 0) {
+		int e = errno;
+		snprintf(err, errlen, "cannot open index lock %s: %s", path, strerror(e));
+		return -e;
+	}
+	if (flock(m->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+		int e = errno;
+		ssize_t n = pread(m->lock_fd, pid, sizeof(pid) - 1, 0);
+		pid[n > 0 ? n : 0] = '\0';
+		pid[strcspn(pid, "\n")] = '\0';
+		snprintf(err, errlen,
+		         "index %s is in use by another pagefs daemon (pid %s); unmount that mount "
+		         "first ('pagefs umount'), or give this one its own --meta",
+		         m->db_path, pid[0] ? pid : "unknown");
+		return e == EWOULDBLOCK ? -EBUSY : -e;
+	}
+	int n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+	if (ftruncate(m->lock_fd, 0) < 0 || pwrite(m->lock_fd, pid, (size_t)n, 0) != n)
+		log_warn("cannot record the daemon pid in %s", path);
+	return 0;
+}
+
+static int read_owner(const char *backing, char *id, size_t len)
+{
+	char path[PATH_MAX + 32], buf[512];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", backing, OWNER_FILE);
+	if (!(f = fopen(path, "re")))
+		return errno == ENOENT ? -ENOENT : -errno;
+	id[0] = '\0';
+	while (fgets(buf, sizeof(buf), f))
+		if (sscanf(buf, "index_id %63s", id) == 1)
+			break;
+	fclose(f);
+	(void)len;
+	return id[0] ? 0 : -EINVAL;
+}
+
+static int write_owner(struct meta *m, const char *id)
+{
+	char path[PATH_MAX + 32], tmp[PATH_MAX + 40];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", m->backing, OWNER_FILE);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	if (!(f = fopen(tmp, "we")))
+		return -errno;
+	fprintf(f, "pagefs-owner 1\nindex_id %s\nmeta %s\n", id, m->uri);
+	if (fflush(f) != 0 || fsync(fileno(f)) < 0) {
+		int e = errno;
+		fclose(f);
+		unlink(tmp);
+		return -e;
+	}
+	fclose(f);
+	return rename(tmp, path) < 0 ? -errno : 0;
+}
+
+/* Checks (or establishes) that this index owns the backing directory. */
+static int check_owner(struct meta *m, char *err, size_t errlen)
+{
+	char mine[64] = "", theirs[64] = "";
+	int have_mine = store_get_setting(m->store, "index_id", mine, sizeof(mine)) == 0;
+	int rc = read_owner(m->backing, theirs, sizeof(theirs));
+
+	if (rc < 0 && rc != -ENOENT) {
+		snprintf(err, errlen, "cannot read %s/%s: %s", m->backing, OWNER_FILE, strerror(-rc));
+		return rc;
+	}
+	if (have_mine && rc == 0 && strcmp(mine, theirs) == 0)
+		return 0;
+	if (rc == 0) {
+		snprintf(err, errlen,
+		         "backing directory %s belongs to another pagefs index (id %s, see %s/%s); "
+		         "mount it with the --meta it was created with, or remove that file if the "
+		         "old index is gone for good",
+		         m->backing, theirs, m->backing, OWNER_FILE);
+		return -EEXIST;
+	}
+	if (have_mine && m->pools) {
+		snprintf(err, errlen,
+		         "index %s (id %s) has pools but %s has no %s mark: is this the right "
+		         "backing directory? Check with 'pagefs fsck'",
+		         m->db_path, mine, m->backing, OWNER_FILE);
+		return -ENOENT;
+	}
+	if (m->cfg.read_only) {
+		snprintf(err, errlen, "backing directory %s has no owner mark and the mount is "
+		         "read-only", m->backing);
+		return -EROFS;
+	}
+	if (!have_mine) {
+		unsigned char raw[16];
+		if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+			return -EIO;
+		for (int i = 0; i < 16; i++)
+			snprintf(mine + 2 * i, 3, "%02x", raw[i]);
+		if ((rc = store_set_setting(m->store, "index_id", mine)) < 0 ||
+		    (rc = store_set_setting(m->store, "backing", m->backing)) < 0) {
+			snprintf(err, errlen, "cannot write index %s: %s", m->db_path, strerror(-rc));
+			return rc;
+		}
+	}
+	rc = write_owner(m, mine);
+	if (rc < 0)
+		snprintf(err, errlen, "cannot write %s/%s: %s", m->backing, OWNER_FILE,
+		         strerror(-rc));
+	return rc;
+}
+
+struct loader {
+	struct meta *m;
+	char *err;
+	size_t errlen;
+};
+
+static int load_rank(void *arg, int rank)
+{
+	struct loader *l = arg;
+
+	if (rank < 0 || rank > META_RANK_MAX)
+		return 0;
+	rank_set(l->m, rank, 1);
+	return 0;
+}
+
+static int load_pool(void *arg, const struct store_pool_row *row)
+{
+	struct loader *l = arg;
+	struct meta *m = l->m;
+	char path[4096];
+	struct pool *p = calloc(1, sizeof(*p));
+	int rc;
+
+	if (!p)
+		return -ENOMEM;
+	p->id = row->id;
+	p->rank = row->rank;
+	memcpy(p->ns, row->ns, sizeof(p->ns));
+	p->slot_size = row->slot_size;
+	p->capacity = row->capacity;
+	p->fd = -1;
+	if (p->slot_size == 0 || meta_check_ns(p->ns) < 0 ||
+	    (rc = data_path(m, p->rank, p->ns, path, sizeof(path))) < 0 ||
+	    !(p->data_path = strdup(path))) {
+		snprintf(l->err, l->errlen, "index %s has a malformed pool (id %u); run 'pagefs fsck'",
+		         m->db_path, row->id);
+		pool_free(p);
+		return -EIO;
+	}
+	p->data_missing = access(path, F_OK) < 0;
+	rc = data_open(path, p->capacity * p->slot_size, m->cfg.read_only, &p->fd);
+	if (rc < 0) {
+		snprintf(l->err, l->errlen, "cannot open data file %s: %s", path, strerror(-rc));
+		pool_free(p);
+		return rc;
+	}
+	p->next = m->pools; /* rows come in id order: reversed below */
+	m->pools = p;
+	rank_set(m, p->rank, 1);
+	if (p->id >= m->next_pool_id)
+		m->next_pool_id = p->id + 1;
+	return 0;
+}
+
+static int load_page(void *arg, const struct rec *row)
+{
+	struct loader *l = arg;
+	struct meta *m = l->m;
+	struct pool *pool = pool_by_id(m, row->pool_id);
+	struct page *p;
+
+	if (!pool || row->slot >= pool->capacity || row->length > pool->slot_size ||
+	    slot_mark(pool, row->slot) < 0) {
+		snprintf(l->err, l->errlen,
+		         "index %s is inconsistent: page %llu ('%s') has a bad pool, slot or length, "
+		         "or shares its slot; run 'pagefs fsck --repair'",
+		         m->db_path, (unsigned long long)row->page_id, row->name);
+		return -EUCLEAN;
+	}
+	if (!(p = page_alloc(row->name, row->name_len)))
+		return -ENOMEM;
+	p->id = row->page_id;
+	p->pool = pool;
+	p->slot = row->slot;
+	p->length = row->length;
+	p->checksum = row->checksum;
+	p->has_checksum = (uint8_t)row->has_checksum;
+	p->mtime_ns = row->mtime_ns;
+	p->atime_ns = p->atime_saved_ns = row->atime_ns;
+	p->gen = row->gen;
+	p->name_hash = name_hash(pool->id, p->name, p->name_len);
+	page_link_committed(m, p); /* oldest first: the newest ends at the head */
+	if (p->id >= m->next_page_id)
+		m->next_page_id = p->id + 1;
+	return 0;
+}
+
+static void reverse_pools(struct meta *m)
+{
+	struct pool *rev = NULL;
+
+	while (m->pools) {
+		struct pool *p = m->pools;
+		m->pools = p->next;
+		p->next = rev;
+		rev = p;
+	}
+	m->pools = rev;
+}
+
+static int bump_epoch(struct meta *m, char *err, size_t errlen)
+{
+	char val[32] = "0";
+	int rc;
+
+	store_get_setting(m->store, "epoch", val, sizeof(val));
+	m->epoch = (uint32_t)strtoul(val, NULL, 10) + 1;
+	if (m->cfg.read_only)
+		return 0;
+	snprintf(val, sizeof(val), "%u", m->epoch);
+	rc = store_set_setting(m->store, "epoch", val);
+	if (rc < 0)
+		snprintf(err, errlen, "cannot write index %s: %s", m->db_path, strerror(-rc));
+	return rc;
+}
+
+static int copy_config(struct meta *m, const struct meta_config *cfg, const char *db_path)
+{
+	m->cfg = *cfg;
+	m->uri = strdup(cfg->uri);
+	m->backing = realpath(cfg->backing, NULL);
+	m->prefix = strdup(cfg->prefix && cfg->prefix[0] ? cfg->prefix : "hicache");
+	m->db_path = strdup(db_path);
+	if (!m->backing)
+		return -errno;
+	if (!m->uri || !m->prefix || !m->db_path)
+		return -ENOMEM;
+	m->cfg.uri = m->uri;
+	m->cfg.backing = m->backing;
+	m->cfg.prefix = m->prefix;
+	return 0;
+}
+
+int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_t errlen)
+{
+	struct meta *m = calloc(1, sizeof(*m));
+	const char *db_path;
+	struct stat st;
+	int rc;
+
+	err[0] = '\0';
+	if (!m)
+		return -ENOMEM;
+	m->lock_fd = -1;
+	m->next_page_id = 1;
+	m->next_pool_id = 1;
+	pthread_mutex_init(&m->lock, NULL);
+	if ((rc = uri_path(cfg->uri, err, errlen, &db_path)) < 0)
+		goto fail;
+	if (stat(cfg->backing, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		rc = -ENOTDIR;
+		snprintf(err, errlen, "backing directory %s does not exist or is not a directory",
+		         cfg->backing);
+		goto fail;
+	}
+	if ((rc = copy_config(m, cfg, db_path)) < 0) {
+		snprintf(err, errlen, "cannot resolve %s: %s", cfg->backing, strerror(-rc));
+		goto fail;
+	}
+	if ((rc = table_init(&m->by_name, 1024)) < 0 || (rc = table_init(&m->by_id, 1024)) < 0)
+		goto fail;
+	if ((rc = take_lock(m, err, errlen)) < 0)
+		goto fail;
+	rc = store_open(m->db_path, cfg->durability == META_DURABLE_POWER, cfg->read_only,
+	                &m->store, err, errlen);
+	if (rc < 0)
+		goto fail;
+	if ((rc = bump_epoch(m, err, errlen)) < 0)
+		goto fail;
+	{
+		struct loader l = {m, err, errlen};
+		struct store_load_cb cb = {&l, load_rank, load_pool, load_page};
+		rc = store_load(m->store, &cb, err, errlen);
+		reverse_pools(m);
+		for (struct pool *p = m->pools; p && rc == 0; p = p->next) {
+			if (p->data_missing && p->pages) {
+				snprintf(err, errlen,
+				         "data file %s is missing but the index names %llu pages in it; "
+				         "restore it, or run 'pagefs fsck --repair' to drop them",
+				         p->data_path, (unsigned long long)p->pages);
+				rc = -ENOENT;
+			}
+		}
+		if (rc < 0) {
+			if (!err[0])
+				snprintf(err, errlen, "cannot load index %s: %s; run 'pagefs fsck'",
+				         m->db_path, strerror(-rc));
+			goto fail;
+		}
+	}
+	if ((rc = check_owner(m, err, errlen)) < 0)
+		goto fail;
+	if ((rc = journal_start(m, err, errlen)) < 0)
+		goto fail;
+	log_info("index %s: %llu pages in %llu-slot tables, epoch %u", m->db_path,
+	         (unsigned long long)m->by_id.count, (unsigned long long)(m->by_id.mask + 1),
+	         m->epoch);
+	*out = m;
+	return 0;
+fail:
+	if (!err[0])
+		snprintf(err, errlen, "cannot open index %s: %s", cfg->uri, strerror(-rc));
+	meta_close(m);
+	return rc;
+}
+
+void meta_close(struct meta *m)
+{
+	if (!m)
+		return;
+	journal_stop(m);
+	if (m->by_id.buckets) {
+		for (uint64_t i = 0; i <= m->by_id.mask; i++) {
+			struct page *p = m->by_id.buckets[i];
+			while (p) {
+				struct page *next = p->id_next;
+				free(p);
+				p = next;
+			}
+		}
+	}
+	table_free(&m->by_id);
+	table_free(&m->by_name);
+	while (m->pools) {
+		struct pool *p = m->pools;
+		m->pools = p->next;
+		pool_free(p);
+	}
+	store_close(m->store);
+	if (m->lock_fd >= 0)
+		close(m->lock_fd); /* releases the flock */
+	pthread_mutex_destroy(&m->lock);
+	free(m->uri);
+	free(m->backing);
+	free(m->prefix);
+	free(m->db_path);
+	free(m);
+}

@@ -1,0 +1,459 @@
+/*
+ * page.c - page operations: lookup, reserve (with LRU eviction), commit,
+ * pins, verification results, unlink and rename.
+ *
+ * Reads of the index (lookup, get, pin) are answered from memory under
+ * meta.lock. Changes a caller must be able to rely on (commit, unlink,
+ * rename) are submitted to the journal and applied to memory only once
+ * durable (apply.c); the call returns after that. Pages the engine drops
+ * by itself (eviction, checksum failure) leave memory at once, and their
+ * slots are reused only after the store recorded the drop.
+ */
+#include "meta/internal.h"
+#include "meta/log.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define TOUCH_PERSIST_NS 1000000000LL /* atime reaches the store at most 1/s per page */
+
+int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+struct page *page_alloc(const char *name, size_t len)
+{
+	struct page *p = calloc(1, sizeof(*p) + len + 1);
+
+	if (!p)
+		return NULL;
+	memcpy(p->name, name, len);
+	p->name[len] = '\0';
+	p->name_len = (uint16_t)len;
+	return p;
+}
+
+static void lru_remove(struct pool *pool, struct page *p)
+{
+	if (p->lru_prev)
+		p->lru_prev->lru_next = p->lru_next;
+	else if (pool->lru_head == p)
+		pool->lru_head = p->lru_next;
+	if (p->lru_next)
+		p->lru_next->lru_prev = p->lru_prev;
+	else if (pool->lru_tail == p)
+		pool->lru_tail = p->lru_prev;
+	p->lru_prev = p->lru_next = NULL;
+}
+
+static void lru_push_head(struct pool *pool, struct page *p)
+{
+	p->lru_prev = NULL;
+	p->lru_next = pool->lru_head;
+	if (pool->lru_head)
+		pool->lru_head->lru_prev = p;
+	pool->lru_head = p;
+	if (!pool->lru_tail)
+		pool->lru_tail = p;
+}
+
+void lru_touch(struct pool *pool, struct page *p)
+{
+	if (pool->lru_head == p)
+		return;
+	lru_remove(pool, p);
+	lru_push_head(pool, p);
+}
+
+void page_link_committed(struct meta *m, struct page *p)
+{
+	p->committed = 1;
+	table_add_name(&m->by_name, p);
+	table_add_id(&m->by_id, p);
+	lru_push_head(p->pool, p);
+	p->pool->pages++;
+	p->pool->bytes += p->length;
+}
+
+void page_unlink_committed(struct meta *m, struct page *p)
+{
+	table_del_name(&m->by_name, p);
+	table_del_id(&m->by_id, p);
+	lru_remove(p->pool, p);
+	p->pool->pages--;
+	p->pool->bytes -= p->length;
+}
+
+static void fill_info(const struct page *p, struct meta_page_info *out)
+{
+	if (!out)
+		return;
+	out->id = p->id;
+	out->pool_id = p->pool->id;
+	out->gen = p->gen;
+	out->slot = p->slot;
+	out->length = p->length;
+	out->checksum = p->checksum;
+	out->has_checksum = p->has_checksum;
+	out->committed = p->committed;
+	out->version = p->version;
+	out->mtime_ns = p->mtime_ns;
+	out->atime_ns = p->atime_ns;
+	memcpy(out->name, p->name, p->name_len + 1u);
+}
+
+/* Refreshes recency; the store hears of it at most once a second. */
+static void touch(struct meta *m, struct page *p)
+{
+	p->atime_ns = now_ns();
+	lru_touch(p->pool, p);
+	if (m->cfg.read_only || p->atime_ns - p->atime_saved_ns < TOUCH_PERSIST_NS)
+		return;
+	struct rec *r = rec_new(REC_TOUCH);
+	if (!r)
+		return;
+	r->page_id = p->id;
+	r->atime_ns = p->atime_ns;
+	p->atime_saved_ns = p->atime_ns;
+	journal_submit(m, r);
+}
+
+int meta_page_lookup(struct meta *m, uint32_t pool_id, const char *name,
+                     struct meta_page_info *out, int *pending)
+{
+	int ret = -ENOENT;
+
+	if (pending)
+		*pending = 0;
+	pthread_mutex_lock(&m->lock);
+	struct pool *pool = pool_by_id(m, pool_id);
+	if (pool) {
+		struct page *p = table_find_name(&m->by_name, pool_id, name, pending);
+		if (p) {
+			touch(m, p);
+			fill_info(p, out);
+			pool->hits++;
+			ret = 0;
+		} else {
+			pool->misses++;
+		}
+	}
+	pthread_mutex_unlock(&m->lock);
+	return ret;
+}
+
+int meta_page_get(struct meta *m, uint64_t page_id, struct meta_page_info *out)
+{
+	int ret = -ENOENT;
+
+	pthread_mutex_lock(&m->lock);
+	struct page *p = table_find_id(&m->by_id, page_id);
+	if (p) {
+		fill_info(p, out);
+		ret = 0;
+	}
+	pthread_mutex_unlock(&m->lock);
+	return ret;
+}
+
+/* Picks the least recently used page nobody has open, other than skip. */
+static struct page *lru_victim(struct pool *pool, uint64_t skip)
+{
+	for (struct page *p = pool->lru_tail; p; p = p->lru_prev)
+		if (p->id != skip && !slot_pinned(pool, p->slot))
+			return p;
+	return NULL;
+}
+
+int meta_page_reserve(struct meta *m, uint32_t pool_id, const char *name, uint64_t replace_id,
+                      struct meta_resv *out)
+{
+	struct dropped *drops = NULL;
+	struct rec *drop = NULL;
+	struct page *pend = NULL;
+	struct pool *pool;
+	uint64_t slot = 0;
+	int rc = meta_check_name(name);
+
+	if (rc < 0)
+		return rc;
+	if (m->cfg.read_only)
+		return -EROFS;
+	pthread_mutex_lock(&m->lock);
+	pool = pool_by_id(m, pool_id);
+	if (!pool) {
+		rc = -ENOENT;
+		goto out;
+	}
+	if (replace_id) {
+		struct page *t = table_find_id(&m->by_id, replace_id);
+		if (!t || !t->committed) {
+			rc = -ENOENT;
+			goto out;
+		}
+	}
+	rc = slot_take(pool, &slot);
+	if (rc == -ENOSPC && m->cfg.evict == META_EVICT_LRU) {
+		struct page *v = lru_victim(pool, replace_id);
+		if (v && (drop = rec_new(REC_DROP))) {
+			/* The victim's slot passes straight to this writer once
+			 * the store has recorded the eviction. */
+			page_unlink_committed(m, v);
+			slot = v->slot;
+			pool->evictions++;
+			drops_add(&drops, v);
+			drop->pool_id = pool_id;
+			drop->page_id = v->id;
+			drop->drop_slot = slot;
+			drop->handoff = 1;
+			drop->waited = 1;
+			log_debug("evict %s from pool %u slot %llu", v->name, pool_id,
+			          (unsigned long long)slot);
+			free(v);
+			rc = 0;
+		}
+	}
+	if (rc < 0)
+		goto out;
+	if (!replace_id) {
+		pend = page_alloc(name, strlen(name));
+		if (!pend) {
+			if (drop) {
+				/* Still record the eviction; its slot frees itself. */
+				drop->handoff = 0;
+				drop->waited = 0;
+				journal_submit(m, drop);
+				drop = NULL;
+			} else {
+				slot_release(pool, slot);
+			}
+			rc = -ENOMEM;
+			goto out;
+		}
+		pend->id = m->next_page_id++;
+		pend->pool = pool;
+		pend->gen = m->epoch;
+		pend->slot = slot;
+		pend->name_hash = name_hash(pool_id, pend->name, pend->name_len);
+		table_add_name(&m->by_name, pend);
+		table_add_id(&m->by_id, pend);
+		pool->pending++;
+	}
+	out->pool_id = pool_id;
+	out->page_id = replace_id ? replace_id : pend->id;
+	out->slot = slot;
+	out->slot_size = pool->slot_size;
+	out->replace = replace_id != 0;
+	if (drop)
+		journal_submit(m, drop);
+out:
+	pthread_mutex_unlock(&m->lock);
+	drops_notify(m, drops);
+	if (drop && rc == 0) {
+		rc = journal_wait(m, drop);
+		if (rc < 0) {
+			/* The store still names the victim: its slot stays taken
+			 * (apply.c logs it); only the pending page goes. */
+			pthread_mutex_lock(&m->lock);
+			if (pend) {
+				table_del_name(&m->by_name, pend);
+				table_del_id(&m->by_id, pend);
+				pool->pending--;
+				free(pend);
+			}
+			pthread_mutex_unlock(&m->lock);
+		}
+	} else if (drop) {
+		free(drop);
+	}
+	return rc;
+}
+
+void meta_page_abort(struct meta *m, const struct meta_resv *r)
+{
+	pthread_mutex_lock(&m->lock);
+	struct pool *pool = pool_by_id(m, r->pool_id);
+	if (pool && !r->replace) {
+		struct page *p = table_find_id(&m->by_id, r->page_id);
+		if (p && !p->committed) {
+			table_del_name(&m->by_name, p);
+			table_del_id(&m->by_id, p);
+			pool->pending--;
+			free(p);
+		}
+	}
+	if (pool)
+		slot_release(pool, r->slot);
+	pthread_mutex_unlock(&m->lock);
+}
+
+int meta_page_commit(struct meta *m, const struct meta_resv *r, uint64_t length, uint64_t checksum)
+{
+	struct rec *rec;
+	struct page *p;
+	int rc;
+
+	if (length > r->slot_size)
+		return -EFBIG;
+	if (!(rec = rec_new(REC_COMMIT)))
+		return -ENOMEM;
+	pthread_mutex_lock(&m->lock);
+	p = table_find_id(&m->by_id, r->page_id);
+	if (!p || (r->replace && !p->committed)) {
+		/* Replacing a page that was removed meanwhile: like writing
+		 * to an unlinked file, the bytes go nowhere. */
+		pthread_mutex_unlock(&m->lock);
+		free(rec);
+		meta_page_abort(m, r);
+		return 0;
+	}
+	rec->pool_id = r->pool_id;
+	rec->page_id = r->page_id;
+	rec->slot = r->slot;
+	rec->length = length;
+	rec->checksum = checksum;
+	rec->has_checksum = 1;
+	rec->mtime_ns = rec->atime_ns = now_ns();
+	rec->gen = p->gen;
+	rec->name_len = p->name_len;
+	memcpy(rec->name, p->name, p->name_len + 1u);
+	rec->waited = 1;
+	journal_submit(m, rec);
+	pthread_mutex_unlock(&m->lock);
+
+	rc = journal_wait(m, rec);
+	if (rc < 0)
+		meta_page_abort(m, r);
+	return rc;
+}
+
+int meta_page_pin(struct meta *m, uint64_t page_id, struct meta_page_info *out, int *verify)
+{
+	int ret = -ENOENT;
+
+	pthread_mutex_lock(&m->lock);
+	struct page *p = table_find_id(&m->by_id, page_id);
+	if (p && p->committed) {
+		slot_pin(p->pool, p->slot);
+		touch(m, p);
+		fill_info(p, out);
+		*verify = p->has_checksum &&
+		          (m->cfg.verify == META_VERIFY_ALWAYS ||
+		           (m->cfg.verify == META_VERIFY_FIRST && !p->verified));
+		ret = 0;
+	}
+	pthread_mutex_unlock(&m->lock);
+	return ret;
+}
+
+void meta_slot_unpin(struct meta *m, uint32_t pool_id, uint64_t slot)
+{
+	pthread_mutex_lock(&m->lock);
+	struct pool *pool = pool_by_id(m, pool_id);
+	if (pool)
+		slot_unpin(pool, slot);
+	pthread_mutex_unlock(&m->lock);
+}
+
+void meta_page_verified(struct meta *m, uint64_t page_id, uint64_t slot, int ok)
+{
+	struct dropped *drops = NULL;
+
+	pthread_mutex_lock(&m->lock);
+	struct page *p = table_find_id(&m->by_id, page_id);
+	if (!p || !p->committed || p->slot != slot) {
+		pthread_mutex_unlock(&m->lock);
+		return;
+	}
+	if (ok) {
+		p->verified = 1;
+		pthread_mutex_unlock(&m->lock);
+		return;
+	}
+	struct pool *pool = p->pool;
+	struct rec *r = rec_new(REC_DROP);
+	pool->checksum_failures++;
+	log_error("checksum mismatch: page '%s' of pool %u/%s (slot %llu) dropped from the index",
+	          p->name, pool->rank, pool->ns, (unsigned long long)slot);
+	if (r && !m->cfg.read_only) {
+		page_unlink_committed(m, p);
+		drops_add(&drops, p);
+		r->pool_id = pool->id;
+		r->page_id = p->id;
+		r->drop_slot = slot;
+		journal_submit(m, r);
+		free(p);
+	} else {
+		free(r);
+	}
+	pthread_mutex_unlock(&m->lock);
+	drops_notify(m, drops);
+}
+
+/* Submits a waited record for a committed page found by name. */
+static int submit_named(struct meta *m, struct rec *r, uint32_t pool_id, const char *name,
+                        const char *to, int noreplace)
+{
+	pthread_mutex_lock(&m->lock);
+	struct page *p = pool_by_id(m, pool_id) ? table_find_name(&m->by_name, pool_id, name, NULL)
+	                                        : NULL;
+	if (!p) {
+		pthread_mutex_unlock(&m->lock);
+		free(r);
+		return -ENOENT;
+	}
+	if (to && noreplace && table_find_name(&m->by_name, pool_id, to, NULL)) {
+		pthread_mutex_unlock(&m->lock);
+		free(r);
+		return -EEXIST;
+	}
+	r->pool_id = pool_id;
+	r->page_id = p->id;
+	if (to) {
+		r->name_len = (uint16_t)strlen(to);
+		memcpy(r->name, to, r->name_len + 1u);
+	}
+	r->waited = 1;
+	journal_submit(m, r);
+	pthread_mutex_unlock(&m->lock);
+	return journal_wait(m, r);
+}
+
+int meta_page_unlink(struct meta *m, uint32_t pool_id, const char *name)
+{
+	struct rec *r;
+
+	if (m->cfg.read_only)
+		return -EROFS;
+	if (!(r = rec_new(REC_UNLINK)))
+		return -ENOMEM;
+	return submit_named(m, r, pool_id, name, NULL, 0);
+}
+
+int meta_page_rename(struct meta *m, uint32_t pool_id, const char *from, const char *to,
+                     int noreplace)
+{
+	struct rec *r;
+	int rc;
+
+	if ((rc = meta_check_name(from)) < 0 || (rc = meta_check_name(to)) < 0)
+		return rc;
+	if (m->cfg.read_only)
+		return -EROFS;
+	if (strcmp(from, to) == 0) {
+		int found;
+		pthread_mutex_lock(&m->lock);
+		found = table_find_name(&m->by_name, pool_id, from, NULL) != NULL;
+		pthread_mutex_unlock(&m->lock);
+		return found ? (noreplace ? -EEXIST : 0) : -ENOENT;
+	}
+	if (!(r = rec_new(REC_RENAME)))
+		return -ENOMEM;
+	return submit_named(m, r, pool_id, from, to, noreplace);
+}

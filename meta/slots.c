@@ -1,0 +1,172 @@
+/*
+ * slots.c - slot allocation and pins of one pool.
+ *
+ * Allocation never lists free slots: slots at or above the high-water mark
+ * are free by definition; below it a bitmap marks the slots that are not
+ * allocatable, and `scan` remembers where the lowest clear bit may be. A
+ * pool of 16M slots costs 2 MiB of bitmap only once all are used.
+ *
+ * A pin keeps a slot from being reused while readers have it open. When a
+ * pinned slot's page goes away the pin becomes a zombie and the slot is
+ * freed when the last pin drops. Callers hold meta.lock.
+ */
+#include "meta/internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int bit_get(const struct pool *p, uint64_t i)
+{
+	return i < p->hwm && (p->bits[i / 64] >> (i % 64)) & 1;
+}
+
+static int ensure_words(struct pool *p, uint64_t slots)
+{
+	uint64_t words = (slots + 63) / 64;
+
+	if (words <= p->bits_words)
+		return 0;
+	uint64_t n = p->bits_words ? p->bits_words : 16;
+	while (n < words)
+		n *= 2;
+	uint64_t *b = realloc(p->bits, n * sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	memset(b + p->bits_words, 0, (n - p->bits_words) * sizeof(*b));
+	p->bits = b;
+	p->bits_words = n;
+	return 0;
+}
+
+int slot_take(struct pool *p, uint64_t *slot)
+{
+	if (p->nused < p->hwm) {
+		for (uint64_t w = p->scan / 64; w * 64 < p->hwm; w++) {
+			if (p->bits[w] == ~0ULL)
+				continue;
+			uint64_t i = w * 64 + (uint64_t)__builtin_ctzll(~p->bits[w]);
+			if (i >= p->hwm)
+				break;
+			p->bits[w] |= 1ULL << (i % 64);
+			p->nused++;
+			p->scan = i + 1;
+			*slot = i;
+			return 0;
+		}
+	}
+	if (p->hwm >= p->capacity)
+		return -ENOSPC;
+	if (ensure_words(p, p->hwm + 1) < 0)
+		return -ENOMEM;
+	*slot = p->hwm++;
+	p->bits[*slot / 64] |= 1ULL << (*slot % 64);
+	p->nused++;
+	if (p->scan == *slot)
+		p->scan = p->hwm;
+	return 0;
+}
+
+int slot_mark(struct pool *p, uint64_t slot)
+{
+	if (slot >= p->hwm) {
+		if (ensure_words(p, slot + 1) < 0)
+			return -ENOMEM;
+		p->hwm = slot + 1;
+	}
+	if (bit_get(p, slot))
+		return -EEXIST;
+	p->bits[slot / 64] |= 1ULL << (slot % 64);
+	p->nused++;
+	return 0;
+}
+
+void slot_release(struct pool *p, uint64_t slot)
+{
+	if (!bit_get(p, slot))
+		return;
+	p->bits[slot / 64] &= ~(1ULL << (slot % 64));
+	p->nused--;
+	if (slot < p->scan)
+		p->scan = slot;
+	/* Trim the high-water mark so an emptied pool costs nothing to scan. */
+	while (p->hwm > 0 && !bit_get(p, p->hwm - 1))
+		p->hwm--;
+	if (p->scan > p->hwm)
+		p->scan = p->hwm;
+}
+
+static struct pin **pin_find(struct pool *p, uint64_t slot)
+{
+	struct pin **pp = &p->pins[slot % PIN_BUCKETS];
+
+	while (*pp && (*pp)->slot != slot)
+		pp = &(*pp)->next;
+	return pp;
+}
+
+void slot_put(struct pool *p, uint64_t slot)
+{
+	struct pin **pp = pin_find(p, slot);
+
+	if (*pp)
+		(*pp)->zombie = 1;
+	else
+		slot_release(p, slot);
+}
+
+void slot_pin(struct pool *p, uint64_t slot)
+{
+	struct pin **pp = pin_find(p, slot);
+
+	if (!*pp) {
+		struct pin *n = calloc(1, sizeof(*n));
+		if (!n)
+			abort(); /* a pin must never be lost: out of memory is fatal */
+		n->slot = slot;
+		*pp = n;
+	}
+	(*pp)->count++;
+}
+
+void slot_unpin(struct pool *p, uint64_t slot)
+{
+	struct pin **pp = pin_find(p, slot);
+	struct pin *n = *pp;
+
+	if (!n)
+		return;
+	if (--n->count > 0)
+		return;
+	*pp = n->next;
+	if (n->zombie)
+		slot_release(p, slot);
+	free(n);
+}
+
+int slot_pinned(const struct pool *p, uint64_t slot)
+{
+	for (const struct pin *n = p->pins[slot % PIN_BUCKETS]; n; n = n->next)
+		if (n->slot == slot)
+			return 1;
+	return 0;
+}
+
+uint64_t slot_top(const struct pool *p)
+{
+	return p->hwm;
+}
+
+void slots_free(struct pool *p)
+{
+	for (int i = 0; i < PIN_BUCKETS; i++) {
+		while (p->pins[i]) {
+			struct pin *n = p->pins[i];
+			p->pins[i] = n->next;
+			free(n);
+		}
+	}
+	free(p->bits);
+	p->bits = NULL;
+	p->bits_words = 0;
+}

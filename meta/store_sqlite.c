@@ -1,0 +1,534 @@
+/*
+ * store_sqlite.c - the embedded store: one SQLite database in WAL mode.
+ *
+ * One write connection, used only by the journal's writer thread (after
+ * open), and one read-only connection for page iteration (readdir, export)
+ * behind its own mutex: a connection is never used by two threads at once,
+ * and with WAL the reader never blocks the writer, so "database is locked"
+ * cannot happen inside one daemon. A second daemon is kept out by the
+ * index lock in open.c, not by SQLite.
+ *
+ * Durability: synchronous=OFF for --durability process (a committed WAL
+ * frame is in the kernel's page cache and survives a crash of the
+ * process), synchronous=FULL for power (the WAL is fsynced at commit).
+ */
+#include "meta/store.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum stmt_id {
+	ST_COMMIT_DEL, ST_COMMIT_PUT, ST_DELETE, ST_RENAME_DEL, ST_RENAME, ST_TOUCH,
+	ST_RANK_PUT, ST_POOL_PUT, ST_POOL_DEL, ST_RANK_DEL, ST_SETTING,
+	ST_SAVEPOINT, ST_RELEASE, ST_ROLLBACK_TO, ST_COUNT
+};
+
+static const char *const stmt_sql[ST_COUNT] = {
+	[ST_COMMIT_DEL] = "DELETE FROM pages WHERE pool=?1 AND name=?2 AND id<>?3",
+	[ST_COMMIT_PUT] = "INSERT INTO pages(id,pool,name,slot,length,checksum,mtime,atime,gen)"
+	                  " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9) ON CONFLICT(id) DO UPDATE SET"
+	                  " name=excluded.name, slot=excluded.slot, length=excluded.length,"
+	                  " checksum=excluded.checksum, mtime=excluded.mtime, atime=excluded.atime",
+	[ST_DELETE] = "DELETE FROM pages WHERE id=?1",
+	[ST_RENAME_DEL] = "DELETE FROM pages WHERE pool=?1 AND name=?2 AND id<>?3"
+	                  " AND EXISTS(SELECT 1 FROM pages WHERE id=?3)",
+	[ST_RENAME] = "UPDATE pages SET name=?2 WHERE id=?1",
+	[ST_TOUCH] = "UPDATE pages SET atime=?2 WHERE id=?1 AND atime<?2",
+	[ST_RANK_PUT] = "INSERT OR IGNORE INTO ranks(rank) VALUES(?1)",
+	[ST_POOL_PUT] = "INSERT INTO pools(id,rank,ns,slot_size,capacity) VALUES(?1,?2,?3,?4,?5)"
+	                " ON CONFLICT(id) DO UPDATE SET slot_size=excluded.slot_size,"
+	                " capacity=excluded.capacity",
+	[ST_POOL_DEL] = "DELETE FROM pools WHERE id=?1",
+	[ST_RANK_DEL] = "DELETE FROM ranks WHERE rank=?1",
+	[ST_SETTING] = "INSERT OR REPLACE INTO settings(key,value) VALUES(?1,?2)",
+	[ST_SAVEPOINT] = "SAVEPOINT rec",
+	[ST_RELEASE] = "RELEASE rec",
+	[ST_ROLLBACK_TO] = "ROLLBACK TO rec",
+};
+
+static const char schema_sql[] =
+	"CREATE TABLE settings(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+	"CREATE TABLE ranks(rank INTEGER PRIMARY KEY);"
+	"CREATE TABLE pools(id INTEGER PRIMARY KEY, rank INTEGER NOT NULL, ns TEXT NOT NULL,"
+	" slot_size INTEGER NOT NULL, capacity INTEGER NOT NULL, UNIQUE(rank, ns));"
+	"CREATE TABLE pages(id INTEGER PRIMARY KEY, pool INTEGER NOT NULL, name BLOB NOT NULL,"
+	" slot INTEGER NOT NULL, length INTEGER NOT NULL, checksum INTEGER,"
+	" mtime INTEGER NOT NULL, atime INTEGER NOT NULL, gen INTEGER NOT NULL,"
+	" UNIQUE(pool, name), UNIQUE(pool, slot));";
+
+struct store {
+	sqlite3 *db;                   /* writer thread only (after open) */
+	sqlite3_stmt *st[ST_COUNT];
+	char *path;
+	int read_only;
+	pthread_mutex_t read_lock;     /* protects rdb */
+	sqlite3 *rdb;
+};
+
+/* Maps an SQLite result code to a negative errno. */
+static int sql_errno(int rc)
+{
+	switch (rc & 0xff) {
+	case SQLITE_OK: case SQLITE_DONE: case SQLITE_ROW: return 0;
+	case SQLITE_FULL: return -ENOSPC;
+	case SQLITE_NOMEM: return -ENOMEM;
+	case SQLITE_BUSY: case SQLITE_LOCKED: return -EBUSY;
+	case SQLITE_READONLY: return -EROFS;
+	case SQLITE_CONSTRAINT: return -EEXIST;
+	case SQLITE_CANTOPEN: return -ENOENT;
+	case SQLITE_PERM: case SQLITE_AUTH: return -EACCES;
+	default: return -EIO;
+	}
+}
+
+static int exec(struct store *s, const char *sql)
+{
+	return sql_errno(sqlite3_exec(s->db, sql, NULL, NULL, NULL));
+}
+
+static sqlite3_stmt *stmt(struct store *s, enum stmt_id id)
+{
+	if (!s->st[id] &&
+	    sqlite3_prepare_v3(s->db, stmt_sql[id], -1, SQLITE_PREPARE_PERSISTENT, &s->st[id], NULL))
+		return NULL;
+	return s->st[id];
+}
+
+/* Runs a bound statement to completion and resets it. */
+static int step_done(sqlite3_stmt *st)
+{
+	int rc = sqlite3_step(st);
+	sqlite3_reset(st);
+	sqlite3_clear_bindings(st);
+	return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : sql_errno(rc);
+}
+
+static int run0(struct store *s, enum stmt_id id)
+{
+	sqlite3_stmt *st = stmt(s, id);
+	return st ? step_done(st) : sql_errno(sqlite3_errcode(s->db));
+}
+
+static int table_exists(struct store *s, const char *name, int *yes)
+{
+	sqlite3_stmt *st;
+	int rc = sqlite3_prepare_v2(s->db, "SELECT count(*) FROM sqlite_master WHERE name=?1", -1,
+	                            &st, NULL);
+	if (rc)
+		return rc;
+	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+	rc = sqlite3_step(st);
+	*yes = rc == SQLITE_ROW && sqlite3_column_int(st, 0) > 0;
+	sqlite3_finalize(st);
+	return rc == SQLITE_ROW ? SQLITE_OK : rc;
+}
+
+static int count_tables(struct store *s, int *n)
+{
+	sqlite3_stmt *st;
+	int rc = sqlite3_prepare_v2(s->db, "SELECT count(*) FROM sqlite_master", -1, &st, NULL);
+	if (rc)
+		return rc;
+	rc = sqlite3_step(st);
+	*n = sqlite3_column_int(st, 0);
+	sqlite3_finalize(st);
+	return rc == SQLITE_ROW ? SQLITE_OK : rc;
+}
+
+/* Creates the schema in a new database, or checks the version of an
+ * existing one. */
+static int check_schema(struct store *s, char *err, size_t errlen)
+{
+	int has_settings = 0, ntables = 0, rc;
+	char ver[32];
+
+	rc = table_exists(s, "settings", &has_settings);
+	if (rc == SQLITE_OK)
+		rc = count_tables(s, &ntables);
+	if (rc != SQLITE_OK) {
+		snprintf(err, errlen,
+		         "index %s is not a readable SQLite database (%s); check it with "
+		         "'pagefs fsck', or move it away to start a new index",
+		         s->path, sqlite3_errstr(rc));
+		return -EIO;
+	}
+	if (!has_settings && ntables > 0) {
+		snprintf(err, errlen,
+		         "%s is an SQLite database but not a pagefs index; give --meta another path",
+		         s->path);
+		return -EINVAL;
+	}
+	if (!has_settings) {
+		if (s->read_only) {
+			snprintf(err, errlen, "index %s is empty and the mount is read-only", s->path);
+			return -EROFS;
+		}
+		char sql[1024];
+		snprintf(sql, sizeof(sql),
+		         "BEGIN; %s INSERT INTO settings VALUES('schema_version','%d'); COMMIT;",
+		         schema_sql, STORE_SCHEMA_VERSION);
+		rc = exec(s, sql);
+		if (rc < 0) {
+			snprintf(err, errlen, "cannot create the index schema in %s: %s", s->path,
+			         sqlite3_errmsg(s->db));
+			return rc;
+		}
+		return 0;
+	}
+	rc = store_get_setting(s, "schema_version", ver, sizeof(ver));
+	if (rc < 0 || atoi(ver) <= 0) {
+		snprintf(err, errlen, "index %s has no schema version; run 'pagefs fsck' on it",
+		         s->path);
+		return -EIO;
+	}
+	if (atoi(ver) > STORE_SCHEMA_VERSION) {
+		snprintf(err, errlen,
+		         "index %s has schema version %s, newer than this pagefs understands (%d); "
+		         "upgrade pagefs",
+		         s->path, ver, STORE_SCHEMA_VERSION);
+		return -EPROTO;
+	}
+	return 0;
+}
+
+int store_open(const char *path, int power, int read_only, struct store **out, char *err,
+               size_t errlen)
+{
+	struct store *s = calloc(1, sizeof(*s));
+	int flags = (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
+	            SQLITE_OPEN_NOMUTEX;
+	int rc;
+
+	if (!s || !(s->path = strdup(path))) {
+		free(s);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	s->read_only = read_only;
+	pthread_mutex_init(&s->read_lock, NULL);
+	rc = sqlite3_open_v2(path, &s->db, flags, NULL);
+	if (rc != SQLITE_OK) {
+		snprintf(err, errlen, "cannot open index %s: %s", path,
+		         s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+		rc = sql_errno(rc);
+		goto fail;
+	}
+	sqlite3_extended_result_codes(s->db, 0);
+	sqlite3_busy_timeout(s->db, 5000);
+	if (!read_only) {
+		rc = exec(s, "PRAGMA journal_mode=WAL");
+		if (rc < 0) {
+			snprintf(err, errlen,
+			         "index %s cannot be opened (%s); if it is damaged run 'pagefs fsck', "
+			         "or move it away to start a new index",
+			         path, sqlite3_errmsg(s->db));
+			goto fail;
+		}
+		exec(s, power ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=OFF");
+		exec(s, "PRAGMA cache_size=-65536");
+		exec(s, "PRAGMA temp_store=MEMORY");
+	}
+	rc = check_schema(s, err, errlen);
+	if (rc < 0)
+		goto fail;
+	*out = s;
+	return 0;
+fail:
+	store_close(s);
+	return rc < 0 ? rc : -EIO;
+}
+
+void store_close(struct store *s)
+{
+	if (!s)
+		return;
+	for (int i = 0; i < ST_COUNT; i++)
+		sqlite3_finalize(s->st[i]);
+	if (s->rdb)
+		sqlite3_close(s->rdb);
+	if (s->db)
+		sqlite3_close(s->db);
+	pthread_mutex_destroy(&s->read_lock);
+	free(s->path);
+	free(s);
+}
+
+int store_get_setting(struct store *s, const char *key, char *buf, size_t len)
+{
+	sqlite3_stmt *st;
+	int rc = sqlite3_prepare_v2(s->db, "SELECT value FROM settings WHERE key=?1", -1, &st, NULL);
+
+	if (rc)
+		return sql_errno(rc);
+	sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		const unsigned char *v = sqlite3_column_text(st, 0);
+		snprintf(buf, len, "%s", v ? (const char *)v : "");
+		rc = 0;
+	} else {
+		rc = rc == SQLITE_DONE ? -ENOENT : sql_errno(rc);
+	}
+	sqlite3_finalize(st);
+	return rc;
+}
+
+int store_set_setting(struct store *s, const char *key, const char *value)
+{
+	sqlite3_stmt *st = stmt(s, ST_SETTING);
+
+	if (!st)
+		return sql_errno(sqlite3_errcode(s->db));
+	sqlite3_bind_text(st, 1, key, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(st, 2, value, -1, SQLITE_TRANSIENT);
+	return step_done(st);
+}
+
+static int load_error(struct store *s, int rc, char *err, size_t errlen)
+{
+	snprintf(err, errlen, "cannot read index %s (%s); run 'pagefs fsck' on it", s->path,
+	         sqlite3_errmsg(s->db));
+	return sql_errno(rc) ? sql_errno(rc) : -EIO;
+}
+
+int store_load(struct store *s, const struct store_load_cb *cb, char *err, size_t errlen)
+{
+	sqlite3_stmt *st = NULL;
+	int rc, ret = 0;
+
+	rc = sqlite3_prepare_v2(s->db, "SELECT rank FROM ranks", -1, &st, NULL);
+	while (rc == SQLITE_OK && ret == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+		rc = SQLITE_OK;
+		ret = cb->rank(cb->arg, sqlite3_column_int(st, 0));
+	}
+	sqlite3_finalize(st);
+	if (ret)
+		return ret;
+	if (rc != SQLITE_DONE)
+		return load_error(s, rc, err, errlen);
+
+	rc = sqlite3_prepare_v2(s->db, "SELECT id,rank,ns,slot_size,capacity FROM pools ORDER BY id",
+	                        -1, &st, NULL);
+	while (rc == SQLITE_OK && ret == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+		struct store_pool_row row = {0};
+		rc = SQLITE_OK;
+		const unsigned char *ns = sqlite3_column_text(st, 2);
+		row.id = (uint32_t)sqlite3_column_int64(st, 0);
+		row.rank = (uint16_t)sqlite3_column_int(st, 1);
+		snprintf(row.ns, sizeof(row.ns), "%s", ns ? (const char *)ns : "");
+		row.slot_size = (uint64_t)sqlite3_column_int64(st, 3);
+		row.capacity = (uint64_t)sqlite3_column_int64(st, 4);
+		ret = cb->pool(cb->arg, &row);
+	}
+	sqlite3_finalize(st);
+	if (ret)
+		return ret;
+	if (rc != SQLITE_DONE)
+		return load_error(s, rc, err, errlen);
+
+	struct rec *row = rec_new(REC_COMMIT);
+	if (!row)
+		return -ENOMEM;
+	rc = sqlite3_prepare_v2(s->db,
+	                        "SELECT id,pool,name,slot,length,checksum,mtime,atime,gen FROM pages"
+	                        " ORDER BY atime, id",
+	                        -1, &st, NULL);
+	while (rc == SQLITE_OK && ret == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+		int n = sqlite3_column_bytes(st, 2);
+		rc = SQLITE_OK;
+		if (n <= 0 || n > META_NAME_MAX) {
+			snprintf(err, errlen, "index %s has a page with a %d-byte name; run 'pagefs fsck'",
+			         s->path, n);
+			ret = -EIO;
+			break;
+		}
+		row->page_id = (uint64_t)sqlite3_column_int64(st, 0);
+		row->pool_id = (uint32_t)sqlite3_column_int64(st, 1);
+		memcpy(row->name, sqlite3_column_blob(st, 2), (size_t)n);
+		row->name[n] = '\0';
+		row->name_len = (uint16_t)n;
+		row->slot = (uint64_t)sqlite3_column_int64(st, 3);
+		row->length = (uint64_t)sqlite3_column_int64(st, 4);
+		row->has_checksum = sqlite3_column_type(st, 5) != SQLITE_NULL;
+		row->checksum = (uint64_t)sqlite3_column_int64(st, 5);
+		row->mtime_ns = sqlite3_column_int64(st, 6);
+		row->atime_ns = sqlite3_column_int64(st, 7);
+		row->gen = (uint32_t)sqlite3_column_int64(st, 8);
+		ret = cb->page(cb->arg, row);
+	}
+	sqlite3_finalize(st);
+	free(row);
+	if (ret)
+		return ret;
+	if (rc != SQLITE_DONE)
+		return load_error(s, rc, err, errlen);
+	return 0;
+}
+
+int store_begin(struct store *s)
+{
+	return exec(s, "BEGIN IMMEDIATE");
+}
+
+int store_commit(struct store *s)
+{
+	return exec(s, "COMMIT");
+}
+
+void store_rollback(struct store *s)
+{
+	exec(s, "ROLLBACK");
+}
+
+static void bind_page(sqlite3_stmt *st, const struct rec *r)
+{
+	sqlite3_bind_int64(st, 1, (sqlite3_int64)r->page_id);
+	sqlite3_bind_int64(st, 2, r->pool_id);
+	sqlite3_bind_blob(st, 3, r->name, r->name_len, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 4, (sqlite3_int64)r->slot);
+	sqlite3_bind_int64(st, 5, (sqlite3_int64)r->length);
+	if (r->has_checksum)
+		sqlite3_bind_int64(st, 6, (sqlite3_int64)r->checksum);
+	else
+		sqlite3_bind_null(st, 6);
+	sqlite3_bind_int64(st, 7, r->mtime_ns);
+	sqlite3_bind_int64(st, 8, r->atime_ns);
+	sqlite3_bind_int64(st, 9, r->gen);
+}
+
+/* Binds (pool, name, id) as ?1 ?2 ?3 and runs statement id. */
+static int run_pool_name_id(struct store *s, enum stmt_id id, const struct rec *r)
+{
+	sqlite3_stmt *st = stmt(s, id);
+	if (!st)
+		return -EIO;
+	sqlite3_bind_int64(st, 1, r->pool_id);
+	sqlite3_bind_blob(st, 2, r->name, r->name_len, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 3, (sqlite3_int64)r->page_id);
+	return step_done(st);
+}
+
+static int run_id(struct store *s, enum stmt_id id, int64_t a, int64_t b, int nargs)
+{
+	sqlite3_stmt *st = stmt(s, id);
+	if (!st)
+		return -EIO;
+	sqlite3_bind_int64(st, 1, a);
+	if (nargs > 1)
+		sqlite3_bind_int64(st, 2, b);
+	return step_done(st);
+}
+
+static int apply_one(struct store *s, struct rec *r)
+{
+	sqlite3_stmt *st;
+	int rc;
+
+	switch (r->type) {
+	case REC_COMMIT:
+		rc = run_pool_name_id(s, ST_COMMIT_DEL, r);
+		if (rc < 0 || !(st = stmt(s, ST_COMMIT_PUT)))
+			return rc < 0 ? rc : -EIO;
+		bind_page(st, r);
+		return step_done(st);
+	case REC_UNLINK:
+	case REC_DROP:
+		return run_id(s, ST_DELETE, (int64_t)r->page_id, 0, 1);
+	case REC_RENAME:
+		rc = run_pool_name_id(s, ST_RENAME_DEL, r);
+		if (rc < 0 || !(st = stmt(s, ST_RENAME)))
+			return rc < 0 ? rc : -EIO;
+		sqlite3_bind_int64(st, 1, (sqlite3_int64)r->page_id);
+		sqlite3_bind_blob(st, 2, r->name, r->name_len, SQLITE_STATIC);
+		return step_done(st);
+	case REC_TOUCH:
+		return run_id(s, ST_TOUCH, (int64_t)r->page_id, r->atime_ns, 2);
+	case REC_RANK_PUT:
+		return run_id(s, ST_RANK_PUT, r->rank, 0, 1);
+	case REC_RANK_DEL:
+		return run_id(s, ST_RANK_DEL, r->rank, 0, 1);
+	case REC_POOL_PUT:
+		rc = run_id(s, ST_RANK_PUT, r->rank, 0, 1);
+		if (rc < 0 || !(st = stmt(s, ST_POOL_PUT)))
+			return rc < 0 ? rc : -EIO;
+		sqlite3_bind_int64(st, 1, r->pool_id);
+		sqlite3_bind_int64(st, 2, r->rank);
+		sqlite3_bind_text(st, 3, r->ns, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 4, (sqlite3_int64)r->slot_size);
+		sqlite3_bind_int64(st, 5, (sqlite3_int64)r->capacity);
+		return step_done(st);
+	case REC_POOL_DEL:
+		return run_id(s, ST_POOL_DEL, r->pool_id, 0, 1);
+	case REC_SETTING:
+		return store_set_setting(s, r->key, r->value);
+	}
+	return -EINVAL;
+}
+
+int store_apply(struct store *s, struct rec *r)
+{
+	int rc = run0(s, ST_SAVEPOINT);
+
+	if (rc < 0)
+		return rc;
+	rc = apply_one(s, r);
+	if (rc < 0)
+		run0(s, ST_ROLLBACK_TO);
+	run0(s, ST_RELEASE);
+	return rc;
+}
+
+int store_iter_pages(struct store *s, uint32_t pool_id, uint64_t after, meta_page_cb cb,
+                     void *arg)
+{
+	sqlite3_stmt *st = NULL;
+	int rc, ret = 0;
+
+	pthread_mutex_lock(&s->read_lock);
+	if (!s->rdb) {
+		rc = sqlite3_open_v2(s->path, &s->rdb, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+		if (rc != SQLITE_OK) {
+			sqlite3_close(s->rdb);
+			s->rdb = NULL;
+			pthread_mutex_unlock(&s->read_lock);
+			return sql_errno(rc);
+		}
+		sqlite3_busy_timeout(s->rdb, 10000);
+	}
+	rc = sqlite3_prepare_v2(s->rdb,
+	                        "SELECT id,name,slot,length,checksum,mtime,atime,gen FROM pages"
+	                        " WHERE pool=?1 AND id>?2 ORDER BY id",
+	                        -1, &st, NULL);
+	if (rc == SQLITE_OK) {
+		sqlite3_bind_int64(st, 1, pool_id);
+		sqlite3_bind_int64(st, 2, (sqlite3_int64)after);
+	}
+	while (rc == SQLITE_OK && ret == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+		struct meta_page_info info = {0};
+		int n = sqlite3_column_bytes(st, 1);
+		if (n <= 0 || n > META_NAME_MAX)
+			continue;
+		info.id = (uint64_t)sqlite3_column_int64(st, 0);
+		info.pool_id = pool_id;
+		memcpy(info.name, sqlite3_column_blob(st, 1), (size_t)n);
+		info.slot = (uint64_t)sqlite3_column_int64(st, 2);
+		info.length = (uint64_t)sqlite3_column_int64(st, 3);
+		info.has_checksum = sqlite3_column_type(st, 4) != SQLITE_NULL;
+		info.checksum = (uint64_t)sqlite3_column_int64(st, 4);
+		info.mtime_ns = sqlite3_column_int64(st, 5);
+		info.atime_ns = sqlite3_column_int64(st, 6);
+		info.gen = (uint32_t)sqlite3_column_int64(st, 7);
+		info.committed = 1;
+		ret = cb(arg, &info);
+		rc = SQLITE_OK;
+	}
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&s->read_lock);
+	if (ret)
+		return ret;
+	return rc == SQLITE_DONE || rc == SQLITE_OK ? 0 : sql_errno(rc);
+}

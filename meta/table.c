@@ -1,0 +1,146 @@
+/*
+ * table.c - the two page hash tables of the in-memory index: by
+ * (pool, name) for lookups and by id for inode numbers. Chained, power of
+ * two buckets, doubling at load factor 1. Keys are hashed with xxhash.
+ * Callers hold meta.lock.
+ */
+#include "meta/internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+int table_init(struct page_table *t, uint64_t buckets)
+{
+	uint64_t n = 1024;
+
+	while (n < buckets)
+		n <<= 1;
+	t->buckets = calloc(n, sizeof(*t->buckets));
+	if (!t->buckets)
+		return -ENOMEM;
+	t->mask = n - 1;
+	t->count = 0;
+	return 0;
+}
+
+void table_free(struct page_table *t)
+{
+	free(t->buckets);
+	t->buckets = NULL;
+}
+
+uint64_t name_hash(uint32_t pool_id, const char *name, size_t len)
+{
+	return XXH3_64bits_withSeed(name, len, pool_id);
+}
+
+static uint64_t id_hash(uint64_t id)
+{
+	return id * 0x9E3779B97F4A7C15ULL;
+}
+
+/* Rehashes into twice the buckets; keeps the old table on ENOMEM. */
+static void grow(struct page_table *t, int by_name)
+{
+	uint64_t n = (t->mask + 1) * 2;
+	struct page **b = calloc(n, sizeof(*b));
+
+	if (!b)
+		return;
+	for (uint64_t i = 0; i <= t->mask; i++) {
+		struct page *p = t->buckets[i];
+		while (p) {
+			struct page *next = by_name ? p->name_next : p->id_next;
+			uint64_t h = (by_name ? p->name_hash : id_hash(p->id)) & (n - 1);
+			if (by_name) {
+				p->name_next = b[h];
+			} else {
+				p->id_next = b[h];
+			}
+			b[h] = p;
+			p = next;
+		}
+	}
+	free(t->buckets);
+	t->buckets = b;
+	t->mask = n - 1;
+}
+
+void table_add_name(struct page_table *t, struct page *p)
+{
+	if (t->count > t->mask)
+		grow(t, 1);
+	uint64_t h = p->name_hash & t->mask;
+	p->name_next = t->buckets[h];
+	t->buckets[h] = p;
+	t->count++;
+}
+
+void table_del_name(struct page_table *t, struct page *p)
+{
+	struct page **pp = &t->buckets[p->name_hash & t->mask];
+
+	for (; *pp; pp = &(*pp)->name_next) {
+		if (*pp == p) {
+			*pp = p->name_next;
+			p->name_next = NULL;
+			t->count--;
+			return;
+		}
+	}
+}
+
+void table_add_id(struct page_table *t, struct page *p)
+{
+	if (t->count > t->mask)
+		grow(t, 0);
+	uint64_t h = id_hash(p->id) & t->mask;
+	p->id_next = t->buckets[h];
+	t->buckets[h] = p;
+	t->count++;
+}
+
+void table_del_id(struct page_table *t, struct page *p)
+{
+	struct page **pp = &t->buckets[id_hash(p->id) & t->mask];
+
+	for (; *pp; pp = &(*pp)->id_next) {
+		if (*pp == p) {
+			*pp = p->id_next;
+			p->id_next = NULL;
+			t->count--;
+			return;
+		}
+	}
+}
+
+struct page *table_find_id(const struct page_table *t, uint64_t id)
+{
+	for (struct page *p = t->buckets[id_hash(id) & t->mask]; p; p = p->id_next)
+		if (p->id == id)
+			return p;
+	return NULL;
+}
+
+struct page *table_find_name(const struct page_table *t, uint32_t pool_id, const char *name,
+                             int *pending)
+{
+	size_t len = strlen(name);
+	uint64_t h = name_hash(pool_id, name, len);
+	struct page *found = NULL;
+
+	if (pending)
+		*pending = 0;
+	for (struct page *p = t->buckets[h & t->mask]; p; p = p->name_next) {
+		if (p->name_hash != h || p->pool->id != pool_id || p->name_len != len ||
+		    memcmp(p->name, name, len) != 0)
+			continue;
+		if (p->committed)
+			found = p;
+		else if (pending)
+			*pending = 1;
+	}
+	return found;
+}
