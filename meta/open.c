@@ -309,6 +309,26 @@ static void reverse_pools(struct meta *m)
 	m->pools = rev;
 }
 
+/* The data file names depend on the prefix: an index keeps the one it
+ * was created with. */
+static int check_prefix(struct meta *m, char *err, size_t errlen)
+{
+	char val[256];
+	int rc = store_get_setting(m->store, "prefix", val, sizeof(val));
+
+	if (rc == 0 && strcmp(val, m->prefix) != 0) {
+		snprintf(err, errlen,
+		         "index %s was created with --prefix %s, not %s; mount with --prefix %s",
+		         m->db_path, val, m->prefix, val);
+		return -EINVAL;
+	}
+	if (rc == -ENOENT)
+		rc = m->cfg.read_only ? 0 : store_set_setting(m->store, "prefix", m->prefix);
+	if (rc < 0)
+		snprintf(err, errlen, "cannot read or write index %s: %s", m->db_path, strerror(-rc));
+	return rc;
+}
+
 static int bump_epoch(struct meta *m, char *err, size_t errlen)
 {
 	char val[32] = "0";
@@ -376,7 +396,7 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 	                &m->store, err, errlen);
 	if (rc < 0)
 		goto fail;
-	if ((rc = bump_epoch(m, err, errlen)) < 0)
+	if ((rc = check_prefix(m, err, errlen)) < 0 || (rc = bump_epoch(m, err, errlen)) < 0)
 		goto fail;
 	{
 		struct loader l = {m, err, errlen};
