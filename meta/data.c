@@ -17,15 +17,21 @@
 
 #define CHECKSUM_CHUNK (256u << 10)
 
-int data_path(const struct meta *m, int rank, const char *ns, char *buf, size_t len)
+int data_path_of(const char *backing, const char *prefix, int rank, const char *ns, char *buf,
+                 size_t len)
 {
 	int n;
 
 	if (strcmp(ns, "kv") == 0)
-		n = snprintf(buf, len, "%s/%s.%d.bin", m->backing, m->prefix, rank);
+		n = snprintf(buf, len, "%s/%s.%d.bin", backing, prefix, rank);
 	else
-		n = snprintf(buf, len, "%s/%s.%d.bin.%s", m->backing, m->prefix, rank, ns);
+		n = snprintf(buf, len, "%s/%s.%d.bin.%s", backing, prefix, rank, ns);
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+int data_path(const struct meta *m, int rank, const char *ns, char *buf, size_t len)
+{
+	return data_path_of(m->backing, m->prefix, rank, ns, buf, len);
 }
 
 int data_open(const char *path, uint64_t size, int read_only, int *fd)

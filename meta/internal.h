@@ -221,8 +221,18 @@ int slot_pinned(const struct pool *p, uint64_t slot);
 uint64_t slot_top(const struct pool *p);
 void slots_free(struct pool *p);
 
+/* open.c helpers shared with fsck.c */
+#define OWNER_FILE ".pagefs-owner"
+int index_uri_path(const char *uri, char *err, size_t errlen, const char **path);
+/* Takes the index's exclusive lock (INDEX.lock); -EBUSY names the holder. */
+int index_lock(const char *db_path, int *fd, char *err, size_t errlen);
+int index_read_owner(const char *backing, char *id, size_t len);
+int index_write_owner(const char *backing, const char *uri, const char *id);
+
 /* data.c */
 int data_path(const struct meta *m, int rank, const char *ns, char *buf, size_t len);
+int data_path_of(const char *backing, const char *prefix, int rank, const char *ns, char *buf,
+                 size_t len);
 /* Opens (creating) a pool's data file and grows it to size bytes. */
 int data_open(const char *path, uint64_t size, int read_only, int *fd);
 

@@ -219,6 +219,34 @@ int meta_page_iter(struct meta *m, uint32_t pool_id, uint64_t after_id, meta_pag
  * a short file). */
 int meta_checksum_range(int fd, uint64_t off, uint64_t len, uint64_t *out);
 
+/* ---- offline check ---- */
+
+struct meta_fsck_opts {
+	const char *uri;         /* the index */
+	const char *backing;     /* the backing directory */
+	int repair;              /* fix what can be fixed without inventing data */
+	int verify_data;         /* read every page and check its checksum */
+	/* One call per problem found: code, what is wrong, the fix, and
+	 * whether it was repaired. */
+	void (*report)(void *arg, const char *code, const char *what, const char *fix,
+	               int repaired);
+	/* Progress of long passes (may be NULL). */
+	void (*progress)(void *arg, const char *pass, uint64_t done, uint64_t total);
+	void *arg;
+};
+
+struct meta_fsck_result {
+	uint64_t pools, pages, problems, repaired;
+};
+
+/*
+ * Checks an index against its data files with no daemon running (takes
+ * the index lock). Returns 0 when the check ran (problems are in *res), or
+ * a negative errno with a message in err when it could not run.
+ */
+int meta_fsck(const struct meta_fsck_opts *o, struct meta_fsck_result *res, char *err,
+              size_t errlen);
+
 /* ---- counters ---- */
 
 void meta_count_io(struct meta *m, uint32_t pool_id, uint64_t read, uint64_t written);

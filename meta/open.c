@@ -29,7 +29,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#define OWNER_FILE ".pagefs-owner"
 
 static int mkdir_p(const char *dir)
 {
@@ -73,7 +72,7 @@ int meta_default_uri(const char *backing, char *buf, size_t len)
 }
 
 /* "sqlite:PATH" or a bare path -> PATH. */
-static int uri_path(const char *uri, char *err, size_t errlen, const char **path)
+int index_uri_path(const char *uri, char *err, size_t errlen, const char **path)
 {
 	if (strncmp(uri, "sqlite:", 7) == 0) {
 		*path = uri + 7;
@@ -91,35 +90,37 @@ static int uri_path(const char *uri, char *err, size_t errlen, const char **path
 	return 0;
 }
 
-static int take_lock(struct meta *m, char *err, size_t errlen)
+int index_lock(const char *db_path, int *fd, char *err, size_t errlen)
 {
 	char path[PATH_MAX + 8], pid[32] = "";
 
-	snprintf(path, sizeof(path), "%s.lock", m->db_path);
-	m->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (m->lock_fd < 0) {
+	snprintf(path, sizeof(path), "%s.lock", db_path);
+	*fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (*fd < 0) {
 		int e = errno;
 		snprintf(err, errlen, "cannot open index lock %s: %s", path, strerror(e));
 		return -e;
 	}
-	if (flock(m->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+	if (flock(*fd, LOCK_EX | LOCK_NB) < 0) {
 		int e = errno;
-		ssize_t n = pread(m->lock_fd, pid, sizeof(pid) - 1, 0);
+		ssize_t n = pread(*fd, pid, sizeof(pid) - 1, 0);
 		pid[n > 0 ? n : 0] = '\0';
 		pid[strcspn(pid, "\n")] = '\0';
 		snprintf(err, errlen,
 		         "index %s is in use by another pagefs daemon (pid %s); unmount that mount "
 		         "first ('pagefs umount'), or give this one its own --meta",
-		         m->db_path, pid[0] ? pid : "unknown");
+		         db_path, pid[0] ? pid : "unknown");
+		close(*fd);
+		*fd = -1;
 		return e == EWOULDBLOCK ? -EBUSY : -e;
 	}
 	int n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
-	if (ftruncate(m->lock_fd, 0) < 0 || pwrite(m->lock_fd, pid, (size_t)n, 0) != n)
+	if (ftruncate(*fd, 0) < 0 || pwrite(*fd, pid, (size_t)n, 0) != n)
 		log_warn("cannot record the daemon pid in %s", path);
 	return 0;
 }
 
-static int read_owner(const char *backing, char *id, size_t len)
+int index_read_owner(const char *backing, char *id, size_t len)
 {
 	char path[PATH_MAX + 32], buf[512];
 	FILE *f;
@@ -136,16 +137,16 @@ static int read_owner(const char *backing, char *id, size_t len)
 	return id[0] ? 0 : -EINVAL;
 }
 
-static int write_owner(struct meta *m, const char *id)
+int index_write_owner(const char *backing, const char *uri, const char *id)
 {
 	char path[PATH_MAX + 32], tmp[PATH_MAX + 40];
 	FILE *f;
 
-	snprintf(path, sizeof(path), "%s/%s", m->backing, OWNER_FILE);
+	snprintf(path, sizeof(path), "%s/%s", backing, OWNER_FILE);
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	if (!(f = fopen(tmp, "we")))
 		return -errno;
-	fprintf(f, "pagefs-owner 1\nindex_id %s\nmeta %s\n", id, m->uri);
+	fprintf(f, "pagefs-owner 1\nindex_id %s\nmeta %s\n", id, uri);
 	if (fflush(f) != 0 || fsync(fileno(f)) < 0) {
 		int e = errno;
 		fclose(f);
@@ -161,7 +162,7 @@ static int check_owner(struct meta *m, char *err, size_t errlen)
 {
 	char mine[64] = "", theirs[64] = "";
 	int have_mine = store_get_setting(m->store, "index_id", mine, sizeof(mine)) == 0;
-	int rc = read_owner(m->backing, theirs, sizeof(theirs));
+	int rc = index_read_owner(m->backing, theirs, sizeof(theirs));
 
 	if (rc < 0 && rc != -ENOENT) {
 		snprintf(err, errlen, "cannot read %s/%s: %s", m->backing, OWNER_FILE, strerror(-rc));
@@ -201,7 +202,7 @@ static int check_owner(struct meta *m, char *err, size_t errlen)
 			return rc;
 		}
 	}
-	rc = write_owner(m, mine);
+	rc = index_write_owner(m->backing, m->uri, mine);
 	if (rc < 0)
 		snprintf(err, errlen, "cannot write %s/%s: %s", m->backing, OWNER_FILE,
 		         strerror(-rc));
@@ -376,7 +377,7 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 	m->next_page_id = 1;
 	m->next_pool_id = 1;
 	pthread_mutex_init(&m->lock, NULL);
-	if ((rc = uri_path(cfg->uri, err, errlen, &db_path)) < 0)
+	if ((rc = index_uri_path(cfg->uri, err, errlen, &db_path)) < 0)
 		goto fail;
 	if (stat(cfg->backing, &st) < 0 || !S_ISDIR(st.st_mode)) {
 		rc = -ENOTDIR;
@@ -390,7 +391,7 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 	}
 	if ((rc = table_init(&m->by_name, 1024)) < 0 || (rc = table_init(&m->by_id, 1024)) < 0)
 		goto fail;
-	if ((rc = take_lock(m, err, errlen)) < 0)
+	if ((rc = index_lock(m->db_path, &m->lock_fd, err, errlen)) < 0)
 		goto fail;
 	rc = store_open(m->db_path, cfg->durability == META_DURABLE_POWER, cfg->read_only,
 	                &m->store, err, errlen);
