@@ -41,10 +41,14 @@ int data_open(const char *path, uint64_t size, int read_only, int *fd)
 
 	if (f < 0)
 		return -errno;
-	if (fstat(f, &st) < 0 || !S_ISREG(st.st_mode)) {
-		int e = S_ISREG(st.st_mode) ? errno : EINVAL;
+	if (fstat(f, &st) < 0) {
+		int e = errno;
 		close(f);
 		return -e;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(f);
+		return -EINVAL;
 	}
 	if (!read_only && (uint64_t)st.st_size < size && ftruncate(f, (off_t)size) < 0) {
 		int e = errno;

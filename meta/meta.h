@@ -188,7 +188,7 @@ void meta_page_abort(struct meta *m, const struct meta_resv *r);
  * against the checksum (per the mount's --verify). 0 or -ENOENT.
  */
 int meta_page_pin(struct meta *m, uint64_t page_id, struct meta_page_info *out, int *verify);
-/* Drops a pin taken by meta_page_pin (or held by a reservation). */
+/* Drops a pin taken by meta_page_pin. */
 void meta_slot_unpin(struct meta *m, uint32_t pool_id, uint64_t slot);
 /*
  * Reports a verification result for (page_id, slot). ok=1 marks it

@@ -299,10 +299,10 @@ int meta_page_commit(struct meta *m, const struct meta_resv *r, uint64_t length,
 	struct page *p;
 	int rc;
 
-	if (length > r->slot_size)
-		return -EFBIG;
-	if (!(rec = rec_new(REC_COMMIT)))
-		return -ENOMEM;
+	if (length > r->slot_size || !(rec = rec_new(REC_COMMIT))) {
+		meta_page_abort(m, r);
+		return length > r->slot_size ? -EFBIG : -ENOMEM;
+	}
 	pthread_mutex_lock(&m->lock);
 	p = table_find_id(&m->by_id, r->page_id);
 	if (!p || (r->replace && !p->committed)) {

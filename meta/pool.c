@@ -253,6 +253,11 @@ int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_siz
 	rc = data_path(m, rank, ns, path, sizeof(path));
 	if (rc < 0)
 		return rc;
+	pthread_mutex_lock(&m->lock);
+	rc = pool_by_name(m, rank, ns) ? -EEXIST : 0;
+	pthread_mutex_unlock(&m->lock);
+	if (rc < 0)
+		return rc; /* checked again below, after the file is made */
 	if (!(p = calloc(1, sizeof(*p))) || !(p->data_path = strdup(path))) {
 		free(p);
 		return -ENOMEM;

@@ -158,7 +158,8 @@ static int check_schema(struct store *s, char *err, size_t errlen)
 	}
 	if (!has_settings && ntables > 0) {
 		snprintf(err, errlen,
-		         "%s is an SQLite database but not a pagefs index; give --meta another path",
+		         "%s is an SQLite database but not a pagefs index ('pagefs fsck' cannot "
+		         "repair it); give --meta another path",
 		         s->path);
 		return -EINVAL;
 	}
