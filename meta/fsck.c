@@ -26,9 +26,20 @@
 #include <unistd.h>
 
 enum problem {
-	PR_OWNER_MISSING, PR_OWNER_OTHER, PR_POOL_BAD, PR_RANK_MISSING, PR_DATA_MISSING,
-	PR_DATA_SHORT, PR_PAGE_ORPHAN, PR_PAGE_SLOT, PR_PAGE_LENGTH, PR_PAGE_NAME,
-	PR_SLOT_SHARED, PR_CHECKSUM_BAD, PR_CHECKSUM_MISSING, PR_COUNT
+	PR_OWNER_MISSING,
+	PR_OWNER_OTHER,
+	PR_POOL_BAD,
+	PR_RANK_MISSING,
+	PR_DATA_MISSING,
+	PR_DATA_SHORT,
+	PR_PAGE_ORPHAN,
+	PR_PAGE_SLOT,
+	PR_PAGE_LENGTH,
+	PR_PAGE_NAME,
+	PR_SLOT_SHARED,
+	PR_CHECKSUM_BAD,
+	PR_CHECKSUM_MISSING,
+	PR_COUNT
 };
 
 static const struct {
@@ -185,8 +196,8 @@ static void pass_owner(struct fsck *f)
 	if (store_get_setting(f->store, "index_id", mine, sizeof(mine)) < 0)
 		return; /* a fresh index has no id until its first mount */
 	if (index_read_owner(f->backing, theirs, sizeof(theirs)) < 0) {
-		report(f, PR_OWNER_MISSING, "%s/%s is missing (index id %s)", f->backing, OWNER_FILE,
-		       mine);
+		report(f, PR_OWNER_MISSING, "%s/%s is missing (index id %s)", f->backing,
+		       OWNER_FILE, mine);
 		if (f->o->repair)
 			index_write_owner(f->backing, f->o->uri, mine);
 	} else if (strcmp(mine, theirs) != 0) {
@@ -262,32 +273,35 @@ static void pass_pages(struct fsck *f)
 		struct fpool *p = find_pool(f, r->pool_id);
 
 		if (!p || p->bad) {
-			report(f, PR_PAGE_ORPHAN, "page '%s' (id %llu) names pool %u, which %s", r->name,
-			       (unsigned long long)r->page_id, r->pool_id, p ? "is bad" : "does not exist");
+			report(f, PR_PAGE_ORPHAN, "page '%s' (id %llu) names pool %u, which %s",
+			       r->name, (unsigned long long)r->page_id, r->pool_id,
+			       p ? "is bad" : "does not exist");
 			drop_page(f, pg);
 		} else if (meta_check_name(r->name) < 0 || strlen(r->name) != r->name_len) {
 			report(f, PR_PAGE_NAME, "page %llu of pool %u/%s has an invalid name",
 			       (unsigned long long)r->page_id, p->row.rank, p->row.ns);
 			drop_page(f, pg);
 		} else if (r->slot >= p->row.capacity) {
-			report(f, PR_PAGE_SLOT, "page '%s' of pool %u/%s is at slot %llu, capacity %llu",
-			       r->name, p->row.rank, p->row.ns, (unsigned long long)r->slot,
+			report(f, PR_PAGE_SLOT,
+			       "page '%s' of pool %u/%s is at slot %llu, capacity %llu", r->name,
+			       p->row.rank, p->row.ns, (unsigned long long)r->slot,
 			       (unsigned long long)p->row.capacity);
 			drop_page(f, pg);
 		} else if (r->length > p->row.slot_size) {
-			report(f, PR_PAGE_LENGTH, "page '%s' of pool %u/%s is %llu bytes, slot size %llu",
-			       r->name, p->row.rank, p->row.ns, (unsigned long long)r->length,
+			report(f, PR_PAGE_LENGTH,
+			       "page '%s' of pool %u/%s is %llu bytes, slot size %llu", r->name,
+			       p->row.rank, p->row.ns, (unsigned long long)r->length,
 			       (unsigned long long)p->row.slot_size);
 			drop_page(f, pg);
 		} else if (p->file_size == UINT64_MAX) {
 			if (missing_reported != p->row.id)
-				report(f, PR_DATA_MISSING, "data file %s of pool %u/%s is missing", p->path,
-				       p->row.rank, p->row.ns);
+				report(f, PR_DATA_MISSING, "data file %s of pool %u/%s is missing",
+				       p->path, p->row.rank, p->row.ns);
 			missing_reported = p->row.id;
 			drop_page(f, pg);
 		} else if (r->slot * p->row.slot_size + r->length > p->file_size) {
-			report(f, PR_DATA_SHORT, "page '%s' lies past the end of %s (%llu bytes)", r->name,
-			       p->path, (unsigned long long)p->file_size);
+			report(f, PR_DATA_SHORT, "page '%s' lies past the end of %s (%llu bytes)",
+			       r->name, p->path, (unsigned long long)p->file_size);
 			drop_page(f, pg);
 		}
 	}
@@ -306,7 +320,8 @@ static void pass_shared_slots(struct fsck *f)
 			size_t keep = SIZE_MAX, matches = 0;
 			for (size_t k = i; k < j; k++) {
 				uint64_t sum;
-				if (p && !f->pages[k].drop && bytes_match(p, f->pages[k].row, &sum)) {
+				if (p && !f->pages[k].drop &&
+				    bytes_match(p, f->pages[k].row, &sum)) {
 					keep = k;
 					matches++;
 				}
@@ -314,9 +329,11 @@ static void pass_shared_slots(struct fsck *f)
 			for (size_t k = i; k < j; k++) {
 				if (matches == 1 && k == keep)
 					continue;
-				report(f, PR_SLOT_SHARED, "page '%s' shares slot %llu of pool %u with %zu "
+				report(f, PR_SLOT_SHARED,
+				       "page '%s' shares slot %llu of pool %u with %zu "
 				       "other page(s)",
-				       f->pages[k].row->name, (unsigned long long)f->pages[k].row->slot,
+				       f->pages[k].row->name,
+				       (unsigned long long)f->pages[k].row->slot,
 				       f->pages[k].row->pool_id, j - i - 1);
 				drop_page(f, &f->pages[k]);
 			}
@@ -339,13 +356,14 @@ static void pass_checksums(struct fsck *f)
 		if (bytes_match(p, pg->row, &sum))
 			continue;
 		if (pg->row->has_checksum || p->fd < 0) {
-			report(f, PR_CHECKSUM_BAD, "page '%s' of pool %u/%s does not match its checksum",
-			       pg->row->name, p->row.rank, p->row.ns);
+			report(f, PR_CHECKSUM_BAD,
+			       "page '%s' of pool %u/%s does not match its checksum", pg->row->name,
+			       p->row.rank, p->row.ns);
 			drop_page(f, pg);
 			continue;
 		}
-		report(f, PR_CHECKSUM_MISSING, "page '%s' of pool %u/%s has no checksum", pg->row->name,
-		       p->row.rank, p->row.ns);
+		report(f, PR_CHECKSUM_MISSING, "page '%s' of pool %u/%s has no checksum",
+		       pg->row->name, p->row.rank, p->row.ns);
 		struct rec *r = malloc(sizeof(*r));
 		if (r) {
 			*r = *pg->row;

@@ -28,8 +28,8 @@ struct journal;
 
 /* A page: committed (in its pool's LRU) or being written (pending). */
 struct page {
-	struct page *name_next;        /* meta.by_name chain */
-	struct page *id_next;          /* meta.by_id chain */
+	struct page *name_next;           /* meta.by_name chain */
+	struct page *id_next;             /* meta.by_id chain */
 	struct page *lru_prev, *lru_next; /* pool LRU, head = most recent; committed only */
 	struct pool *pool;
 	uint64_t id;
@@ -39,14 +39,14 @@ struct page {
 	uint64_t name_hash;
 	int64_t mtime_ns;
 	int64_t atime_ns;
-	int64_t atime_saved_ns;        /* atime last sent to the store */
+	int64_t atime_saved_ns; /* atime last sent to the store */
 	uint32_t gen;
-	uint32_t version;              /* in-place replacements this mount */
+	uint32_t version; /* in-place replacements this mount */
 	uint8_t committed;
 	uint8_t has_checksum;
-	uint8_t verified;              /* checksum verified since commit/mount */
+	uint8_t verified; /* checksum verified since commit/mount */
 	uint16_t name_len;
-	char name[];                   /* NUL-terminated */
+	char name[]; /* NUL-terminated */
 };
 
 /* A pinned slot: readers or a deferred free. */
@@ -54,18 +54,18 @@ struct pin {
 	struct pin *next;
 	uint64_t slot;
 	uint32_t count;
-	uint8_t zombie;                /* its page is gone: free the slot at count 0 */
+	uint8_t zombie; /* its page is gone: free the slot at count 0 */
 };
 
 #define PIN_BUCKETS 64
 
 struct pool {
-	struct pool *next;             /* meta.pools list */
+	struct pool *next; /* meta.pools list */
 	uint32_t id;
 	uint16_t rank;
 	char ns[META_NS_MAX + 1];
-	uint64_t slot_size;            /* bytes */
-	uint64_t capacity;             /* slots */
+	uint64_t slot_size; /* bytes */
+	uint64_t capacity;  /* slots */
 
 	/* Slot allocation: bit set = slot not allocatable (page, reservation,
 	 * pinned zombie, or waiting for the store). Slots >= hwm are free and
@@ -73,8 +73,8 @@ struct pool {
 	uint64_t *bits;
 	uint64_t bits_words;
 	uint64_t hwm;
-	uint64_t nused;                /* set bits */
-	uint64_t scan;                 /* no clear bit below this index */
+	uint64_t nused; /* set bits */
+	uint64_t scan;  /* no clear bit below this index */
 
 	struct pin *pins[PIN_BUCKETS];
 	struct page *lru_head, *lru_tail;
@@ -83,8 +83,8 @@ struct pool {
 	uint64_t hits, misses, evictions, checksum_failures;
 	uint64_t bytes_read, bytes_written;
 
-	int fd;                        /* data file, O_RDWR */
-	uint8_t data_missing;          /* at load: the file had to be created */
+	int fd;               /* data file, O_RDWR */
+	uint8_t data_missing; /* at load: the file had to be created */
 	char *data_path;
 };
 
@@ -95,16 +95,16 @@ struct page_table {
 };
 
 struct meta {
-	pthread_mutex_t lock;          /* protects everything below but cfg */
-	struct meta_config cfg;       /* immutable after open; strings owned */
+	pthread_mutex_t lock;   /* protects everything below but cfg */
+	struct meta_config cfg; /* immutable after open; strings owned */
 	char *uri, *backing, *prefix, *db_path;
 
 	struct pool *pools;
 	uint32_t next_pool_id;
 	uint8_t ranks[(META_RANK_MAX + 1) / 8]; /* explicitly created ranks */
 
-	struct page_table by_name;     /* key: (pool id, name); chains via name_next */
-	struct page_table by_id;       /* key: page id; chains via id_next */
+	struct page_table by_name; /* key: (pool id, name); chains via name_next */
+	struct page_table by_id;   /* key: page id; chains via id_next */
 	uint64_t next_page_id;
 	uint32_t epoch;
 
@@ -113,7 +113,7 @@ struct meta {
 
 	struct store *store;
 	struct journal *journal;
-	int lock_fd;                   /* flock on the index */
+	int lock_fd; /* flock on the index */
 };
 
 /* ---- records the journal makes durable, in submission order ---- */
@@ -128,16 +128,16 @@ enum rec_type {
 	REC_POOL_DEL,
 	REC_RANK_PUT,
 	REC_RANK_DEL,
-	REC_SETTING,  /* settings key = value */
+	REC_SETTING, /* settings key = value */
 };
 
 struct rec {
 	struct rec *next;
 	enum rec_type type;
 	uint64_t seq;
-	int err;                       /* set by the writer: 0 or -errno */
+	int err; /* set by the writer: 0 or -errno */
 	int done;
-	int waited;                    /* a submitter waits: it frees the record */
+	int waited; /* a submitter waits: it frees the record */
 	/* REC_DROP: slot to free once durable; handoff = a writer took it */
 	uint64_t drop_slot;
 	int handoff;

@@ -20,10 +20,10 @@
 #include <string.h>
 
 struct journal {
-	pthread_mutex_t lock;          /* protects the fields below */
-	pthread_cond_t work;           /* queue not empty, or stop */
-	pthread_cond_t done;           /* a batch finished */
-	struct rec *head, *tail;       /* queued records */
+	pthread_mutex_t lock;    /* protects the fields below */
+	pthread_cond_t work;     /* queue not empty, or stop */
+	pthread_cond_t done;     /* a batch finished */
+	struct rec *head, *tail; /* queued records */
 	uint64_t seq;
 	int stop;
 	uint64_t batches, records;

@@ -13,7 +13,7 @@
 
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static enum log_level log_level_now = LOG_INFO; /* protected by log_lock */
-static FILE *log_sink;                           /* protected by log_lock; NULL: stderr */
+static FILE *log_sink;                          /* protected by log_lock; NULL: stderr */
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
@@ -60,7 +60,8 @@ void log_msg(enum log_level level, const char *fmt, ...)
 	pthread_mutex_lock(&log_lock);
 	if (level <= log_level_now) {
 		FILE *out = log_sink ? log_sink : stderr;
-		fprintf(out, "%s.%03ldZ pagefs %s: ", when, ts.tv_nsec / 1000000, level_names[level]);
+		fprintf(out, "%s.%03ldZ pagefs %s: ", when, ts.tv_nsec / 1000000,
+		        level_names[level]);
 		va_start(ap, fmt);
 		vfprintf(out, fmt, ap);
 		va_end(ap);

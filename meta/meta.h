@@ -23,8 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define META_NS_MAX 64     /* namespace: [a-z0-9_]{1,64} */
-#define META_NAME_MAX 255  /* page file name bytes */
+#define META_NS_MAX 64    /* namespace: [a-z0-9_]{1,64} */
+#define META_NAME_MAX 255 /* page file name bytes */
 #define META_RANK_MAX 65535
 
 enum meta_evict { META_EVICT_LRU = 0, META_EVICT_NONE = 1 };
@@ -34,15 +34,15 @@ enum meta_durability { META_DURABLE_PROCESS = 0, META_DURABLE_POWER = 1 };
 struct meta; /* opaque engine handle */
 
 struct meta_config {
-	const char *uri;       /* "sqlite:PATH" (or a bare path) */
-	const char *backing;   /* backing directory holding the data files */
-	const char *prefix;    /* data file prefix, e.g. "hicache" */
-	uint64_t default_slot_size;  /* bytes, for pools created without one */
-	uint64_t default_capacity;   /* bytes, for pools created without one */
+	const char *uri;            /* "sqlite:PATH" (or a bare path) */
+	const char *backing;        /* backing directory holding the data files */
+	const char *prefix;         /* data file prefix, e.g. "hicache" */
+	uint64_t default_slot_size; /* bytes, for pools created without one */
+	uint64_t default_capacity;  /* bytes, for pools created without one */
 	enum meta_evict evict;
 	enum meta_verify verify;
 	enum meta_durability durability;
-	int read_only;         /* open the index without changing it */
+	int read_only; /* open the index without changing it */
 };
 
 /* One pool as the engine sees it right now (a copy). */
@@ -50,31 +50,31 @@ struct meta_pool_info {
 	uint32_t id;
 	uint16_t rank;
 	char ns[META_NS_MAX + 1];
-	uint64_t slot_size;      /* bytes per slot */
-	uint64_t capacity;       /* slots */
-	uint64_t pages;          /* committed pages */
-	uint64_t bytes;          /* sum of committed page lengths */
-	uint64_t used_slots;     /* committed + reserved + waiting to be freed */
+	uint64_t slot_size;  /* bytes per slot */
+	uint64_t capacity;   /* slots */
+	uint64_t pages;      /* committed pages */
+	uint64_t bytes;      /* sum of committed page lengths */
+	uint64_t used_slots; /* committed + reserved + waiting to be freed */
 	uint64_t hits, misses, evictions, checksum_failures;
 	uint64_t bytes_read, bytes_written;
-	char data_file[4096];    /* absolute path of the pool's data file */
-	int data_fd;             /* open O_RDWR data file; valid while the pool
+	char data_file[4096]; /* absolute path of the pool's data file */
+	int data_fd;          /* open O_RDWR data file; valid while the pool
 	                          * exists (a pool with pages cannot be removed) */
 };
 
 /* One page (a copy). */
 struct meta_page_info {
-	uint64_t id;             /* stable across remounts; never shared */
+	uint64_t id; /* stable across remounts; never shared */
 	uint32_t pool_id;
-	uint32_t gen;            /* mount epoch the page was created in */
+	uint32_t gen; /* mount epoch the page was created in */
 	uint64_t slot;
 	uint64_t length;
-	uint64_t checksum;       /* XXH3-64 of the bytes; valid if has_checksum */
+	uint64_t checksum; /* XXH3-64 of the bytes; valid if has_checksum */
 	int has_checksum;
-	int committed;           /* 0: still being written by its creator */
-	uint32_t version;        /* in-place replacements (O_TRUNC) this mount */
-	int64_t mtime_ns;        /* commit time */
-	int64_t atime_ns;        /* last use */
+	int committed;    /* 0: still being written by its creator */
+	uint32_t version; /* in-place replacements (O_TRUNC) this mount */
+	int64_t mtime_ns; /* commit time */
+	int64_t atime_ns; /* last use */
 	char name[META_NAME_MAX + 1];
 };
 
@@ -83,8 +83,8 @@ struct meta_stats {
 	uint64_t total_slots, free_slots;
 	uint64_t hits, misses, evictions, checksum_failures;
 	uint64_t bytes_read, bytes_written;
-	uint64_t store_batches;  /* store transactions committed */
-	uint64_t store_records;  /* records in them (records/batch = group commit) */
+	uint64_t store_batches; /* store transactions committed */
+	uint64_t store_records; /* records in them (records/batch = group commit) */
 };
 
 /* ---- names and sizes (pure functions) ---- */
@@ -122,9 +122,9 @@ void meta_set_drop_cb(struct meta *m, meta_drop_cb cb, void *arg);
 
 /* ---- ranks and pools ---- */
 
-int meta_rank_exists(struct meta *m, int rank);            /* 1 or 0 */
-int meta_rank_create(struct meta *m, int rank);            /* 0, -EEXIST */
-int meta_rank_remove(struct meta *m, int rank);            /* 0, -ENOENT, -ENOTEMPTY */
+int meta_rank_exists(struct meta *m, int rank); /* 1 or 0 */
+int meta_rank_create(struct meta *m, int rank); /* 0, -EEXIST */
+int meta_rank_remove(struct meta *m, int rank); /* 0, -ENOENT, -ENOTEMPTY */
 /* Lists ranks > after in order into out[0..max); returns the count. */
 int meta_rank_list(struct meta *m, int after, uint16_t *out, int max);
 
@@ -149,18 +149,18 @@ int meta_pool_list(struct meta *m, int rank, uint32_t after, struct meta_pool_in
  * Looks up a committed page by name and refreshes its recency. Returns 0,
  * or -ENOENT; *pending is set to 1 when a writer is creating that name.
  */
-int meta_page_lookup(struct meta *m, uint32_t pool_id, const char *name,
-                     struct meta_page_info *out, int *pending);
+int meta_page_lookup(struct meta *m, uint32_t pool_id, const char *name, struct meta_page_info *out,
+                     int *pending);
 /* A page (committed or being written) by id. 0 or -ENOENT. */
 int meta_page_get(struct meta *m, uint64_t page_id, struct meta_page_info *out);
 
 /* A reservation: a slot held for one writer until commit or abort. */
 struct meta_resv {
 	uint32_t pool_id;
-	uint64_t page_id;   /* the page's id (the replaced page's id for O_TRUNC) */
+	uint64_t page_id; /* the page's id (the replaced page's id for O_TRUNC) */
 	uint64_t slot;
 	uint64_t slot_size;
-	int replace;        /* 1: replaces committed page page_id in place */
+	int replace; /* 1: replaces committed page page_id in place */
 };
 
 /*
@@ -170,8 +170,8 @@ struct meta_resv {
  * (open with O_TRUNC). Returns 0, -ENOSPC, -ENOENT, or a store errno.
  * The new page is invisible to lookups until meta_page_commit.
  */
-int meta_page_reserve(struct meta *m, uint32_t pool_id, const char *name,
-                      uint64_t replace_id, struct meta_resv *out);
+int meta_page_reserve(struct meta *m, uint32_t pool_id, const char *name, uint64_t replace_id,
+                      struct meta_resv *out);
 /*
  * Publishes a reservation as a committed page of `length` bytes with the
  * given checksum, atomically replacing a committed page of the same name.
@@ -222,10 +222,10 @@ int meta_checksum_range(int fd, uint64_t off, uint64_t len, uint64_t *out);
 /* ---- offline check ---- */
 
 struct meta_fsck_opts {
-	const char *uri;         /* the index */
-	const char *backing;     /* the backing directory */
-	int repair;              /* fix what can be fixed without inventing data */
-	int verify_data;         /* read every page and check its checksum */
+	const char *uri;     /* the index */
+	const char *backing; /* the backing directory */
+	int repair;          /* fix what can be fixed without inventing data */
+	int verify_data;     /* read every page and check its checksum */
 	/* One call per problem found: code, what is wrong, the fix, and
 	 * whether it was repaired. */
 	void (*report)(void *arg, const char *code, const char *what, const char *fix,

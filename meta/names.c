@@ -65,12 +65,27 @@ int meta_parse_size(const char *s, uint64_t *out)
 	if (i == 0)
 		return -EINVAL;
 	switch (s[i]) {
-	case '\0': shift = 0; break;
-	case 'K': case 'k': shift = 10; break;
-	case 'M': case 'm': shift = 20; break;
-	case 'G': case 'g': shift = 30; break;
-	case 'T': case 't': shift = 40; break;
-	default: return -EINVAL;
+	case '\0':
+		shift = 0;
+		break;
+	case 'K':
+	case 'k':
+		shift = 10;
+		break;
+	case 'M':
+	case 'm':
+		shift = 20;
+		break;
+	case 'G':
+	case 'g':
+		shift = 30;
+		break;
+	case 'T':
+	case 't':
+		shift = 40;
+		break;
+	default:
+		return -EINVAL;
 	}
 	if (s[i] && s[i + 1] != '\0')
 		return -EINVAL;

@@ -29,7 +29,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-
 static int mkdir_p(const char *dir)
 {
 	char buf[PATH_MAX];
@@ -165,7 +164,8 @@ static int check_owner(struct meta *m, char *err, size_t errlen)
 	int rc = index_read_owner(m->backing, theirs, sizeof(theirs));
 
 	if (rc < 0 && rc != -ENOENT) {
-		snprintf(err, errlen, "cannot read %s/%s: %s", m->backing, OWNER_FILE, strerror(-rc));
+		snprintf(err, errlen, "cannot read %s/%s: %s", m->backing, OWNER_FILE,
+		         strerror(-rc));
 		return rc;
 	}
 	if (have_mine && rc == 0 && strcmp(mine, theirs) == 0)
@@ -186,8 +186,10 @@ static int check_owner(struct meta *m, char *err, size_t errlen)
 		return -ENOENT;
 	}
 	if (m->cfg.read_only) {
-		snprintf(err, errlen, "backing directory %s has no owner mark and the mount is "
-		         "read-only", m->backing);
+		snprintf(err, errlen,
+		         "backing directory %s has no owner mark and the mount is "
+		         "read-only",
+		         m->backing);
 		return -EROFS;
 	}
 	if (!have_mine) {
@@ -198,7 +200,8 @@ static int check_owner(struct meta *m, char *err, size_t errlen)
 			snprintf(mine + 2 * i, 3, "%02x", raw[i]);
 		if ((rc = store_set_setting(m->store, "index_id", mine)) < 0 ||
 		    (rc = store_set_setting(m->store, "backing", m->backing)) < 0) {
-			snprintf(err, errlen, "cannot write index %s: %s", m->db_path, strerror(-rc));
+			snprintf(err, errlen, "cannot write index %s: %s", m->db_path,
+			         strerror(-rc));
 			return rc;
 		}
 	}
@@ -244,8 +247,9 @@ static int load_pool(void *arg, const struct store_pool_row *row)
 	if (p->slot_size == 0 || meta_check_ns(p->ns) < 0 ||
 	    (rc = data_path(m, p->rank, p->ns, path, sizeof(path))) < 0 ||
 	    !(p->data_path = strdup(path))) {
-		snprintf(l->err, l->errlen, "index %s has a malformed pool (id %u); run 'pagefs fsck'",
-		         m->db_path, row->id);
+		snprintf(l->err, l->errlen,
+		         "index %s has a malformed pool (id %u); run 'pagefs fsck'", m->db_path,
+		         row->id);
 		pool_free(p);
 		return -EIO;
 	}
@@ -274,7 +278,8 @@ static int load_page(void *arg, const struct rec *row)
 	if (!pool || row->slot >= pool->capacity || row->length > pool->slot_size ||
 	    slot_mark(pool, row->slot) < 0) {
 		snprintf(l->err, l->errlen,
-		         "index %s is inconsistent: page %llu ('%s') has a bad pool, slot or length, "
+		         "index %s is inconsistent: page %llu ('%s') has a bad pool, slot or "
+		         "length, "
 		         "or shares its slot; run 'pagefs fsck --repair'",
 		         m->db_path, (unsigned long long)row->page_id, row->name);
 		return -EUCLEAN;
@@ -326,7 +331,8 @@ static int check_prefix(struct meta *m, char *err, size_t errlen)
 	if (rc == -ENOENT)
 		rc = m->cfg.read_only ? 0 : store_set_setting(m->store, "prefix", m->prefix);
 	if (rc < 0)
-		snprintf(err, errlen, "cannot read or write index %s: %s", m->db_path, strerror(-rc));
+		snprintf(err, errlen, "cannot read or write index %s: %s", m->db_path,
+		         strerror(-rc));
 	return rc;
 }
 
@@ -407,7 +413,8 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 		for (struct pool *p = m->pools; p && rc == 0; p = p->next) {
 			if (p->data_missing && p->pages) {
 				snprintf(err, errlen,
-				         "data file %s is missing but the index names %llu pages in it; "
+				         "data file %s is missing but the index names %llu pages "
+				         "in it; "
 				         "restore it, or run 'pagefs fsck --repair' to drop them",
 				         p->data_path, (unsigned long long)p->pages);
 				rc = -ENOENT;

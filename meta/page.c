@@ -124,8 +124,8 @@ static void touch(struct meta *m, struct page *p)
 	journal_submit(m, r);
 }
 
-int meta_page_lookup(struct meta *m, uint32_t pool_id, const char *name,
-                     struct meta_page_info *out, int *pending)
+int meta_page_lookup(struct meta *m, uint32_t pool_id, const char *name, struct meta_page_info *out,
+                     int *pending)
 {
 	int ret = -ENOENT;
 
@@ -343,9 +343,8 @@ int meta_page_pin(struct meta *m, uint64_t page_id, struct meta_page_info *out, 
 		slot_pin(p->pool, p->slot);
 		touch(m, p);
 		fill_info(p, out);
-		*verify = p->has_checksum &&
-		          (m->cfg.verify == META_VERIFY_ALWAYS ||
-		           (m->cfg.verify == META_VERIFY_FIRST && !p->verified));
+		*verify = p->has_checksum && (m->cfg.verify == META_VERIFY_ALWAYS ||
+		                              (m->cfg.verify == META_VERIFY_FIRST && !p->verified));
 		ret = 0;
 	}
 	pthread_mutex_unlock(&m->lock);
@@ -401,8 +400,8 @@ static int submit_named(struct meta *m, struct rec *r, uint32_t pool_id, const c
                         const char *to, int noreplace)
 {
 	pthread_mutex_lock(&m->lock);
-	struct page *p = pool_by_id(m, pool_id) ? table_find_name(&m->by_name, pool_id, name, NULL)
-	                                        : NULL;
+	struct page *p =
+		pool_by_id(m, pool_id) ? table_find_name(&m->by_name, pool_id, name, NULL) : NULL;
 	if (!p) {
 		pthread_mutex_unlock(&m->lock);
 		free(r);

@@ -75,7 +75,7 @@ void rank_set(struct meta *m, int rank, int on)
 	if (on)
 		m->ranks[rank / 8] |= (uint8_t)(1u << (rank % 8));
 	else
-		m->ranks[rank / 8] &= (uint8_t)~(1u << (rank % 8));
+		m->ranks[rank / 8] &= (uint8_t) ~(1u << (rank % 8));
 }
 
 static int rank_has_pools(struct meta *m, int rank)

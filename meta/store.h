@@ -49,7 +49,6 @@ void store_rollback(struct store *s);
 
 /* Committed pages of a pool with id > after, in id order (a separate
  * read connection; serialised by its own mutex). */
-int store_iter_pages(struct store *s, uint32_t pool_id, uint64_t after, meta_page_cb cb,
-                     void *arg);
+int store_iter_pages(struct store *s, uint32_t pool_id, uint64_t after, meta_page_cb cb, void *arg);
 
 #endif

@@ -22,26 +22,38 @@
 #include <string.h>
 
 enum stmt_id {
-	ST_COMMIT_DEL, ST_COMMIT_PUT, ST_DELETE, ST_RENAME_DEL, ST_RENAME, ST_TOUCH,
-	ST_RANK_PUT, ST_POOL_PUT, ST_POOL_DEL, ST_RANK_DEL, ST_SETTING,
-	ST_SAVEPOINT, ST_RELEASE, ST_ROLLBACK_TO, ST_COUNT
+	ST_COMMIT_DEL,
+	ST_COMMIT_PUT,
+	ST_DELETE,
+	ST_RENAME_DEL,
+	ST_RENAME,
+	ST_TOUCH,
+	ST_RANK_PUT,
+	ST_POOL_PUT,
+	ST_POOL_DEL,
+	ST_RANK_DEL,
+	ST_SETTING,
+	ST_SAVEPOINT,
+	ST_RELEASE,
+	ST_ROLLBACK_TO,
+	ST_COUNT
 };
 
 static const char *const stmt_sql[ST_COUNT] = {
 	[ST_COMMIT_DEL] = "DELETE FROM pages WHERE pool=?1 AND name=?2 AND id<>?3",
 	[ST_COMMIT_PUT] = "INSERT INTO pages(id,pool,name,slot,length,checksum,mtime,atime,gen)"
-	                  " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9) ON CONFLICT(id) DO UPDATE SET"
-	                  " name=excluded.name, slot=excluded.slot, length=excluded.length,"
-	                  " checksum=excluded.checksum, mtime=excluded.mtime, atime=excluded.atime",
+			  " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9) ON CONFLICT(id) DO UPDATE SET"
+			  " name=excluded.name, slot=excluded.slot, length=excluded.length,"
+			  " checksum=excluded.checksum, mtime=excluded.mtime, atime=excluded.atime",
 	[ST_DELETE] = "DELETE FROM pages WHERE id=?1",
 	[ST_RENAME_DEL] = "DELETE FROM pages WHERE pool=?1 AND name=?2 AND id<>?3"
-	                  " AND EXISTS(SELECT 1 FROM pages WHERE id=?3)",
+			  " AND EXISTS(SELECT 1 FROM pages WHERE id=?3)",
 	[ST_RENAME] = "UPDATE pages SET name=?2 WHERE id=?1",
 	[ST_TOUCH] = "UPDATE pages SET atime=?2 WHERE id=?1 AND atime<?2",
 	[ST_RANK_PUT] = "INSERT OR IGNORE INTO ranks(rank) VALUES(?1)",
 	[ST_POOL_PUT] = "INSERT INTO pools(id,rank,ns,slot_size,capacity) VALUES(?1,?2,?3,?4,?5)"
-	                " ON CONFLICT(id) DO UPDATE SET slot_size=excluded.slot_size,"
-	                " capacity=excluded.capacity",
+			" ON CONFLICT(id) DO UPDATE SET slot_size=excluded.slot_size,"
+			" capacity=excluded.capacity",
 	[ST_POOL_DEL] = "DELETE FROM pools WHERE id=?1",
 	[ST_RANK_DEL] = "DELETE FROM ranks WHERE rank=?1",
 	[ST_SETTING] = "INSERT OR REPLACE INTO settings(key,value) VALUES(?1,?2)",
@@ -61,11 +73,11 @@ static const char schema_sql[] =
 	" UNIQUE(pool, name), UNIQUE(pool, slot));";
 
 struct store {
-	sqlite3 *db;                   /* writer thread only (after open) */
+	sqlite3 *db; /* writer thread only (after open) */
 	sqlite3_stmt *st[ST_COUNT];
 	char *path;
 	int read_only;
-	pthread_mutex_t read_lock;     /* protects rdb */
+	pthread_mutex_t read_lock; /* protects rdb */
 	sqlite3 *rdb;
 };
 
@@ -73,15 +85,28 @@ struct store {
 static int sql_errno(int rc)
 {
 	switch (rc & 0xff) {
-	case SQLITE_OK: case SQLITE_DONE: case SQLITE_ROW: return 0;
-	case SQLITE_FULL: return -ENOSPC;
-	case SQLITE_NOMEM: return -ENOMEM;
-	case SQLITE_BUSY: case SQLITE_LOCKED: return -EBUSY;
-	case SQLITE_READONLY: return -EROFS;
-	case SQLITE_CONSTRAINT: return -EEXIST;
-	case SQLITE_CANTOPEN: return -ENOENT;
-	case SQLITE_PERM: case SQLITE_AUTH: return -EACCES;
-	default: return -EIO;
+	case SQLITE_OK:
+	case SQLITE_DONE:
+	case SQLITE_ROW:
+		return 0;
+	case SQLITE_FULL:
+		return -ENOSPC;
+	case SQLITE_NOMEM:
+		return -ENOMEM;
+	case SQLITE_BUSY:
+	case SQLITE_LOCKED:
+		return -EBUSY;
+	case SQLITE_READONLY:
+		return -EROFS;
+	case SQLITE_CONSTRAINT:
+		return -EEXIST;
+	case SQLITE_CANTOPEN:
+		return -ENOENT;
+	case SQLITE_PERM:
+	case SQLITE_AUTH:
+		return -EACCES;
+	default:
+		return -EIO;
 	}
 }
 
@@ -92,8 +117,8 @@ static int exec(struct store *s, const char *sql)
 
 static sqlite3_stmt *stmt(struct store *s, enum stmt_id id)
 {
-	if (!s->st[id] &&
-	    sqlite3_prepare_v3(s->db, stmt_sql[id], -1, SQLITE_PREPARE_PERSISTENT, &s->st[id], NULL))
+	if (!s->st[id] && sqlite3_prepare_v3(s->db, stmt_sql[id], -1, SQLITE_PREPARE_PERSISTENT,
+	                                     &s->st[id], NULL))
 		return NULL;
 	return s->st[id];
 }
@@ -165,7 +190,8 @@ static int check_schema(struct store *s, char *err, size_t errlen)
 	}
 	if (!has_settings) {
 		if (s->read_only) {
-			snprintf(err, errlen, "index %s is empty and the mount is read-only", s->path);
+			snprintf(err, errlen, "index %s is empty and the mount is read-only",
+			         s->path);
 			return -EROFS;
 		}
 		char sql[1024];
@@ -200,8 +226,9 @@ int store_open(const char *path, int power, int read_only, struct store **out, c
                size_t errlen)
 {
 	struct store *s = calloc(1, sizeof(*s));
-	int flags = (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
-	            SQLITE_OPEN_NOMUTEX;
+	int flags =
+		(read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
+		SQLITE_OPEN_NOMUTEX;
 	int rc;
 
 	if (!s || !(s->path = strdup(path))) {
@@ -224,7 +251,8 @@ int store_open(const char *path, int power, int read_only, struct store **out, c
 		rc = exec(s, "PRAGMA journal_mode=WAL");
 		if (rc < 0) {
 			snprintf(err, errlen,
-			         "index %s cannot be opened (%s); if it is damaged run 'pagefs fsck', "
+			         "index %s cannot be opened (%s); if it is damaged run 'pagefs "
+			         "fsck', "
 			         "or move it away to start a new index",
 			         path, sqlite3_errmsg(s->db));
 			goto fail;
@@ -261,7 +289,8 @@ void store_close(struct store *s)
 int store_get_setting(struct store *s, const char *key, char *buf, size_t len)
 {
 	sqlite3_stmt *st;
-	int rc = sqlite3_prepare_v2(s->db, "SELECT value FROM settings WHERE key=?1", -1, &st, NULL);
+	int rc =
+		sqlite3_prepare_v2(s->db, "SELECT value FROM settings WHERE key=?1", -1, &st, NULL);
 
 	if (rc)
 		return sql_errno(rc);
@@ -312,8 +341,9 @@ int store_load(struct store *s, const struct store_load_cb *cb, char *err, size_
 	if (rc != SQLITE_DONE)
 		return load_error(s, rc, err, errlen);
 
-	rc = sqlite3_prepare_v2(s->db, "SELECT id,rank,ns,slot_size,capacity FROM pools ORDER BY id",
-	                        -1, &st, NULL);
+	rc = sqlite3_prepare_v2(s->db,
+	                        "SELECT id,rank,ns,slot_size,capacity FROM pools ORDER BY id", -1,
+	                        &st, NULL);
 	while (rc == SQLITE_OK && ret == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
 		struct store_pool_row row = {0};
 		rc = SQLITE_OK;
@@ -334,15 +364,17 @@ int store_load(struct store *s, const struct store_load_cb *cb, char *err, size_
 	struct rec *row = rec_new(REC_COMMIT);
 	if (!row)
 		return -ENOMEM;
-	rc = sqlite3_prepare_v2(s->db,
-	                        "SELECT id,pool,name,slot,length,checksum,mtime,atime,gen FROM pages"
-	                        " ORDER BY atime, id",
-	                        -1, &st, NULL);
+	rc = sqlite3_prepare_v2(
+		s->db,
+		"SELECT id,pool,name,slot,length,checksum,mtime,atime,gen FROM pages"
+		" ORDER BY atime, id",
+		-1, &st, NULL);
 	while (rc == SQLITE_OK && ret == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
 		int n = sqlite3_column_bytes(st, 2);
 		rc = SQLITE_OK;
 		if (n <= 0 || n > META_NAME_MAX) {
-			snprintf(err, errlen, "index %s has a page with a %d-byte name; run 'pagefs fsck'",
+			snprintf(err, errlen,
+			         "index %s has a page with a %d-byte name; run 'pagefs fsck'",
 			         s->path, n);
 			ret = -EIO;
 			break;
@@ -483,15 +515,15 @@ int store_apply(struct store *s, struct rec *r)
 	return rc;
 }
 
-int store_iter_pages(struct store *s, uint32_t pool_id, uint64_t after, meta_page_cb cb,
-                     void *arg)
+int store_iter_pages(struct store *s, uint32_t pool_id, uint64_t after, meta_page_cb cb, void *arg)
 {
 	sqlite3_stmt *st = NULL;
 	int rc, ret = 0;
 
 	pthread_mutex_lock(&s->read_lock);
 	if (!s->rdb) {
-		rc = sqlite3_open_v2(s->path, &s->rdb, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+		rc = sqlite3_open_v2(s->path, &s->rdb, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX,
+		                     NULL);
 		if (rc != SQLITE_OK) {
 			sqlite3_close(s->rdb);
 			s->rdb = NULL;
