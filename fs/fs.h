@@ -11,13 +11,13 @@
 #include "meta/meta.h"
 
 struct pagefs_mount_opts {
-	struct meta_config meta;   /* index, backing, defaults, policies */
+	struct meta_config meta; /* index, backing, defaults, policies */
 	const char *mountpoint;
-	int threads;               /* max FUSE worker threads (0: default) */
-	int allow_other;           /* -o allow_other (adds default_permissions) */
-	int read_only;             /* -o ro */
-	int debug;                 /* FUSE protocol debug output */
-	double entry_timeout;      /* seconds the kernel may cache names/attrs */
+	int threads;          /* max FUSE worker threads (0: default) */
+	int allow_other;      /* -o allow_other (adds default_permissions) */
+	int read_only;        /* -o ro */
+	int debug;            /* FUSE protocol debug output */
+	double entry_timeout; /* seconds the kernel may cache names/attrs */
 };
 
 /*

@@ -1,0 +1,191 @@
+/*
+ * fs_commit.c - the commit point and the end of a handle.
+ *
+ * FUSE flush is sent for every close() and close() waits for its answer,
+ * so the writer's close publishes the page: wait for writes still in
+ * flight, finish the checksum (the write stream's, or a re-read of the
+ * slot), sync the data file first under --durability power, and ask meta
+ * to commit. Data is on the backing file before the index names it.
+ *
+ * Not every close is the writer's (fs_task.h):
+ *   - a fork()ed child closes its copy of the descriptor at exec or exit:
+ *     a flush from a process that neither opened nor wrote the file is
+ *     ignored, so a writer that spawns a program mid-write does not
+ *     publish half a page;
+ *   - a writer being killed or crashing closes its files from the kernel's
+ *     exit path: its reservation is given back and nothing is published.
+ * Comparing thread ids settles the common case (the thread that opened or
+ * wrote closes) without reading /proc.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fs/fs_inode.h"
+#include "fs/fs_inval.h"
+#include "fs/fs_task.h"
+#include "meta/log.h"
+
+/* A checksum re-read must not run past the end of the data file where
+ * the page ends in a hole: make the last byte exist (it reads as zero
+ * anyway, and no one else writes inside our slot). */
+static int cover_end(int fd, uint64_t end)
+{
+	struct stat st;
+	int ret;
+
+	if (end == 0 || fstat(fd, &st) < 0 || (uint64_t)st.st_size >= end)
+		return 0;
+	do
+		ret = (int)pwrite(fd, "", 1, (off_t)(end - 1));
+	while (ret < 0 && errno == EINTR);
+	return ret < 0 ? -errno : 0;
+}
+
+/* Publishes reservation r of `length` bytes. 0 or -errno; on an error the
+ * reservation is gone either way. */
+static int publish(struct fs_mount *fs, struct fs_handle *h, const struct meta_resv *r,
+                   uint64_t length, int have_sum, uint64_t sum)
+{
+	uint64_t base = r->slot * r->slot_size;
+	int ret = 0;
+
+	if (!have_sum) {
+		ret = cover_end(h->data_fd, base + length);
+		if (ret == 0)
+			ret = meta_checksum_range(h->data_fd, base, length, &sum);
+	}
+	if (ret == 0 && meta_config(fs->meta)->durability == META_DURABLE_POWER &&
+	    fdatasync(h->data_fd) < 0)
+		ret = -errno;
+	if (ret < 0) {
+		meta_page_abort(fs->meta, r);
+		return ret;
+	}
+	return meta_page_commit(fs->meta, r, length, sum);
+}
+
+/* 1 if a close by thread tid may publish h: tid's process opened h or
+ * last wrote through it, or that cannot be told. */
+static int may_commit(struct fs_handle *h, pid_t tid)
+{
+	pid_t owner, owner_tgid, writer, tgid;
+
+	pthread_mutex_lock(&h->lock);
+	owner = h->w.owner_tid;
+	owner_tgid = h->w.owner_tgid;
+	writer = h->w.writer_tid;
+	pthread_mutex_unlock(&h->lock);
+	if (tid <= 0 || tid == owner || tid == writer)
+		return 1;
+	tgid = fs_task_tgid(tid);
+	if (!owner_tgid) {
+		owner_tgid = fs_task_tgid(owner);
+		pthread_mutex_lock(&h->lock);
+		h->w.owner_tgid = owner_tgid;
+		pthread_mutex_unlock(&h->lock);
+	}
+	if (!tgid || !owner_tgid || tgid == owner_tgid)
+		return 1;
+	return writer && fs_task_tgid(writer) == tgid;
+}
+
+int fs_writer_flush(struct fs_mount *fs, struct fs_handle *h, pid_t tid)
+{
+	struct meta_resv r;
+	uint64_t length, sum = 0;
+	int have_sum, held, killed, ret;
+
+	if (!may_commit(h, tid))
+		return 0;
+	pthread_mutex_lock(&h->lock);
+	while (h->w.state == FS_W_BUSY || h->w.inflight > 0)
+		pthread_cond_wait(&h->idle, &h->lock);
+	r = h->w.resv;
+	if (h->w.state != FS_W_OPEN) {
+		/* Already published (a dup'd descriptor), or failed: the
+		 * write or flush that failed told the caller, so close()
+		 * succeeds as on a local filesystem. Give the slot back now. */
+		held = h->w.resv_held;
+		h->w.resv_held = 0;
+		ret = -h->w.report;
+		h->w.report = 0;
+		pthread_mutex_unlock(&h->lock);
+		if (held)
+			meta_page_abort(fs->meta, &r);
+		return ret;
+	}
+	h->w.state = FS_W_BUSY;
+	length = h->w.length;
+	have_sum = h->w.hash_ok && h->w.hashed == length;
+	if (have_sum)
+		sum = XXH3_64bits_digest(h->w.xxh);
+	pthread_mutex_unlock(&h->lock);
+
+	killed = fs_task_killed(tid);
+	if (killed) {
+		log_debug("writer %d of page %s was killed; not committing", (int)tid, h->name);
+		meta_page_abort(fs->meta, &r);
+		ret = -EIO; /* what a surviving sharer of the file sees */
+	} else {
+		ret = publish(fs, h, &r, length, have_sum, sum);
+		if (ret < 0)
+			log_debug("commit of page %s failed: %s", h->name, strerror(-ret));
+	}
+
+	pthread_mutex_lock(&h->lock);
+	h->w.state = ret == 0 ? FS_W_COMMITTED : FS_W_FAILED;
+	h->w.err = -ret;
+	h->w.resv_held = 0;
+	pthread_cond_broadcast(&h->idle);
+	pthread_mutex_unlock(&h->lock);
+
+	/* A page replaced in place has a new inode (a new version, see
+	 * fs_inode.h): the kernel's entry for its name and its attributes of
+	 * the old inode must go. (A page of the same name that a new page
+	 * replaced is reported by meta's drop callback.) */
+	if (ret == 0 && r.replace) {
+		struct meta_page_info p;
+
+		if (meta_page_get(fs->meta, r.page_id, &p) == 0)
+			fs_inval_entry(fs->inval, fs_ino_pool(p.pool_id), p.name);
+		fs_inval_inode(fs->inval, h->ino);
+	}
+	return killed ? 0 : ret;
+}
+
+void fs_handle_close(struct fs_mount *fs, struct fs_handle *h)
+{
+	struct meta_resv r;
+	int held;
+
+	if (h->kind == FS_READER) {
+		meta_slot_unpin(fs->meta, h->pool_id, h->page.slot);
+		return;
+	}
+	/* No request of this handle is running any more (release, unmount). */
+	pthread_mutex_lock(&h->lock);
+	held = h->w.resv_held;
+	h->w.resv_held = 0;
+	r = h->w.resv;
+	if (h->w.state != FS_W_COMMITTED)
+		h->w.state = FS_W_FAILED;
+	pthread_mutex_unlock(&h->lock);
+	if (held)
+		meta_page_abort(fs->meta, &r);
+}
+
+void pagefs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs_handle *h = fs_handle_of(fi);
+	int ret = 0;
+
+	(void)ino;
+	if (h && h->kind == FS_WRITER)
+		ret = fs_writer_flush(fs_of(req), h, fuse_req_ctx(req)->pid);
+	fuse_reply_err(req, -ret);
+}

@@ -1,0 +1,346 @@
+/*
+ * fs_file.c - opening, reading and closing page files: create, open, read,
+ * release, fsync and setattr.
+ *
+ * create reserves a slot and returns a writer handle (see fs_write.c and
+ * fs_commit.c for the rest of its life). open of a committed page returns
+ * a reader handle that pins the page's slot, so unlink, eviction or a
+ * replacement never reuses those bytes while the file is open; with
+ * O_TRUNC for writing it starts an in-place replacement instead.
+ *
+ * Reads are spliced straight from the pool's data file to the FUSE device
+ * (fuse_reply_data with an fd buffer): the bytes never pass through this
+ * process. Every page file uses direct I/O, readers too:
+ *   - a reader must get exactly the bytes of the version it opened, but an
+ *     open(O_TRUNC) replacing the page in place shares the reader's inode
+ *     and resets the kernel's i_size (and later writes grow it), which
+ *     would cut short or stretch page-cache reads of old readers;
+ *   - the data file's own page cache already serves repeated reads; a
+ *     second copy in the FUSE page cache only doubles the memory;
+ *   - direct reads reach us in max_write (1 MiB) requests rather than in
+ *     readahead-sized ones.
+ * The price: page files cannot be mmap()ed.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fs/fs_inode.h"
+#include "meta/log.h"
+
+/* Hands h to the kernel. If the request was interrupted the kernel will
+ * never release it, so undo it here. */
+static void reply_open(fuse_req_t req, struct fs_mount *fs, struct fs_handle *h,
+                       struct fuse_file_info *fi, const struct fuse_entry_param *e)
+{
+	int ret;
+
+	fi->fh = (uintptr_t)h;
+	ret = e ? fuse_reply_create(req, e, fi) : fuse_reply_open(req, fi);
+	if (ret < 0) {
+		fs_handles_remove(&fs->handles, h);
+		fs_handle_close(fs, h);
+		fs_handles_put(&fs->handles, h);
+	}
+}
+
+/* A writer handle for reservation r opened through inode ino, listed.
+ * NULL on ENOMEM (r aborted). */
+static struct fs_handle *new_writer(fuse_req_t req, struct fs_mount *fs, fuse_ino_t ino,
+                                    const struct meta_resv *r, const struct meta_pool_info *pool,
+                                    const char *name)
+{
+	struct fs_handle *h = fs_handle_new(FS_WRITER);
+
+	if (!h) {
+		meta_page_abort(fs->meta, r);
+		return NULL;
+	}
+	h->ino = ino;
+	h->pool_id = r->pool_id;
+	h->page_id = r->page_id;
+	h->data_fd = pool->data_fd;
+	h->slot_size = r->slot_size;
+	snprintf(h->name, sizeof(h->name), "%s", name);
+	h->w.resv = *r;
+	h->w.resv_held = 1;
+	h->w.owner_tid = fuse_req_ctx(req)->pid;
+	fs_handles_add(&fs->handles, h);
+	return h;
+}
+
+void pagefs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                      struct fuse_file_info *fi)
+{
+	struct fs_mount *fs = fs_of(req);
+	struct meta_pool_info pool;
+	struct meta_page_info p;
+	struct fuse_entry_param e;
+	struct meta_resv r;
+	struct fs_handle *h;
+	uint64_t id;
+	int ret;
+
+	(void)mode;
+	switch (fs_ino_kind(parent, &id)) {
+	case FS_POOL:
+		break;
+	case FS_ROOT:
+	case FS_RANK:
+		return (void)fuse_reply_err(req, EPERM);
+	case FS_PAGE:
+		return (void)fuse_reply_err(req, ENOTDIR);
+	default:
+		return (void)fuse_reply_err(req, ENOENT);
+	}
+	ret = meta_check_name(name);
+	if (ret == 0)
+		ret = meta_pool_get(fs->meta, (uint32_t)id, &pool);
+	if (ret == 0)
+		ret = meta_page_reserve(fs->meta, (uint32_t)id, name, 0, &r);
+	if (ret != 0)
+		return (void)fuse_reply_err(req, -ret);
+	h = new_writer(req, fs, fs_ino_page(r.page_id, 0), &r, &pool, name);
+	if (!h)
+		return (void)fuse_reply_err(req, ENOMEM);
+
+	/* Uncommitted: no caching, so other processes keep asking (and
+	 * getting ENOENT) until the commit. */
+	memset(&p, 0, sizeof(p));
+	if (meta_page_get(fs->meta, r.page_id, &p) < 0) {
+		p.id = r.page_id;
+		p.pool_id = r.pool_id;
+	}
+	memset(&e, 0, sizeof(e));
+	e.ino = h->ino;
+	e.generation = p.gen;
+	fs_attr_page(fs, &p, 1, 0, &e.attr);
+	fi->direct_io = 1;
+	reply_open(req, fs, h, fi, &e);
+}
+
+/* open(O_TRUNC) for writing of committed page p: a replacement in a new
+ * slot, published in place at commit. Through an older version's inode
+ * too: what it replaces is the page's current version either way. */
+static void open_replace(fuse_req_t req, struct fs_mount *fs, fuse_ino_t ino,
+                         const struct meta_page_info *p, struct fuse_file_info *fi)
+{
+	struct meta_pool_info pool;
+	struct meta_resv r;
+	struct fs_handle *h;
+	int ret = meta_pool_get(fs->meta, p->pool_id, &pool);
+
+	if (ret == 0)
+		ret = meta_page_reserve(fs->meta, p->pool_id, p->name, p->id, &r);
+	if (ret != 0)
+		return (void)fuse_reply_err(req, -ret);
+	h = new_writer(req, fs, ino, &r, &pool, p->name);
+	if (!h)
+		return (void)fuse_reply_err(req, ENOMEM);
+	fi->direct_io = 1;
+	reply_open(req, fs, h, fi, NULL);
+}
+
+/* Checks a freshly pinned page against its checksum. 0 or -EIO. */
+static int verify_page(struct fs_mount *fs, const struct meta_page_info *p,
+                       const struct meta_pool_info *pool)
+{
+	uint64_t sum = 0;
+	int ret = meta_checksum_range(pool->data_fd, p->slot * pool->slot_size, p->length, &sum);
+	int ok = ret == 0 && (!p->has_checksum || sum == p->checksum);
+
+	if (ret < 0)
+		log_error("cannot verify page %s in pool %u/%s: %s", p->name, pool->rank, pool->ns,
+		          strerror(-ret));
+	meta_page_verified(fs->meta, p->id, p->slot, ok);
+	return ok ? 0 : -EIO;
+}
+
+/*
+ * Reading through the inode of an older version of p (fs_inode.h), which
+ * the kernel reaches through a name it still caches: 0 if the reader may
+ * get the current version through it, -ESTALE if not.
+ *
+ * One inode's attributes can describe only one version. If a reader of
+ * the older version still has it open, ESTALE makes the kernel look the
+ * name up again (the current version's inode) and retry. If not, the
+ * kernel's cached attributes of the old version are dropped before the
+ * open returns, so the next fstat asks us. That one notification is sent
+ * from the request thread: unlike an entry invalidation it takes no
+ * directory lock, and an O_RDONLY open holds no lock on the inode.
+ */
+static int stale_open(struct fs_mount *fs, fuse_ino_t ino, const struct meta_page_info *p)
+{
+	struct fs_handle *h;
+
+	if (fs_ino_current(ino, p))
+		return 0;
+	h = fs_handles_find_reader(&fs->handles, p->id, ino);
+	if (h) {
+		fs_handles_put(&fs->handles, h);
+		return -ESTALE;
+	}
+	fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
+	return 0;
+}
+
+static void open_read(fuse_req_t req, struct fs_mount *fs, fuse_ino_t ino, uint64_t page_id,
+                      struct fuse_file_info *fi)
+{
+	struct meta_pool_info pool;
+	struct meta_page_info p;
+	struct fs_handle *h;
+	int verify = 0;
+	int ret = meta_page_pin(fs->meta, page_id, &p, &verify);
+
+	if (ret < 0)
+		return (void)fuse_reply_err(req, -ret);
+	ret = stale_open(fs, ino, &p);
+	if (ret == 0)
+		ret = meta_pool_get(fs->meta, p.pool_id, &pool);
+	if (ret == 0 && verify)
+		ret = verify_page(fs, &p, &pool);
+	h = ret == 0 ? fs_handle_new(FS_READER) : NULL;
+	if (!h) {
+		meta_slot_unpin(fs->meta, p.pool_id, p.slot);
+		return (void)fuse_reply_err(req, ret < 0 ? -ret : ENOMEM);
+	}
+	h->ino = ino;
+	h->pool_id = p.pool_id;
+	h->page_id = p.id;
+	h->data_fd = pool.data_fd;
+	h->slot_size = pool.slot_size;
+	h->page = p;
+	fs_handles_add(&fs->handles, h);
+	fi->direct_io = 1;
+	reply_open(req, fs, h, fi, NULL);
+}
+
+void pagefs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs_mount *fs = fs_of(req);
+	struct meta_page_info p;
+	uint64_t id;
+	int ret;
+
+	if (fs_ino_kind(ino, &id) != FS_PAGE)
+		return (void)fuse_reply_err(req, EISDIR);
+	if ((fi->flags & O_ACCMODE) == O_RDONLY)
+		return open_read(req, fs, ino, id, fi);
+	if (!(fi->flags & O_TRUNC))
+		return (void)fuse_reply_err(req, EPERM);
+	ret = meta_page_get(fs->meta, id, &p);
+	if (ret == 0 && !p.committed)
+		ret = -ENOENT;
+	if (ret < 0)
+		return (void)fuse_reply_err(req, -ret);
+	open_replace(req, fs, ino, &p, fi);
+}
+
+void pagefs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                    struct fuse_file_info *fi)
+{
+	struct fs_mount *fs = fs_of(req);
+	struct fs_handle *h = fs_handle_of(fi);
+	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(0);
+	uint64_t slot, length;
+	int pending;
+
+	(void)ino;
+	if (h->kind == FS_READER) {
+		slot = h->page.slot;
+		length = h->page.length;
+	} else {
+		/* O_RDWR writer reading back what it wrote so far. */
+		pthread_mutex_lock(&h->lock);
+		slot = h->w.resv.slot;
+		pthread_mutex_unlock(&h->lock);
+		fs_writer_peek(h, &length, &pending);
+	}
+	if (off < 0 || (uint64_t)off >= length)
+		return (void)fuse_reply_buf(req, NULL, 0);
+	if (size > length - (uint64_t)off)
+		size = (size_t)(length - (uint64_t)off);
+
+	bv.buf[0].size = size;
+	bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+	bv.buf[0].fd = h->data_fd;
+	bv.buf[0].pos = (off_t)(slot * h->slot_size + (uint64_t)off);
+	meta_count_io(fs->meta, h->pool_id, size, 0);
+	fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
+}
+
+void pagefs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs_mount *fs = fs_of(req);
+	struct fs_handle *h = fs_handle_of(fi);
+
+	(void)ino;
+	fs_handles_remove(&fs->handles, h);
+	fs_handle_close(fs, h);
+	fs_handles_put(&fs->handles, h);
+	fuse_reply_err(req, 0);
+}
+
+void pagefs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	struct fs_handle *h = fs_handle_of(fi);
+
+	(void)ino;
+	(void)datasync;
+	if (h->kind == FS_WRITER && fdatasync(h->data_fd) < 0)
+		return (void)fuse_reply_err(req, errno);
+	fuse_reply_err(req, 0);
+}
+
+/* Truncate through fi's writer, or the writer of a page being written. */
+static int set_size(struct fs_mount *fs, uint64_t page_id, struct fuse_file_info *fi, uint64_t size)
+{
+	struct fs_handle *h = fs_handle_of(fi);
+	struct meta_page_info p;
+	int ret;
+
+	if (h)
+		return h->kind == FS_WRITER ? fs_writer_truncate(fs, h, size) : -EPERM;
+	ret = meta_page_get(fs->meta, page_id, &p);
+	if (ret < 0)
+		return ret;
+	if (p.committed)
+		return -EPERM;
+	h = fs_handles_find_writer(&fs->handles, page_id);
+	if (!h)
+		return -ENOENT;
+	ret = fs_writer_truncate(fs, h, size);
+	fs_handles_put(&fs->handles, h);
+	return ret;
+}
+
+void pagefs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+                       struct fuse_file_info *fi)
+{
+	struct fs_mount *fs = fs_of(req);
+	struct stat st;
+	double timeout;
+	uint64_t id;
+	int ret;
+
+	/* Mode and times are accepted and ignored; ownership never changes. */
+	if (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))
+		return (void)fuse_reply_err(req, EPERM);
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		if (fs_ino_kind(ino, &id) != FS_PAGE)
+			return (void)fuse_reply_err(req, EISDIR);
+		if (attr->st_size < 0)
+			return (void)fuse_reply_err(req, EINVAL);
+		ret = set_size(fs, id, fi, (uint64_t)attr->st_size);
+		if (ret < 0)
+			return (void)fuse_reply_err(req, -ret);
+	}
+	ret = fs_stat(fs, ino, fi, &st, &timeout);
+	if (ret < 0)
+		return (void)fuse_reply_err(req, -ret);
+	fuse_reply_attr(req, &st, timeout);
+}

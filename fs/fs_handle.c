@@ -1,0 +1,161 @@
+/*
+ * fs_handle.c - the table of open page files.
+ *
+ * One mutex guards the list of all handles and the hash of them by page
+ * id. It is a leaf: nothing else is locked and no
+ * meta_* call is made while it is held, so any thread may take it.
+ *
+ * Handles are reference counted only so that a lookup through the table
+ * (getattr or truncate by inode of a page still being written) can use a
+ * writer while its release runs concurrently; the kernel's own reference
+ * (fi->fh) is the first one and release drops it.
+ */
+#include "fs/fs_handle.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static size_t bucket(uint64_t page_id)
+{
+	return (size_t)((page_id * 0x9e3779b97f4a7c15ULL) >> 54) % FS_HANDLE_BUCKETS;
+}
+
+int fs_handles_init(struct fs_handles *t)
+{
+	memset(t, 0, sizeof(*t));
+	return -pthread_mutex_init(&t->lock, NULL);
+}
+
+void fs_handles_destroy(struct fs_handles *t)
+{
+	pthread_mutex_destroy(&t->lock);
+}
+
+struct fs_handle *fs_handle_new(enum fs_handle_kind kind)
+{
+	struct fs_handle *h = calloc(1, sizeof(*h));
+
+	if (!h)
+		return NULL;
+	h->kind = kind;
+	h->data_fd = -1;
+	h->refs = 1;
+	if (kind == FS_WRITER) {
+		h->w.xxh = XXH3_createState();
+		if (!h->w.xxh) {
+			free(h);
+			return NULL;
+		}
+		XXH3_64bits_reset(h->w.xxh);
+		h->w.hash_ok = 1;
+		h->w.state = FS_W_OPEN;
+		pthread_mutex_init(&h->lock, NULL);
+		pthread_cond_init(&h->idle, NULL);
+	}
+	return h;
+}
+
+static void handle_free(struct fs_handle *h)
+{
+	if (h->kind == FS_WRITER) {
+		XXH3_freeState(h->w.xxh);
+		pthread_cond_destroy(&h->idle);
+		pthread_mutex_destroy(&h->lock);
+	}
+	free(h);
+}
+
+/* Called with t->lock held. */
+static void unlink_locked(struct fs_handles *t, struct fs_handle *h)
+{
+	if (!h->linked)
+		return;
+	if (h->prev)
+		h->prev->next = h->next;
+	else
+		t->all = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+	h->prev = h->next = NULL;
+
+	struct fs_handle **pp = &t->by_page[bucket(h->page_id)];
+
+	while (*pp && *pp != h)
+		pp = &(*pp)->hash_next;
+	if (*pp)
+		*pp = h->hash_next;
+	h->hash_next = NULL;
+	h->linked = 0;
+}
+
+void fs_handles_add(struct fs_handles *t, struct fs_handle *h)
+{
+	pthread_mutex_lock(&t->lock);
+	h->prev = NULL;
+	h->next = t->all;
+	if (t->all)
+		t->all->prev = h;
+	t->all = h;
+	h->hash_next = t->by_page[bucket(h->page_id)];
+	t->by_page[bucket(h->page_id)] = h;
+	h->linked = 1;
+	pthread_mutex_unlock(&t->lock);
+}
+
+void fs_handles_remove(struct fs_handles *t, struct fs_handle *h)
+{
+	pthread_mutex_lock(&t->lock);
+	unlink_locked(t, h);
+	pthread_mutex_unlock(&t->lock);
+}
+
+struct fs_handle *fs_handles_pop(struct fs_handles *t)
+{
+	struct fs_handle *h;
+
+	pthread_mutex_lock(&t->lock);
+	h = t->all;
+	if (h)
+		unlink_locked(t, h);
+	pthread_mutex_unlock(&t->lock);
+	return h;
+}
+
+void fs_handles_put(struct fs_handles *t, struct fs_handle *h)
+{
+	int last;
+
+	pthread_mutex_lock(&t->lock);
+	last = --h->refs == 0;
+	if (last)
+		unlink_locked(t, h);
+	pthread_mutex_unlock(&t->lock);
+	if (last)
+		handle_free(h);
+}
+
+static struct fs_handle *find(struct fs_handles *t, enum fs_handle_kind kind, uint64_t page_id,
+                              uint64_t ino)
+{
+	struct fs_handle *h;
+
+	pthread_mutex_lock(&t->lock);
+	for (h = t->by_page[bucket(page_id)]; h; h = h->hash_next)
+		if (h->kind == kind && h->page_id == page_id && (!ino || h->ino == ino))
+			break;
+	if (h)
+		h->refs++;
+	pthread_mutex_unlock(&t->lock);
+	return h;
+}
+
+struct fs_handle *fs_handles_find_writer(struct fs_handles *t, uint64_t page_id)
+{
+	return find(t, FS_WRITER, page_id, 0);
+}
+
+struct fs_handle *fs_handles_find_reader(struct fs_handles *t, uint64_t page_id, uint64_t ino)
+{
+	return find(t, FS_READER, page_id, ino);
+}

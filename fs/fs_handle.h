@@ -1,0 +1,139 @@
+/*
+ * fs_handle.h - open page files and the table that keeps them.
+ *
+ * A reader handle pins one committed slot for its lifetime; its fields are
+ * fixed at open. A writer handle owns a reservation (struct meta_resv)
+ * from create, or from open(O_TRUNC) of a committed page, until its first
+ * flush commits it (fs_commit.c) or release gives it back.
+ *
+ * The table lists every open handle (so unmount can unpin and abort them)
+ * and indexes them by page id: getattr and setattr of a page still being
+ * written use its writer's length, and getattr of an older version of a
+ * page (fs_inode.h) the attributes a reader of it pinned.
+ */
+#ifndef PAGEFS_FS_HANDLE_H
+#define PAGEFS_FS_HANDLE_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <xxhash.h>
+
+#include "meta/meta.h"
+
+struct fs_mount;
+
+enum fs_handle_kind { FS_READER, FS_WRITER };
+
+enum fs_writer_state {
+	FS_W_OPEN,      /* reservation held; writes land in resv.slot */
+	FS_W_BUSY,      /* one thread commits or re-reserves; the rest wait on idle */
+	FS_W_COMMITTED, /* published; a later write starts a replacement */
+	FS_W_FAILED,    /* nothing will be published; err is why */
+};
+
+/* Writer state; every field is protected by fs_handle.lock. */
+struct fs_writer {
+	enum fs_writer_state state;
+	int err;       /* FS_W_FAILED: positive errno later writes get */
+	int report;    /* positive errno the next flush returns, or 0 */
+	int resv_held; /* resv must still be committed or aborted */
+	struct meta_resv resv;
+	uint64_t length;   /* max end written, or what ftruncate set */
+	uint64_t safe_end; /* [0, safe_end) holds our bytes or zeros */
+	unsigned inflight; /* writes between claim and completion */
+	uint64_t hashed;   /* xxh covers [0, hashed) when hash_ok */
+	int hash_ok;
+	XXH3_state_t *xxh;
+	pid_t owner_tid;  /* the thread that opened the file */
+	pid_t owner_tgid; /* its process, once looked up (0: not yet) */
+	pid_t writer_tid; /* the last other thread that wrote (0: none) */
+};
+
+struct fs_handle {
+	/* Fixed at open. */
+	enum fs_handle_kind kind;
+	uint64_t ino;
+	uint32_t pool_id;
+	uint64_t page_id;
+	int data_fd; /* the pool's data file, owned by meta */
+	uint64_t slot_size;
+	char name[META_NAME_MAX + 1]; /* writer: the name it was opened by */
+
+	/* Reader only, fixed at open: the page as pinned (its slot, length
+	 * and attributes). */
+	struct meta_page_info page;
+
+	/* Writer only. */
+	pthread_mutex_t lock; /* a leaf; never held across meta_* calls */
+	pthread_cond_t idle;  /* signalled when state leaves BUSY or inflight hits 0 */
+	struct fs_writer w;   /* protected by lock */
+
+	/* Protected by fs_handles.lock. */
+	struct fs_handle *prev, *next; /* list of all handles */
+	struct fs_handle *hash_next;   /* by_page bucket chain */
+	int linked;
+	int refs;
+};
+
+#define FS_HANDLE_BUCKETS 1024
+
+struct fs_handles {
+	pthread_mutex_t lock;  /* a leaf: never held with a handle lock or across meta_* */
+	struct fs_handle *all; /* every open handle */
+	struct fs_handle *by_page[FS_HANDLE_BUCKETS]; /* handles by page_id */
+};
+
+/* fs_handle.c */
+
+/* 0 or -errno. */
+int fs_handles_init(struct fs_handles *t);
+/* Frees the table; every handle must have been removed. */
+void fs_handles_destroy(struct fs_handles *t);
+
+/* A new handle with one reference (the caller's, later fi->fh's). A writer
+ * gets its lock, condition and hash state. NULL on ENOMEM. */
+struct fs_handle *fs_handle_new(enum fs_handle_kind kind);
+/* Lists h and indexes it by page_id. */
+void fs_handles_add(struct fs_handles *t, struct fs_handle *h);
+/* Unlists h; the caller still owns its reference. No-op if not listed. */
+void fs_handles_remove(struct fs_handles *t, struct fs_handle *h);
+/* Unlists and returns any listed handle, with the table's view of it
+ * gone; NULL when empty. For unmount. */
+struct fs_handle *fs_handles_pop(struct fs_handles *t);
+/* Drops one reference; the last one frees h. */
+void fs_handles_put(struct fs_handles *t, struct fs_handle *h);
+/* A listed writer of page_id with a new reference (put it), or NULL. */
+struct fs_handle *fs_handles_find_writer(struct fs_handles *t, uint64_t page_id);
+/* A listed reader of page_id opened through inode ino, with a new
+ * reference (put it), or NULL. */
+struct fs_handle *fs_handles_find_reader(struct fs_handles *t, uint64_t page_id, uint64_t ino);
+
+/* fs_write.c */
+
+/* Writes size bytes at off through writer h for thread tid. Returns size
+ * or -errno; a backing error or EFBIG fails the handle so nothing is
+ * published. */
+ssize_t fs_writer_write(struct fs_mount *fs, struct fs_handle *h, const char *buf, size_t size,
+                        uint64_t off, pid_t tid);
+/* Sets the writer's length (ftruncate). 0 or -errno (-EFBIG past the slot). */
+int fs_writer_truncate(struct fs_mount *fs, struct fs_handle *h, uint64_t size);
+/* The length and whether h is unpublished (1) or published (0). */
+void fs_writer_peek(struct fs_handle *h, uint64_t *length, int *pending);
+
+/* fs_commit.c */
+
+/*
+ * The commit point, for a close() by thread tid: publishes writer h if tid
+ * belongs to the process that opened it or last wrote to it; gives the
+ * reservation back if tid is being killed; does nothing for anyone else
+ * (a fork()ed child closing its copy). Later calls, and calls after a
+ * failed write, return 0. 0 or -errno.
+ */
+int fs_writer_flush(struct fs_mount *fs, struct fs_handle *h, pid_t tid);
+/* Ends h's hold on the index: unpins a reader's slot, aborts a writer's
+ * unpublished reservation. Does not unlist or free h. */
+void fs_handle_close(struct fs_mount *fs, struct fs_handle *h);
+
+#endif

@@ -1,0 +1,325 @@
+/*
+ * fs_write.c - the write side of a writer handle: pwrite into the reserved
+ * slot, the streaming checksum, holes, ftruncate, and writes after a
+ * commit.
+ *
+ * A write claims its range under the handle lock, writes the bytes with
+ * the lock dropped (concurrent writes of one handle proceed in parallel)
+ * and takes the lock again to record the result. `inflight` counts the
+ * writes in between so the commit can wait for them.
+ *
+ * Checksum: while writes arrive in order (each starts where the hashed
+ * prefix ends) they feed an XXH3 stream, so the commit need not read the
+ * page back. Any other write, or a truncate away from the hashed end,
+ * drops the stream and the commit re-reads the range instead.
+ *
+ * Holes: a new slot may still hold an older page's bytes. [0, safe_end)
+ * is known to hold only bytes of this writer or zeros. A write starting
+ * beyond it, or an ftruncate extending beyond it, first zeroes the rest of
+ * the slot (punching a hole; writing zeros where that is unsupported), so
+ * a reader never sees another page's bytes. This happens under the handle
+ * lock - rarely, and so that no concurrent write of this handle can land
+ * in the range while it is being zeroed.
+ *
+ * Writes after a commit: close() of any descriptor commits (FUSE flush),
+ * so a shell redirection (open, dup2, close, then the program writes)
+ * publishes an empty page first. A later write through the same open file
+ * then starts an in-place replacement carrying the published bytes over,
+ * and the next close commits again - what NFS close-to-open gives too.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fs/fs_inode.h"
+
+static const char zeros[65536];
+
+/* Marks h failed with errno err; returns -err. Called with h->lock held. */
+static int fail(struct fs_handle *h, int err)
+{
+	h->w.state = FS_W_FAILED;
+	h->w.err = err;
+	return -err;
+}
+
+static void wait_idle(struct fs_handle *h)
+{
+	while (h->w.state == FS_W_BUSY)
+		pthread_cond_wait(&h->idle, &h->lock);
+}
+
+static int pwrite_all(int fd, const char *buf, size_t len, uint64_t pos)
+{
+	while (len > 0) {
+		ssize_t n = pwrite(fd, buf, len, (off_t)pos);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -EIO;
+		buf += n;
+		len -= (size_t)n;
+		pos += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* Zeroes [start, slot_size) of h's slot. Called with h->lock held. */
+static int zero_tail(struct fs_handle *h, uint64_t start)
+{
+	uint64_t pos = h->w.resv.slot * h->slot_size + start;
+	uint64_t end = h->w.resv.slot * h->slot_size + h->slot_size;
+	struct stat st;
+
+	if (start >= h->slot_size)
+		return 0;
+	if (fallocate(h->data_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)pos,
+	              (off_t)(end - pos)) == 0)
+		return 0;
+	/* Past the end of the data file everything reads as zeros already. */
+	if (fstat(h->data_fd, &st) < 0)
+		return -errno;
+	if ((uint64_t)st.st_size < end)
+		end = (uint64_t)st.st_size;
+	while (pos < end) {
+		size_t n = end - pos < sizeof(zeros) ? (size_t)(end - pos) : sizeof(zeros);
+		int ret = pwrite_all(h->data_fd, zeros, n, pos);
+
+		if (ret < 0)
+			return ret;
+		pos += n;
+	}
+	return 0;
+}
+
+/* Copies len bytes within the data file fd (non-overlapping ranges). */
+static int copy_range(int fd, uint64_t from, uint64_t to, uint64_t len)
+{
+	loff_t in = (loff_t)from, out = (loff_t)to;
+	char *buf;
+
+	while (len > 0) {
+		ssize_t n = copy_file_range(fd, &in, fd, &out, len, 0);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		len -= (uint64_t)n;
+	}
+	if (len == 0)
+		return 0;
+	buf = malloc(1 << 20);
+	if (!buf)
+		return -ENOMEM;
+	while (len > 0) {
+		size_t want = len < (1 << 20) ? (size_t)len : (1 << 20);
+		ssize_t n = pread(fd, buf, want, in);
+		int ret;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		ret = n < 0    ? -errno
+		      : n == 0 ? -EIO
+		               : pwrite_all(fd, buf, (size_t)n, (uint64_t)out);
+		if (ret < 0) {
+			free(buf);
+			return ret;
+		}
+		in += n;
+		out += n;
+		len -= (uint64_t)n;
+	}
+	free(buf);
+	return 0;
+}
+
+/*
+ * Starts a replacement of the page h published, with the published bytes
+ * carried over into the new slot. Called with h->lock held and state
+ * COMMITTED; returns with it held, state OPEN on success. 0 or -errno
+ * (-EPERM if the page is gone: unlinked, evicted or replaced by a rename).
+ */
+static int reopen(struct fs_mount *fs, struct fs_handle *h)
+{
+	struct meta_page_info p;
+	struct meta_resv r;
+	uint64_t sum;
+	int verify = 0;
+	int ret;
+
+	h->w.state = FS_W_BUSY;
+	pthread_mutex_unlock(&h->lock);
+
+	ret = meta_page_pin(fs->meta, h->page_id, &p, &verify);
+	if (ret < 0) {
+		pthread_mutex_lock(&h->lock);
+		h->w.state = FS_W_COMMITTED;
+		pthread_cond_broadcast(&h->idle);
+		return -EPERM;
+	}
+	if (verify) {
+		ret = meta_checksum_range(h->data_fd, p.slot * h->slot_size, p.length, &sum);
+		if (ret == 0 && p.has_checksum && sum != p.checksum)
+			ret = -EIO;
+		meta_page_verified(fs->meta, p.id, p.slot, ret == 0);
+	}
+	if (ret == 0)
+		ret = meta_page_reserve(fs->meta, h->pool_id, p.name, p.id, &r);
+	if (ret == 0) {
+		ret = copy_range(h->data_fd, p.slot * h->slot_size, r.slot * r.slot_size, p.length);
+		if (ret < 0)
+			meta_page_abort(fs->meta, &r);
+	}
+	meta_slot_unpin(fs->meta, p.pool_id, p.slot);
+
+	pthread_mutex_lock(&h->lock);
+	if (ret == 0) {
+		h->w.resv = r;
+		h->w.resv_held = 1;
+		h->w.state = FS_W_OPEN;
+		h->w.length = p.length;
+		h->w.safe_end = p.length;
+		/* The stream may not match what was carried over; restart it
+		 * only when nothing was. */
+		XXH3_64bits_reset(h->w.xxh);
+		h->w.hashed = 0;
+		h->w.hash_ok = p.length == 0;
+	} else {
+		h->w.state = FS_W_COMMITTED;
+	}
+	pthread_cond_broadcast(&h->idle);
+	return ret;
+}
+
+/* Makes h writable: waits out a commit, reopens a committed handle.
+ * Called and returns with h->lock held. 0 or -errno. */
+static int writable(struct fs_mount *fs, struct fs_handle *h)
+{
+	wait_idle(h);
+	if (h->w.state == FS_W_COMMITTED)
+		return reopen(fs, h);
+	if (h->w.state == FS_W_FAILED)
+		return -h->w.err;
+	return 0;
+}
+
+ssize_t fs_writer_write(struct fs_mount *fs, struct fs_handle *h, const char *buf, size_t size,
+                        uint64_t off, pid_t tid)
+{
+	uint64_t end = off + size;
+	uint64_t pos;
+	int ret;
+
+	pthread_mutex_lock(&h->lock);
+	if (tid > 0 && tid != h->w.owner_tid)
+		h->w.writer_tid = tid; /* its close commits too (fs_commit.c) */
+	ret = writable(fs, h);
+	if (ret == 0 && (end > h->slot_size || end < off)) {
+		/* The page does not fit its pool. A large write() the kernel
+		 * split returns a short count, not this error, so close()
+		 * reports it too: nothing is published. */
+		ret = fail(h, EFBIG);
+		h->w.report = EFBIG;
+	}
+	if (ret == 0 && off > h->w.safe_end) {
+		ret = zero_tail(h, h->w.safe_end);
+		if (ret < 0)
+			fail(h, -ret);
+		else
+			h->w.safe_end = h->slot_size;
+	} else if (ret == 0 && end > h->w.safe_end) {
+		h->w.safe_end = end;
+	}
+	if (ret < 0) {
+		pthread_mutex_unlock(&h->lock);
+		return ret;
+	}
+	h->w.inflight++;
+	pos = h->w.resv.slot * h->slot_size + off;
+	pthread_mutex_unlock(&h->lock);
+
+	ret = pwrite_all(h->data_fd, buf, size, pos);
+
+	pthread_mutex_lock(&h->lock);
+	if (ret < 0) {
+		fail(h, -ret);
+	} else {
+		if (end > h->w.length)
+			h->w.length = end;
+		if (h->w.hash_ok && off == h->w.hashed) {
+			XXH3_64bits_update(h->w.xxh, buf, size);
+			h->w.hashed = end;
+		} else if (size > 0) {
+			h->w.hash_ok = 0;
+		}
+	}
+	if (--h->w.inflight == 0)
+		pthread_cond_broadcast(&h->idle);
+	pthread_mutex_unlock(&h->lock);
+
+	if (ret < 0)
+		return ret;
+	meta_count_io(fs->meta, h->pool_id, 0, size);
+	return (ssize_t)size;
+}
+
+int fs_writer_truncate(struct fs_mount *fs, struct fs_handle *h, uint64_t size)
+{
+	int ret;
+
+	pthread_mutex_lock(&h->lock);
+	ret = writable(fs, h);
+	if (ret == 0 && size > h->slot_size)
+		ret = -EFBIG;
+	if (ret == 0) {
+		/* Bytes cut off now must read as zeros if the page grows again. */
+		if (size < h->w.length && size < h->w.safe_end)
+			h->w.safe_end = size;
+		if (size > h->w.safe_end) {
+			ret = zero_tail(h, h->w.safe_end);
+			if (ret < 0)
+				fail(h, -ret);
+			else
+				h->w.safe_end = h->slot_size;
+		}
+	}
+	if (ret == 0) {
+		h->w.length = size;
+		if (size != h->w.hashed)
+			h->w.hash_ok = 0;
+	}
+	pthread_mutex_unlock(&h->lock);
+	return ret;
+}
+
+void fs_writer_peek(struct fs_handle *h, uint64_t *length, int *pending)
+{
+	pthread_mutex_lock(&h->lock);
+	*length = h->w.length;
+	*pending = h->w.state != FS_W_COMMITTED;
+	pthread_mutex_unlock(&h->lock);
+}
+
+void pagefs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+                     struct fuse_file_info *fi)
+{
+	struct fs_handle *h = fs_handle_of(fi);
+	ssize_t n;
+
+	(void)ino;
+	if (h->kind != FS_WRITER)
+		return (void)fuse_reply_err(req, EBADF);
+	if (off < 0)
+		return (void)fuse_reply_err(req, EINVAL);
+	n = fs_writer_write(fs_of(req), h, buf, size, (uint64_t)off, fuse_req_ctx(req)->pid);
+	if (n < 0)
+		return (void)fuse_reply_err(req, (int)-n);
+	fuse_reply_write(req, (size_t)n);
+}
