@@ -1,0 +1,84 @@
+/*
+ * cli_common.h - what the `pagefs` front ends share: the command entry points,
+ * the exit codes, and small helpers for messages, sizes and xattrs.
+ *
+ * Every command lives in its own tools/cli_<cmd>.c with one getopt_long
+ * table and one config struct. Commands print what was wrong and the fix,
+ * and return CLI_OK, CLI_FAIL (operational error) or CLI_USAGE.
+ */
+#ifndef PAGEFS_CLI_COMMON_H
+#define PAGEFS_CLI_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifndef PAGEFS_VERSION
+#define PAGEFS_VERSION "0.1.0"
+#endif
+
+enum cli_exit { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+/* The xattrs the daemon serves on its root and pool directories. */
+#define CLI_XATTR_PID "user.pagefs.pid"
+#define CLI_XATTR_STATS "user.pagefs.stats"
+#define CLI_XATTR_PAGE_SIZE "user.pagefs.page_size"
+#define CLI_XATTR_CAPACITY "user.pagefs.capacity"
+
+/* The filesystem type of a pagefs mount in /proc/mounts. */
+#define CLI_FSTYPE "fuse.pagefs"
+
+/* Command entry points: argv[0] is the command name ("mount", ...). Each
+ * returns an enum cli_exit value. */
+int cli_mount_main(int argc, char **argv);
+int cli_umount_main(int argc, char **argv);
+int cli_status_main(int argc, char **argv);
+int cli_pool_main(int argc, char **argv);
+int cli_fsck_main(int argc, char **argv);
+
+/*
+ * Prints "pagefs CMD: MESSAGE" to stderr followed by a hint to run
+ * `pagefs CMD --help`, and returns CLI_USAGE.
+ */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints "pagefs CMD: MESSAGE" to stderr and returns CLI_FAIL. */
+int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/*
+ * Parses a size option ("4096", "64K", "16M", "1G", "1T") that must be a
+ * power of two of at least `min` bytes (0: no minimum). Returns 0, or
+ * prints a usage message naming `what` and returns CLI_USAGE.
+ */
+int cli_parse_pow2_size(const char *cmd, const char *what, const char *s, uint64_t min,
+                        uint64_t *out);
+/* Parses a decimal integer in [min, max]. 0 or -EINVAL. */
+int cli_parse_long(const char *s, long min, long max, long *out);
+
+/* Formats bytes for people: "0", "512B", "1.5K", "16M", "2.25T". */
+void cli_human_bytes(double bytes, char *buf, size_t len);
+
+/*
+ * Reads an xattr into a new NUL-terminated buffer (the caller frees it)
+ * and stores its length in *len (may be NULL). Returns 0 or -errno
+ * (-ENODATA when the attribute is absent).
+ */
+int cli_getxattr(const char *path, const char *name, char **out, size_t *len);
+/* Reads an xattr holding a decimal number. 0, -errno, or -EINVAL. */
+int cli_getxattr_u64(const char *path, const char *name, uint64_t *out);
+
+/*
+ * Reads the daemon pid of the pagefs mounted at path. Returns 0, or
+ * -ENODATA/-ENOTSUP when path is not a pagefs mount root, or -errno.
+ */
+int cli_mount_pid(const char *path, pid_t *out);
+
+/*
+ * Calls cb for every pagefs mount in /proc/mounts (unescaped mount point)
+ * until cb returns non-zero, which is returned. 0 at the end, -errno if
+ * /proc/mounts cannot be read.
+ */
+int cli_each_mount(int (*cb)(void *arg, const char *mountpoint), void *arg);
+/* 1 if path is a mount point of type fuse.pagefs per /proc/mounts, else 0. */
+int cli_is_pagefs_mount(const char *path);
+
+#endif

@@ -1,0 +1,687 @@
+/*
+ * cli_mount.c - `pagefs mount BACKING MOUNTPOINT [OPTIONS]`.
+ *
+ * Checks every argument before anything is started, then calls
+ * pagefs_serve(). Unless -f is given the command forks first: the child
+ * becomes the daemon (setsid) and reports through a pipe when its mount is
+ * in place or why it failed; the parent waits for that report, so the
+ * command returns only once the mount is usable (or with the reason it is
+ * not). The daemon leaves the terminal (stdio to /dev/null, cwd "/") only
+ * after it reported success, so setup errors still reach the user.
+ */
+#include "tools/cli_common.h"
+
+#include "fs/fs.h"
+#include "meta/log.h"
+#include "meta/meta.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define CMD "mount"
+#define DEFAULT_PAGE_SIZE (16ULL << 20)
+#define DEFAULT_CAPACITY (1ULL << 40)
+#define DEFAULT_ENTRY_TIMEOUT 3600.0
+#define PREFIX_MAX 128
+
+struct cli_mount_config {
+	char backing[PATH_MAX];       /* absolute, resolved */
+	char mountpoint[PATH_MAX];    /* absolute, resolved */
+	char meta_uri[PATH_MAX + 16]; /* sqlite:ABSOLUTE or another scheme */
+	const char *meta_arg;         /* --meta as given, NULL: default */
+	uint64_t page_size;
+	uint64_t capacity;
+	const char *prefix;
+	enum meta_evict evict;
+	enum meta_verify verify;
+	enum meta_durability durability;
+	int threads; /* 0: libfuse default */
+	int allow_other;
+	int read_only;
+	int log_level; /* enum log_level */
+	char log_file[PATH_MAX];
+	int foreground;
+	int debug;
+	double entry_timeout;
+};
+
+/* What the ready callback needs; lives on the serving process's stack. */
+struct cli_mount_ready_ctx {
+	const struct cli_mount_config *cfg;
+	int foreground; /* report on the terminal, not through the pipe */
+	int pipe_fd;    /* daemon: write end of the report pipe until used */
+	int called;
+};
+
+enum {
+	OPT_META = 256,
+	OPT_PAGE_SIZE,
+	OPT_CAPACITY,
+	OPT_PREFIX,
+	OPT_EVICT,
+	OPT_VERIFY,
+	OPT_DURABILITY,
+	OPT_THREADS,
+	OPT_LOG_LEVEL,
+	OPT_LOG_FILE,
+	OPT_DEBUG,
+	OPT_ENTRY_TIMEOUT,
+};
+
+static const struct option mount_longopts[] = {
+	{"meta", required_argument, NULL, OPT_META},
+	{"page-size", required_argument, NULL, OPT_PAGE_SIZE},
+	{"capacity", required_argument, NULL, OPT_CAPACITY},
+	{"prefix", required_argument, NULL, OPT_PREFIX},
+	{"evict", required_argument, NULL, OPT_EVICT},
+	{"verify", required_argument, NULL, OPT_VERIFY},
+	{"durability", required_argument, NULL, OPT_DURABILITY},
+	{"threads", required_argument, NULL, OPT_THREADS},
+	{"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+	{"log-file", required_argument, NULL, OPT_LOG_FILE},
+	{"foreground", no_argument, NULL, 'f'},
+	{"debug", no_argument, NULL, OPT_DEBUG},
+	{"entry-timeout", required_argument, NULL, OPT_ENTRY_TIMEOUT},
+	{"help", no_argument, NULL, 'h'},
+	{NULL, 0, NULL, 0},
+};
+
+static void cli_mount_usage(FILE *out)
+{
+	fprintf(out,
+	        "Usage: pagefs mount BACKING MOUNTPOINT [OPTIONS]\n"
+	        "\n"
+	        "Serves the pools kept in directory BACKING as page files under the empty\n"
+	        "directory MOUNTPOINT. Returns once the mount is usable; the daemon runs until\n"
+	        "'pagefs umount MOUNTPOINT'.\n"
+	        "\n"
+	        "Options:\n"
+	        "      --meta URI             index: sqlite:PATH (default: a file in the user's\n"
+	        "                             state directory, printed at mount)\n"
+	        "      --page-size SIZE       slot size of pools created without one (16M)\n"
+	        "      --capacity SIZE        capacity of pools created without one (1T)\n"
+	        "      --prefix NAME          data file prefix on BACKING (hicache)\n"
+	        "      --evict lru|none       full pool: evict the least recently used page (lru)\n"
+	        "                             or fail writes with ENOSPC (none)\n"
+	        "      --verify none|first|always\n"
+	        "                             checksum check on read (first: first read after\n"
+	        "                             commit or mount)\n"
+	        "      --durability process|power\n"
+	        "                             committed pages survive a daemon crash (process)\n"
+	        "                             or also a power loss (power)\n"
+	        "      --threads N            maximum FUSE worker threads\n"
+	        "  -o OPTS                    comma list of: allow_other, ro\n"
+	        "      --log-level LEVEL      error, warn, info (default) or debug\n"
+	        "      --log-file PATH        append the log to PATH (without it the log goes to\n"
+	        "                             stderr, which a daemon closes once mounted)\n"
+	        "      --entry-timeout SECS   how long the kernel caches names (3600)\n"
+	        "  -f, --foreground           do not daemonize\n"
+	        "      --debug                print every FUSE request (implies -f)\n"
+	        "  -h, --help                 show this help\n"
+	        "\n"
+	        "SIZE is a power of two: 4096, 64K, 16M, 1G, 1T.\n");
+}
+
+static int cli_mount_parse_o(struct cli_mount_config *cfg, const char *arg)
+{
+	char *copy = strdup(arg), *save = NULL, *tok;
+	int ret = 0;
+
+	if (!copy)
+		return cli_fail(CMD, "out of memory");
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (strcmp(tok, "allow_other") == 0) {
+			cfg->allow_other = 1;
+		} else if (strcmp(tok, "ro") == 0) {
+			cfg->read_only = 1;
+		} else {
+			ret = cli_usage_error(
+				CMD, "unknown mount option '-o %s': use allow_other or ro", tok);
+			break;
+		}
+	}
+	free(copy);
+	return ret;
+}
+
+static int cli_mount_check_prefix(const char *p)
+{
+	size_t n = strlen(p);
+
+	if (n == 0 || n > PREFIX_MAX)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		char c = p[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '_' || c == '.' || c == '-'))
+			return -EINVAL;
+	}
+	return 0;
+}
+
+/* Makes `path` absolute against the current directory (no symlinks resolved:
+ * the file may not exist yet). */
+static int cli_mount_absolute(const char *path, char *out, size_t len)
+{
+	char cwd[PATH_MAX];
+	int n;
+
+	if (path[0] == '/') {
+		n = snprintf(out, len, "%s", path);
+	} else {
+		if (!getcwd(cwd, sizeof(cwd)))
+			return -errno;
+		n = snprintf(out, len, "%s/%s", strcmp(cwd, "/") == 0 ? "" : cwd, path);
+	}
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* --meta: "sqlite:PATH" or a bare PATH become sqlite:ABSOLUTE (the daemon
+ * changes to "/"); URIs of other schemes ("postgres://...") pass through. */
+static int cli_mount_meta_uri(struct cli_mount_config *cfg)
+{
+	const char *arg = cfg->meta_arg, *path;
+	char abs[PATH_MAX];
+	int ret;
+
+	if (!arg) {
+		ret = meta_default_uri(cfg->backing, cfg->meta_uri, sizeof(cfg->meta_uri));
+		if (ret < 0)
+			return cli_fail(CMD,
+			                "cannot choose a default index path for %s: %s; name one "
+			                "with --meta sqlite:PATH",
+			                cfg->backing, strerror(-ret));
+		return 0;
+	}
+	if (strncmp(arg, "sqlite:", 7) == 0)
+		path = arg + 7;
+	else if (strstr(arg, "://"))
+		path = NULL;
+	else
+		path = arg;
+	if (!path) {
+		if (strlen(arg) >= sizeof(cfg->meta_uri))
+			return cli_usage_error(CMD, "--meta URI is too long");
+		snprintf(cfg->meta_uri, sizeof(cfg->meta_uri), "%s", arg);
+		return 0;
+	}
+	if (!*path)
+		return cli_usage_error(CMD, "--meta '%s' names no file: use --meta sqlite:PATH",
+		                       arg);
+	if (cli_mount_absolute(path, abs, sizeof(abs)) < 0)
+		return cli_usage_error(CMD, "--meta path '%s' is too long", path);
+	snprintf(cfg->meta_uri, sizeof(cfg->meta_uri), "sqlite:%s", abs);
+	return 0;
+}
+
+static int cli_mount_check_backing(struct cli_mount_config *cfg, const char *arg)
+{
+	struct stat st;
+
+	if (!realpath(arg, cfg->backing)) {
+		int e = errno;
+
+		if (e == ENOENT)
+			return cli_fail(CMD, "BACKING '%s' does not exist: create it (mkdir -p %s)",
+			                arg, arg);
+		return cli_fail(CMD, "BACKING '%s': %s", arg, strerror(e));
+	}
+	if (stat(cfg->backing, &st) < 0)
+		return cli_fail(CMD, "BACKING '%s': %s", arg, strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		return cli_fail(CMD,
+		                "BACKING '%s' is not a directory: name the directory that holds "
+		                "(or will hold) the data files",
+		                arg);
+	return 0;
+}
+
+static int cli_mount_check_mountpoint(struct cli_mount_config *cfg, const char *arg)
+{
+	struct stat st;
+	struct dirent *d;
+	DIR *dir;
+	int empty = 1;
+
+	if (!realpath(arg, cfg->mountpoint)) {
+		int e = errno;
+
+		if (e == ENOENT)
+			return cli_fail(CMD,
+			                "MOUNTPOINT '%s' does not exist: create it (mkdir -p %s)",
+			                arg, arg);
+		if (e == ENOTCONN)
+			return cli_fail(CMD,
+			                "MOUNTPOINT '%s' is a dead FUSE mount: clear it with "
+			                "'pagefs umount %s' (or fusermount3 -u %s)",
+			                arg, arg, arg);
+		return cli_fail(CMD, "MOUNTPOINT '%s': %s", arg, strerror(e));
+	}
+	if (stat(cfg->mountpoint, &st) < 0)
+		return cli_fail(CMD, "MOUNTPOINT '%s': %s", arg, strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		return cli_fail(CMD,
+		                "MOUNTPOINT '%s' is not a directory: mount on an empty directory",
+		                arg);
+	if (cli_is_pagefs_mount(cfg->mountpoint)) {
+		pid_t pid;
+
+		if (cli_mount_pid(cfg->mountpoint, &pid) == -ENOTCONN)
+			return cli_fail(
+				CMD,
+				"MOUNTPOINT '%s' is a dead pagefs mount (its daemon is gone): "
+				"clear it with 'pagefs umount %s', then mount again",
+				arg, arg);
+		return cli_fail(CMD,
+		                "MOUNTPOINT '%s' is already a pagefs mount: unmount it first "
+		                "('pagefs umount %s')",
+		                arg, arg);
+	}
+	dir = opendir(cfg->mountpoint);
+	if (!dir)
+		return cli_fail(CMD, "MOUNTPOINT '%s': %s", arg, strerror(errno));
+	while (empty && (d = readdir(dir)) != NULL)
+		if (strcmp(d->d_name, ".") != 0 && strcmp(d->d_name, "..") != 0)
+			empty = 0;
+	closedir(dir);
+	if (!empty)
+		return cli_fail(CMD,
+		                "MOUNTPOINT '%s' is not empty: mount on an empty directory "
+		                "(the mount would hide its files)",
+		                arg);
+	/* Serving the backing directory from inside the mount would deadlock. */
+	size_t n = strlen(cfg->mountpoint);
+	if (strncmp(cfg->backing, cfg->mountpoint, n) == 0 &&
+	    (cfg->backing[n] == '\0' || cfg->backing[n] == '/' || n == 1))
+		return cli_usage_error(CMD,
+		                       "BACKING '%s' lies inside MOUNTPOINT '%s': keep it outside",
+		                       cfg->backing, cfg->mountpoint);
+	return 0;
+}
+
+/* Parses argv into cfg. 0 or an exit code (help printed: -1). */
+static int cli_mount_parse(int argc, char **argv, struct cli_mount_config *cfg)
+{
+	const char *page_size = NULL, *capacity = NULL, *log_file = NULL;
+	int ret, c;
+	long l;
+
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->page_size = DEFAULT_PAGE_SIZE;
+	cfg->capacity = DEFAULT_CAPACITY;
+	cfg->prefix = "hicache";
+	cfg->evict = META_EVICT_LRU;
+	cfg->verify = META_VERIFY_FIRST;
+	cfg->durability = META_DURABLE_PROCESS;
+	cfg->log_level = LOG_INFO;
+	cfg->entry_timeout = DEFAULT_ENTRY_TIMEOUT;
+
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":ho:f", mount_longopts, NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			cli_mount_usage(stdout);
+			return -1;
+		case 'o':
+			ret = cli_mount_parse_o(cfg, optarg);
+			if (ret)
+				return ret;
+			break;
+		case 'f':
+			cfg->foreground = 1;
+			break;
+		case OPT_META:
+			cfg->meta_arg = optarg;
+			break;
+		case OPT_PAGE_SIZE:
+			page_size = optarg;
+			break;
+		case OPT_CAPACITY:
+			capacity = optarg;
+			break;
+		case OPT_PREFIX:
+			if (cli_mount_check_prefix(optarg) < 0)
+				return cli_usage_error(
+					CMD,
+					"--prefix '%s' is not a data file prefix: use 1 "
+					"to %d of the characters A-Z a-z 0-9 _ . -",
+					optarg, PREFIX_MAX);
+			cfg->prefix = optarg;
+			break;
+		case OPT_EVICT:
+			if (strcmp(optarg, "lru") == 0)
+				cfg->evict = META_EVICT_LRU;
+			else if (strcmp(optarg, "none") == 0)
+				cfg->evict = META_EVICT_NONE;
+			else
+				return cli_usage_error(CMD, "--evict '%s': use lru or none",
+				                       optarg);
+			break;
+		case OPT_VERIFY:
+			if (strcmp(optarg, "none") == 0)
+				cfg->verify = META_VERIFY_NONE;
+			else if (strcmp(optarg, "first") == 0)
+				cfg->verify = META_VERIFY_FIRST;
+			else if (strcmp(optarg, "always") == 0)
+				cfg->verify = META_VERIFY_ALWAYS;
+			else
+				return cli_usage_error(
+					CMD, "--verify '%s': use none, first or always", optarg);
+			break;
+		case OPT_DURABILITY:
+			if (strcmp(optarg, "process") == 0)
+				cfg->durability = META_DURABLE_PROCESS;
+			else if (strcmp(optarg, "power") == 0)
+				cfg->durability = META_DURABLE_POWER;
+			else
+				return cli_usage_error(
+					CMD, "--durability '%s': use process or power", optarg);
+			break;
+		case OPT_THREADS:
+			if (cli_parse_long(optarg, 1, 1024, &l) < 0)
+				return cli_usage_error(
+					CMD, "--threads '%s' is not a thread count: use 1 to 1024",
+					optarg);
+			cfg->threads = (int)l;
+			break;
+		case OPT_LOG_LEVEL:
+			cfg->log_level = log_parse_level(optarg);
+			if (cfg->log_level < 0)
+				return cli_usage_error(
+					CMD, "--log-level '%s': use error, warn, info or debug",
+					optarg);
+			break;
+		case OPT_LOG_FILE:
+			log_file = optarg;
+			break;
+		case OPT_DEBUG:
+			cfg->debug = 1;
+			cfg->foreground = 1; /* FUSE debug output goes to the terminal */
+			break;
+		case OPT_ENTRY_TIMEOUT: {
+			char *end;
+
+			errno = 0;
+			cfg->entry_timeout = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !isfinite(cfg->entry_timeout) ||
+			    cfg->entry_timeout < 0 || cfg->entry_timeout > 1e9)
+				return cli_usage_error(
+					CMD,
+					"--entry-timeout '%s' is not a number of seconds: "
+					"use 0 or more, e.g. 3600 or 0.5",
+					optarg);
+			break;
+		}
+		case ':':
+			return cli_usage_error(CMD, "option '%s' needs a value", argv[optind - 1]);
+		default:
+			return cli_usage_error(CMD, "unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (argc - optind != 2)
+		return cli_usage_error(CMD, "%s: name BACKING and MOUNTPOINT",
+		                       argc - optind < 2 ? "missing arguments"
+		                                         : "too many arguments");
+
+	if (page_size) {
+		ret = cli_parse_pow2_size(CMD, "--page-size", page_size, 4096, &cfg->page_size);
+		if (ret)
+			return ret;
+	}
+	if (capacity) {
+		ret = cli_parse_pow2_size(CMD, "--capacity", capacity, 4096, &cfg->capacity);
+		if (ret)
+			return ret;
+	}
+	if (cfg->capacity < cfg->page_size || cfg->capacity % cfg->page_size != 0) {
+		char ps[32], cap[32];
+
+		meta_format_size(cfg->page_size, ps, sizeof(ps));
+		meta_format_size(cfg->capacity, cap, sizeof(cap));
+		return cli_usage_error(CMD,
+		                       "--capacity %s does not hold whole pages of %s: use a "
+		                       "multiple of the page size (at least %s)",
+		                       cap, ps, ps);
+	}
+	if (log_file && cli_mount_absolute(log_file, cfg->log_file, sizeof(cfg->log_file)) < 0)
+		return cli_usage_error(CMD, "--log-file path '%s' is too long", log_file);
+
+	ret = cli_mount_check_backing(cfg, argv[optind]);
+	if (ret)
+		return ret;
+	ret = cli_mount_check_mountpoint(cfg, argv[optind + 1]);
+	if (ret)
+		return ret;
+	return cli_mount_meta_uri(cfg);
+}
+
+static void cli_mount_print_mounted(const struct cli_mount_config *cfg)
+{
+	printf("pagefs: index: %s\n", cfg->meta_uri);
+	printf("pagefs: mounted %s on %s (index %s)\n", cfg->backing, cfg->mountpoint,
+	       cfg->meta_uri);
+	fflush(stdout);
+}
+
+static int cli_write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Leaves the terminal: the parent is gone, nobody reads our stdio. */
+static void cli_mount_detach(void)
+{
+	int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+	if (fd >= 0) {
+		dup2(fd, STDIN_FILENO);
+		dup2(fd, STDOUT_FILENO);
+		dup2(fd, STDERR_FILENO);
+		if (fd > STDERR_FILENO)
+			close(fd);
+	}
+	if (chdir("/") < 0)
+		log_warn("cannot change to /: %s", strerror(errno));
+}
+
+/* Called by pagefs_serve exactly once, when the mount is in place (err 0)
+ * or setup failed (err < 0, msg says why). */
+static void cli_mount_ready(void *arg, int err, const char *msg)
+{
+	struct cli_mount_ready_ctx *ctx = arg;
+	char status = err ? 1 : 0;
+
+	ctx->called = 1;
+	if (!msg || !*msg)
+		msg = err ? strerror(-err) : "";
+	if (ctx->foreground) {
+		if (err)
+			cli_fail(CMD, "%s", msg);
+		else
+			cli_mount_print_mounted(ctx->cfg);
+		return;
+	}
+	/* If the parent was killed meanwhile, the writes fail with EPIPE
+	 * (SIGPIPE is ignored) and the daemon goes on regardless. */
+	if (ctx->pipe_fd < 0)
+		return;
+	if (cli_write_all(ctx->pipe_fd, &status, 1) == 0)
+		cli_write_all(ctx->pipe_fd, msg, strlen(msg));
+	close(ctx->pipe_fd);
+	ctx->pipe_fd = -1;
+	if (!err)
+		cli_mount_detach();
+}
+
+static void cli_mount_fill_opts(const struct cli_mount_config *cfg, struct pagefs_mount_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->meta.uri = cfg->meta_uri;
+	o->meta.backing = cfg->backing;
+	o->meta.prefix = cfg->prefix;
+	o->meta.default_slot_size = cfg->page_size;
+	o->meta.default_capacity = cfg->capacity;
+	o->meta.evict = cfg->evict;
+	o->meta.verify = cfg->verify;
+	o->meta.durability = cfg->durability;
+	o->meta.read_only = cfg->read_only;
+	o->mountpoint = cfg->mountpoint;
+	o->threads = cfg->threads;
+	o->allow_other = cfg->allow_other;
+	o->read_only = cfg->read_only;
+	o->debug = cfg->debug;
+	o->entry_timeout = cfg->entry_timeout;
+}
+
+/* Serves in this process; returns pagefs_serve's exit code. */
+static int cli_mount_serve(const struct cli_mount_config *cfg, int pipe_fd)
+{
+	struct cli_mount_ready_ctx ctx = {
+		.cfg = cfg, .foreground = pipe_fd < 0, .pipe_fd = pipe_fd, .called = 0};
+	struct pagefs_mount_opts o;
+	int ret;
+
+	cli_mount_fill_opts(cfg, &o);
+	ret = pagefs_serve(&o, cli_mount_ready, &ctx);
+	if (!ctx.called) /* a broken promise of fs/; still tell the parent */
+		cli_mount_ready(&ctx, -EIO, "the filesystem stopped before it was mounted");
+	return ret ? CLI_FAIL : CLI_OK;
+}
+
+/* Reaps a daemon that reported failure and is exiting; gives up after
+ * about ten seconds (it is then reparented to init). */
+static int cli_mount_reap(pid_t child)
+{
+	int st;
+
+	for (int i = 0; i < 1000; i++) {
+		pid_t r = waitpid(child, &st, WNOHANG);
+
+		if (r == child)
+			return st;
+		if (r < 0 && errno != EINTR)
+			break;
+		usleep(10000);
+	}
+	return -1;
+}
+
+/* The parent's side: waits for the daemon's report on fd. */
+static int cli_mount_wait_ready(const struct cli_mount_config *cfg, pid_t child, int fd)
+{
+	char status = 1, msg[4096];
+	size_t used = 0;
+	ssize_t n;
+	int got_status, st;
+
+	do
+		n = read(fd, &status, 1);
+	while (n < 0 && errno == EINTR);
+	got_status = n == 1;
+	while (got_status && used < sizeof(msg) - 1) {
+		n = read(fd, msg + used, sizeof(msg) - 1 - used);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		used += (size_t)n;
+	}
+	msg[used] = '\0';
+	close(fd);
+
+	if (got_status && status == 0) {
+		cli_mount_print_mounted(cfg);
+		return CLI_OK; /* the daemon keeps running */
+	}
+	if (got_status) {
+		cli_fail(CMD, "%s",
+		         msg[0] ? msg : "the mount failed; run again with -f to see why");
+		cli_mount_reap(child);
+		return CLI_FAIL;
+	}
+	/* The pipe closed without a report: the daemon died during setup. */
+	st = cli_mount_reap(child);
+	if (st >= 0 && WIFSIGNALED(st))
+		return cli_fail(CMD,
+		                "the daemon (pid %d) was killed by signal %d (%s) before the mount "
+		                "was ready: run again with -f --log-level debug to see why",
+		                (int)child, WTERMSIG(st), strsignal(WTERMSIG(st)));
+	if (st >= 0 && WIFEXITED(st))
+		return cli_fail(CMD,
+		                "the daemon (pid %d) exited with status %d before the mount was "
+		                "ready: run again with -f --log-level debug to see why",
+		                (int)child, WEXITSTATUS(st));
+	return cli_fail(CMD,
+	                "the daemon (pid %d) stopped reporting before the mount was ready: run "
+	                "again with -f --log-level debug to see why",
+	                (int)child);
+}
+
+int cli_mount_main(int argc, char **argv)
+{
+	struct cli_mount_config cfg;
+	int fds[2], ret;
+	pid_t pid;
+
+	ret = cli_mount_parse(argc, argv, &cfg);
+	if (ret)
+		return ret < 0 ? CLI_OK : ret;
+
+	log_set_level((enum log_level)cfg.log_level);
+	if (cfg.log_file[0]) {
+		ret = log_open_file(cfg.log_file);
+		if (ret < 0)
+			return cli_fail(CMD,
+			                "cannot open --log-file '%s': %s; name a file in an "
+			                "existing, writable directory",
+			                cfg.log_file, strerror(-ret));
+	}
+
+	if (cfg.foreground)
+		return cli_mount_serve(&cfg, -1);
+
+	if (pipe2(fds, O_CLOEXEC) < 0)
+		return cli_fail(CMD, "cannot create a pipe: %s", strerror(errno));
+	fflush(stdout);
+	fflush(stderr);
+	pid = fork();
+	if (pid < 0) {
+		int e = errno;
+
+		close(fds[0]);
+		close(fds[1]);
+		return cli_fail(CMD, "cannot start the daemon (fork): %s", strerror(e));
+	}
+	if (pid == 0) {
+		close(fds[0]);
+		setsid();
+		signal(SIGPIPE, SIG_IGN);
+		return cli_mount_serve(&cfg, fds[1]);
+	}
+	close(fds[1]);
+	return cli_mount_wait_ready(&cfg, pid, fds[0]);
+}
