@@ -1,0 +1,67 @@
+"""SPEC: errors of the backing mount (ENOSPC) reach the caller; nothing partial is committed."""
+import errno
+import os
+
+import pageformat as PF
+from pagefs_helpers import assert_bytes_equal, close_quietly, expect_errno, read_page, write_all
+
+MIB = 1 << 20
+
+
+def try_write(path, data):
+    """open/write/close; returns None on success or (stage, errno)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError as e:
+        return ("open", e.errno)
+    try:
+        write_all(fd, data)
+    except OSError as e:
+        close_quietly(fd)  # the close may report the error again
+        return ("write", e.errno)
+    try:
+        os.close(fd)
+    except OSError as e:
+        return ("close", e.errno)
+    return None
+
+
+def test_full_backing_directory_reports_enospc_and_commits_nothing_partial(mount):
+    m = mount(start=False)
+    mount.mount_tmpfs(m.backing, "16M")
+    m.start("--page-size", "1M", "--capacity", "64M")
+    pool = m.pool(0, "kv")
+    written = {}
+    failure = None
+    for i in range(40):
+        name = f"page-{i:02d}"
+        data = PF.make_page(name, i, MIB)
+        failure = try_write(pool / name, data)
+        if failure:
+            break
+        written[name] = data
+    assert failure, "40 MiB of pages went into a 16 MiB backing directory without an error"
+    stage, err = failure
+    assert err == errno.ENOSPC, f"{name}: the backing ENOSPC should reach the writer, got " \
+                                f"{errno.errorcode.get(err, err)} at {stage}"
+    assert len(written) >= 8, f"only {len(written)} pages fit in 16 MiB"
+    listing = set(os.listdir(pool))
+    assert name not in listing, f"{name} failed with ENOSPC at {stage} but was committed"
+    expect_errno(errno.ENOENT, os.stat, pool / name, what=f"stat of {name} after ENOSPC")
+    assert listing == set(written), f"listing {sorted(listing)} != written {sorted(written)}"
+    for n, d in written.items():
+        assert_bytes_equal(read_page(pool / n), d, f"{n} after the backing dir filled up")
+    victims = sorted(written)[:3]
+    for n in victims:
+        os.unlink(pool / n)
+        del written[n]
+    for j in range(2):
+        n = f"after-{j}"
+        d = PF.make_page(n, 100 + j, MIB)
+        res = try_write(pool / n, d)
+        assert res is None, f"{n}: writing after deleting {len(victims)} pages failed at {res[0]} " \
+                            f"with {errno.errorcode.get(res[1], res[1])} (no remount)"
+        written[n] = d
+    assert set(os.listdir(pool)) == set(written)
+    for n, d in written.items():
+        assert_bytes_equal(read_page(pool / n), d, n)

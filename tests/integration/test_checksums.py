@@ -1,0 +1,140 @@
+"""SPEC "Checksums": XXH3-64 per page; corrupt bytes -> EIO, page dropped, counted, logged."""
+import ctypes
+import errno
+import json
+import os
+import re
+
+from pagefs_helpers import (assert_bytes_equal, counter, describe, expect_errno, read_page,
+                            run_pagefs, wait_until, write_page, xattr_int, xattr_str)
+
+SMALL = ("--page-size", "64K", "--capacity", "1M")
+
+
+def _xxh3_64():
+    try:
+        import xxhash
+        return lambda b: xxhash.xxh3_64_intdigest(b)
+    except ImportError:
+        pass
+    try:
+        lib = ctypes.CDLL("libxxhash.so.0")
+        lib.XXH3_64bits.restype = ctypes.c_uint64
+        lib.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        return lambda b: lib.XXH3_64bits(bytes(b), len(b))
+    except OSError:
+        return None
+
+
+XXH3 = _xxh3_64()
+
+
+def corrupt(page, at=100):
+    """Flips one byte of the page directly in its backing data file."""
+    data_file = xattr_str(page, "user.pagefs.data_file")
+    off = xattr_int(page, "user.pagefs.offset")
+    with open(data_file, "r+b") as f:
+        f.seek(off + at)
+        b = f.read(1)
+        f.seek(off + at)
+        f.write(bytes([b[0] ^ 0xFF]))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_expect_eio(path):
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:
+        assert e.errno == errno.EIO, f"open of a corrupt page: expected EIO, got {e}"
+        return
+    try:
+        # make sure the read reaches the daemon, not the kernel's page cache
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        data = os.read(fd, 1 << 20)
+        raise AssertionError(f"read of a corrupt page returned {len(data)} bytes; expected EIO")
+    except OSError as e:
+        assert e.errno == errno.EIO, f"read of a corrupt page: expected EIO, got {e}"
+    finally:
+        os.close(fd)
+
+
+def test_page_checksum_xattr_is_the_xxh3_64_of_its_bytes(mount):
+    m = mount(*SMALL)
+    pool = m.pool(0, "kv")
+    pages = {"a": os.urandom(50000), "b": b"", "c": b"hello"}
+    for n, d in pages.items():
+        write_page(pool / n, d)
+    for n, d in pages.items():
+        cs = xattr_str(pool / n, "user.pagefs.checksum")
+        assert re.fullmatch(r"[0-9a-fA-F]{16}", cs), f"checksum of {n} should be 16 hex digits, got {cs!r}"
+        if XXH3:
+            assert int(cs, 16) == XXH3(d), f"checksum of {n}: {cs}, XXH3-64 is {XXH3(d):016x}"
+
+
+def test_corrupt_page_fails_with_eio_after_remount_and_is_dropped(mount):
+    m = mount(*SMALL)
+    pool = m.pool(0, "kv")
+    good = os.urandom(40000)
+    write_page(pool / "bad", os.urandom(50000))
+    write_page(pool / "good", good)
+    corrupt(pool / "bad")
+    m.remount()  # --verify first (the default): the first read after mount verifies
+    read_expect_eio(pool / "bad")
+    assert "bad" not in os.listdir(pool), "a page that failed verification must be dropped"
+    assert_bytes_equal(read_page(pool / "good"), good, "the other page")
+    st = m.stats()
+    assert counter(st, "checksum_failures") == 1, f"stats: {json.dumps(st)[:2000]}"
+    assert wait_until(lambda: "bad" in m.log_tail(), timeout=3), \
+        "the checksum failure should be logged with the page's name"
+    # the slot is free again
+    assert wait_until(lambda: m.statvfs_free_total()[0] == m.statvfs_free_total()[1] - 65536,
+                      timeout=3), \
+        f"free/total {m.statvfs_free_total()}: only 'good' should hold a slot"
+
+
+def test_corrupt_page_fails_with_eio_under_verify_always_without_remount(mount):
+    m = mount(*SMALL, "--verify", "always")
+    pool = m.pool(0, "kv")
+    data = os.urandom(30000)
+    write_page(pool / "p", data)
+    assert_bytes_equal(read_page(pool / "p"), data, "first read")
+    assert_bytes_equal(read_page(pool / "p"), data, "second read")
+    corrupt(pool / "p", at=29999)
+    read_expect_eio(pool / "p")
+    assert "p" not in os.listdir(pool)
+    assert counter(m.stats(), "checksum_failures") == 1
+
+
+def test_status_json_counts_the_checksum_failure(mount):
+    m = mount(*SMALL)
+    pool = m.pool(0, "kv")
+    write_page(pool / "bad", os.urandom(1000))
+    write_page(pool / "ok", b"fine")
+    corrupt(pool / "bad", at=10)
+    m.remount()
+    read_expect_eio(pool / "bad")
+    r = run_pagefs("status", "--json", m.mnt)
+    assert r.returncode == 0, f"pagefs status --json: {describe(r)}"
+    try:
+        js = json.loads(r.stdout)
+    except ValueError as e:
+        raise AssertionError(f"pagefs status --json did not print JSON ({e}): {r.stdout[:1000]}")
+    assert counter(js, "checksum_failures") == 1, f"status: {r.stdout[:2000]}"
+    assert counter(js, "pages") == 1, f"status: {r.stdout[:2000]}"
+    r = run_pagefs("status", m.mnt)
+    assert r.returncode == 0, f"pagefs status: {describe(r)}"
+    assert "kv" in r.stdout, f"human status should name the pool: {r.stdout}"
+
+
+def test_root_stats_xattr_is_json_with_the_counters(mount):
+    m = mount(*SMALL)
+    pool = m.pool(0, "kv")
+    write_page(pool / "a", b"x" * 1000)
+    read_page(pool / "a")
+    expect_errno(errno.ENOENT, os.stat, pool / "missing")
+    st = m.stats()
+    for k in ("hits", "misses", "evictions", "checksum_failures", "pages"):
+        counter(st, k)
+    assert counter(st, "pages") == 1
+    assert counter(st, "evictions") == 0

@@ -1,0 +1,126 @@
+"""SPEC "Command line": exit codes and messages of mount, refusals, help."""
+import errno
+import os
+import sqlite3
+
+from pagefs_helpers import describe, expect_errno, is_mounted, run_pagefs, write_page
+
+
+def test_mount_with_an_unknown_option_exits_2_with_a_message(mount):
+    m = mount(start=False)
+    r = m.attempt(opts=["--bogus-option"])
+    assert r.returncode == 2, f"unknown option should be a usage error (exit 2): {describe(r)}"
+    assert "bogus-option" in r.stdout + r.stderr, f"the message should name the option: {describe(r)}"
+    assert not is_mounted(m.mnt)
+
+
+def test_mount_with_a_bad_size_exits_2_with_a_message(mount):
+    m = mount(start=False)
+    r = m.attempt(opts=["--page-size", "12Q"])
+    assert r.returncode == 2, f"a malformed size is a usage error (exit 2): {describe(r)}"
+    assert "12Q" in r.stdout + r.stderr, f"the message should name the bad value: {describe(r)}"
+    assert not is_mounted(m.mnt)
+
+
+def test_mount_of_a_nonexistent_backing_dir_exits_1_with_a_message(mount):
+    m = mount(start=False)
+    missing = m.dir / "does-not-exist"
+    r = m.attempt(backing=missing)
+    assert r.returncode == 1, f"missing backing dir should exit 1: {describe(r)}"
+    assert str(missing) in r.stdout + r.stderr, f"the message should name the directory: {describe(r)}"
+    assert not is_mounted(m.mnt)
+
+
+def test_second_mount_of_the_same_index_is_refused(mount):
+    m = mount()
+    write_page(m.pool(0, "kv") / "p", b"first")
+    other = m.dir / "mnt2"
+    other.mkdir()
+    r = m.attempt(mnt=other, log=m.dir / "log2")
+    assert r.returncode == 1, f"a second daemon on the same SQLite index must be refused: {describe(r)}"
+    assert (r.stdout + r.stderr).strip(), "the refusal needs a message"
+    assert not is_mounted(other), "the refused mount left a mount point behind"
+    with open(m.path(0, "kv", "p"), "rb") as f:
+        assert f.read() == b"first", "the first mount must keep working"
+
+
+def test_same_backing_dir_with_another_index_is_refused(mount):
+    m = mount()
+    write_page(m.pool(0, "kv") / "p", b"owned")
+    other_mnt = m.dir / "mnt2"
+    other_mnt.mkdir()
+    other_meta = f"sqlite:{m.dir / 'other-index.db'}"
+    r = m.attempt(mnt=other_mnt, meta=other_meta, log=m.dir / "log2")
+    assert r.returncode == 1, f"another index on an owned backing dir must be refused: {describe(r)}"
+    msg = r.stdout + r.stderr
+    assert "index" in msg.lower() or str(m.index) in msg, f"the message should mention the index: {msg}"
+    assert not is_mounted(other_mnt)
+    m.umount()
+    r = m.attempt(mnt=other_mnt, meta=other_meta, log=m.dir / "log3")
+    assert r.returncode == 1, f"still refused after the owner unmounted: {describe(r)}"
+    msg = r.stdout + r.stderr
+    assert "index" in msg.lower() or str(m.index) in msg, f"the message should mention the index: {msg}"
+    assert not is_mounted(other_mnt)
+    m.start()
+    with open(m.path(0, "kv", "p"), "rb") as f:
+        assert f.read() == b"owned"
+
+
+def test_mount_of_a_corrupt_index_fails_with_a_message_naming_fsck(mount):
+    m = mount(start=False)
+    m.index.write_bytes(os.urandom(8192))
+    r = m.attempt()
+    assert r.returncode == 1, f"a corrupt index should make mount fail with exit 1: {describe(r)}"
+    assert "fsck" in r.stdout + r.stderr, f"the message should name `pagefs fsck`: {describe(r)}"
+    assert not is_mounted(m.mnt)
+
+
+def test_mount_of_a_foreign_sqlite_file_fails_with_a_message_naming_fsck(mount):
+    m = mount(start=False)
+    db = sqlite3.connect(m.index)
+    db.execute("create table pages (name text, slot integer)")
+    db.execute("create table recipes (title text)")
+    db.execute("insert into recipes values ('soup')")
+    db.commit()
+    db.close()
+    r = m.attempt()
+    assert r.returncode == 1, f"a foreign SQLite file should make mount fail with exit 1: {describe(r)}"
+    assert "fsck" in r.stdout + r.stderr, f"the message should name `pagefs fsck`: {describe(r)}"
+    assert not is_mounted(m.mnt)
+
+
+def test_help_and_version_exit_0():
+    for args in (["--help"], ["--version"], ["mount", "--help"], ["umount", "--help"]):
+        r = run_pagefs(*args)
+        assert r.returncode == 0, f"pagefs {' '.join(args)}: {describe(r)}"
+        assert r.stdout.strip(), f"pagefs {' '.join(args)} printed nothing on stdout"
+
+
+def test_no_arguments_or_an_unknown_command_exit_2():
+    for args in ([], ["frobnicate"]):
+        r = run_pagefs(*args)
+        assert r.returncode == 2, f"pagefs {' '.join(args)}: {describe(r)}"
+        assert r.stderr.strip(), f"pagefs {' '.join(args)}: usage errors need a message on stderr"
+
+
+def test_read_only_mount_serves_pages_and_refuses_changes_with_erofs(mount):
+    m = mount("--page-size", "64K", "--capacity", "1M")
+    pool = m.pool(0, "kv")
+    write_page(pool / "p", b"kept")
+    m.umount()
+    m.start("--page-size", "64K", "--capacity", "1M", "-o", "ro")
+    with open(pool / "p", "rb") as f:
+        assert f.read() == b"kept"
+    expect_errno(errno.EROFS, os.open, pool / "new", os.O_WRONLY | os.O_CREAT, 0o644)
+    expect_errno(errno.EROFS, os.unlink, pool / "p")
+    expect_errno(errno.EROFS, os.rename, pool / "p", pool / "q")
+    expect_errno(errno.EROFS, os.mkdir, m.path(1))
+    assert os.listdir(pool) == ["p"]
+
+
+def test_mount_accepts_threads_and_log_level_options(mount):
+    m = mount("--page-size", "64K", "--capacity", "1M", "--threads", "2", "--log-level", "debug")
+    pool = m.pool(0, "kv")
+    write_page(pool / "p", b"threads")
+    with open(pool / "p", "rb") as f:
+        assert f.read() == b"threads"

@@ -1,0 +1,85 @@
+"""Pool defaults and pool xattrs (user.pagefs.page_size, user.pagefs.capacity)."""
+import errno
+import os
+
+from pagefs_helpers import (close_quietly, describe, expect_errno, opened, read_page, run_pagefs, write_page,
+                            xattr_int)
+
+SMALL = ("--page-size", "64K", "--capacity", "1M")
+
+
+def test_new_pool_takes_the_mount_default_page_size_and_capacity(mount):
+    m = mount(*SMALL)
+    pool = m.pool(0, "kv")
+    assert xattr_int(pool, "user.pagefs.page_size") == 65536
+    assert xattr_int(pool, "user.pagefs.capacity") == 1048576
+    names = os.listxattr(pool)
+    assert "user.pagefs.page_size" in names and "user.pagefs.capacity" in names, \
+        f"listxattr of a pool should name its settings, got {names}"
+
+
+def test_pool_page_size_and_capacity_are_settable_as_sizes_or_bytes(mount):
+    m = mount(*SMALL)
+    pool = m.pool(0, "kv")
+    os.setxattr(pool, "user.pagefs.page_size", b"128K")
+    assert xattr_int(pool, "user.pagefs.page_size") == 131072
+    os.setxattr(pool, "user.pagefs.page_size", b"131072")
+    assert xattr_int(pool, "user.pagefs.page_size") == 131072
+    os.setxattr(pool, "user.pagefs.capacity", b"2M")
+    assert xattr_int(pool, "user.pagefs.capacity") == 2097152
+    os.setxattr(pool, "user.pagefs.capacity", b"4194304")
+    assert xattr_int(pool, "user.pagefs.capacity") == 4194304
+    # the new page size is the slot size: 128K fits, one byte more does not
+    with opened(pool / "p", os.O_WRONLY | os.O_CREAT, 0o644) as fd:
+        assert os.pwrite(fd, b"z", 131071) == 1
+    assert os.stat(pool / "p").st_size == 131072
+    fd = os.open(pool / "q", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        expect_errno(errno.EFBIG, os.pwrite, fd, b"z", 131072, what="write past the 128K slot")
+    finally:
+        close_quietly(fd)
+
+
+def test_pool_xattr_with_a_garbage_value_fails_with_einval(mount):
+    m = mount(*SMALL)
+    pool = m.pool(0, "kv")
+    expect_errno(errno.EINVAL, os.setxattr, pool, "user.pagefs.page_size", b"abc")
+    expect_errno(errno.EINVAL, os.setxattr, pool, "user.pagefs.capacity", b"-5")
+    assert xattr_int(pool, "user.pagefs.page_size") == 65536
+    assert xattr_int(pool, "user.pagefs.capacity") == 1048576
+
+
+def test_changing_page_size_of_a_pool_with_pages_fails_with_ebusy(mount):
+    m = mount(*SMALL)
+    pool = m.pool(0, "kv")
+    write_page(pool / "p", b"x" * 1000)
+    expect_errno(errno.EBUSY, os.setxattr, pool, "user.pagefs.page_size", b"128K")
+    assert xattr_int(pool, "user.pagefs.page_size") == 65536
+    assert read_page(pool / "p") == b"x" * 1000
+    os.unlink(pool / "p")
+    os.setxattr(pool, "user.pagefs.page_size", b"128K")
+    assert xattr_int(pool, "user.pagefs.page_size") == 131072
+
+
+def test_pool_create_command_sets_page_size_and_capacity(mount):
+    m = mount(*SMALL)
+    r = run_pagefs("pool", "create", m.path(1, "indexer"), "--page-size", "1M", "--capacity", "64M")
+    assert r.returncode == 0, f"pagefs pool create failed: {describe(r)}"
+    pool = m.path(1, "indexer")
+    assert os.path.isdir(pool), "pool create should make the rank and pool directories"
+    assert "indexer" in os.listdir(m.path(1))
+    assert xattr_int(pool, "user.pagefs.page_size") == 1048576
+    assert xattr_int(pool, "user.pagefs.capacity") == 67108864
+    data = os.urandom(1 << 20)
+    write_page(pool / "page", data)
+    assert read_page(pool / "page") == data
+
+
+def test_pool_settings_survive_remount(mount):
+    m = mount(*SMALL)
+    pool = m.pool(2, "swa")
+    os.setxattr(pool, "user.pagefs.page_size", b"256K")
+    os.setxattr(pool, "user.pagefs.capacity", b"8M")
+    m.remount()
+    assert xattr_int(pool, "user.pagefs.page_size") == 262144
+    assert xattr_int(pool, "user.pagefs.capacity") == 8388608
