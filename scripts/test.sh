@@ -1,0 +1,273 @@
+#!/usr/bin/env bash
+# test.sh - everything CI checks, in one run (.ci/run calls this).
+#
+#   1. dependencies (scripts/deps.sh)
+#   2. two builds: build/ (plain) and build-asan/ (SANITIZER=address,undefined)
+#   3. Criterion unit tests through ctest (label "unit") in both builds
+#   4. the pytest integration suite (tests/integration) against the ASan
+#      binary, then the plain one (PAGEFS_BIN); the suite fails a test when
+#      a pagefs process (the daemon included) writes a sanitizer report
+#   5. clang-format --dry-run -Werror over fs/ meta/ tools/ tests/unit/
+#   (PAGEFS_TIDY=1 adds clang-tidy over the same C files.)
+#
+# Ends with "N passed, N failed, N skipped"; exits non-zero on any failure.
+# Everything mounted under its temporary directory is unmounted on exit,
+# even when interrupted. Set PAGEFS_TEST_KEEP=1 to keep the logs.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+WORK=$(mktemp -d /tmp/pagefs-test.XXXXXX) || exit 1
+PASSED=0
+FAILED=0
+SKIPPED=0
+SUMMARY=()
+
+# ---- never leave mounts behind ----
+
+# Mount points under $WORK, deepest first (/proc/mounts escapes spaces as \040).
+mounts_under() {
+	local dev mp rest
+	while read -r dev mp rest; do
+		mp=$(printf '%b' "$mp")
+		[[ $mp == "$WORK" || $mp == "$WORK"/* ]] && printf '%s\n' "$mp"
+	done </proc/self/mounts | sort -r
+}
+
+unmount_all() {
+	local mp bin
+	for bin in "$ROOT/build/pagefs" "$ROOT/build-asan/pagefs" ""; do
+		[[ -z $bin || -x $bin ]] && break
+	done
+	while IFS= read -r mp; do
+		[[ -n $mp ]] || continue
+		echo "test.sh: cleaning up mount $mp" >&2
+		# pagefs umount also waits for the daemon to flush and exit.
+		if [[ -n $bin ]] && timeout 70 "$bin" umount --timeout 60 "$mp" >/dev/null 2>&1; then
+			continue
+		fi
+		umount -l "$mp" 2>/dev/null || fusermount3 -u -z "$mp" 2>/dev/null ||
+			echo "test.sh: could not unmount $mp; unmount it by hand" >&2
+	done < <(mounts_under)
+}
+
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	unmount_all
+	if [[ -n $(mounts_under) ]]; then
+		# Never rm -rf across a mount: it would delete through it.
+		echo "test.sh: mounts remain under $WORK; not removing it" >&2
+	elif [[ ${PAGEFS_TEST_KEEP:-0} == 1 ]]; then
+		echo "test.sh: logs kept in $WORK" >&2
+	else
+		rm -rf "$WORK"
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'echo "test.sh: interrupted" >&2; exit 130' INT TERM
+
+# ---- bookkeeping ----
+
+section() {
+	printf '\n==== %s ====\n' "$*"
+}
+
+# record NAME PASSED FAILED SKIPPED [DETAIL]
+record() {
+	PASSED=$((PASSED + $2))
+	FAILED=$((FAILED + $3))
+	SKIPPED=$((SKIPPED + $4))
+	SUMMARY+=("$(printf '%-28s %4d passed, %4d failed, %4d skipped%s' "$1" "$2" "$3" "$4" \
+		"${5:+   ($5)}")")
+}
+
+# Counts "passed failed skipped" in JUnit XML files (ctest's, pytest's,
+# Criterion's). A file that is missing or unreadable counts as nothing.
+junit_counts() {
+	/usr/bin/python3 - "$@" <<'EOF'
+import sys
+import xml.etree.ElementTree as ET
+t = f = s = 0
+for path in sys.argv[1:]:
+    try:
+        root = ET.parse(path).getroot()
+    except Exception:
+        continue
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    for su in suites:
+        t += int(su.get("tests", 0) or 0)
+        f += int(su.get("failures", 0) or 0) + int(su.get("errors", 0) or 0)
+        s += int(su.get("skipped", 0) or su.get("disabled", 0) or 0)
+print(max(t - f - s, 0), f, s)
+EOF
+}
+
+# Unit test counts of a build: Criterion's per-test XML of every test
+# binary; a binary that left no XML (crashed, timed out) counts as one
+# test, failed when ctest failed it.
+unit_counts() { # CTEST_JUNIT RESULTS_DIR
+	/usr/bin/python3 - "$1" "$2" <<'EOF'
+import os
+import sys
+import xml.etree.ElementTree as ET
+ctest, results = sys.argv[1], sys.argv[2]
+p = f = s = 0
+try:
+    cases = list(ET.parse(ctest).getroot().iter("testcase"))
+except Exception:
+    cases = []
+for case in cases:
+    name = case.get("name", "")
+    failed = (case.find("failure") is not None or case.find("error") is not None
+              or case.get("status") == "fail")
+    xml = os.path.join(results, name[len("unit_"):] + ".xml")
+    try:
+        root = ET.parse(xml).getroot()
+    except Exception:
+        root = None
+    if root is None:
+        p, f = (p, f + 1) if failed else (p + 1, f)
+        continue
+    for su in ([root] if root.tag == "testsuite" else root.iter("testsuite")):
+        tt = int(su.get("tests", 0) or 0)
+        ff = int(su.get("failures", 0) or 0) + int(su.get("errors", 0) or 0)
+        ss = int(su.get("skipped", 0) or su.get("disabled", 0) or 0)
+        p, f, s = p + max(tt - ff - ss, 0), f + ff, s + ss
+print(p, f, s)
+EOF
+}
+
+# ---- 1. dependencies ----
+
+section "dependencies"
+if ! bash scripts/deps.sh; then
+	echo "test.sh: installing dependencies failed; run scripts/deps.sh as root" >&2
+	exit 1
+fi
+if [[ ! -c /dev/fuse ]]; then
+	echo "test.sh: /dev/fuse is missing: integration tests need FUSE (in a container: --device /dev/fuse --cap-add SYS_ADMIN)" >&2
+fi
+
+# ---- 2. builds ----
+
+BUILDS=()
+for variant in plain asan; do
+	if [[ $variant == plain ]]; then
+		dir=build san=""
+	else
+		dir=build-asan san=address,undefined
+	fi
+	section "build $dir${san:+ (SANITIZER=$san)}"
+	if BUILD_DIR=$dir bash scripts/build.sh $san >"$WORK/build-$variant.log" 2>&1; then
+		tail -n 1 "$WORK/build-$variant.log"
+		record "build $dir" 1 0 0
+		BUILDS+=("$dir")
+	else
+		tail -n 40 "$WORK/build-$variant.log"
+		echo "test.sh: build of $dir failed (full log above)" >&2
+		record "build $dir" 0 1 0
+	fi
+done
+
+# ---- 3. unit tests ----
+
+for dir in "${BUILDS[@]}"; do
+	section "unit tests ($dir)"
+	xml=$WORK/unit-$dir.xml
+	log=$WORK/unit-$dir.log
+	rm -f "$dir"/unit-results/*.xml
+	ctest --test-dir "$dir" -L unit --output-on-failure --timeout 300 \
+		--output-junit "$xml" 2>&1 | tee "$log"
+	rc=${PIPESTATUS[0]}
+	line=$(grep -E 'tests passed|No tests were found' "$log" | tail -n 1)
+	read -r p f s < <(unit_counts "$xml" "$dir/unit-results")
+	((rc != 0 && f == 0)) && f=1
+	record "unit ($dir)" "$p" "$f" "$s" "ctest: $line"
+done
+
+# ---- 4. integration tests ----
+
+run_integration() { # DIR
+	local dir=$1 bin=$ROOT/$1/pagefs tag=${1//\//_} rc p f s line
+	local xml=$WORK/integration-$tag.xml log=$WORK/integration-$tag.log
+	mkdir -p "$WORK/tmp-$tag" "$WORK/state-$tag"
+	section "integration tests ($dir)"
+	# TMPDIR, PAGEFS_IT_TMPDIR and --basetemp keep every mount under $WORK
+	# for the cleanup trap; XDG_STATE_HOME keeps default indexes out of the
+	# user's home. The suite's fixtures point each daemon's sanitizer
+	# log_path into its mount's directory and fail the test on a report.
+	env PAGEFS_BIN="$bin" \
+		TMPDIR="$WORK/tmp-$tag" \
+		PAGEFS_IT_TMPDIR="$WORK/tmp-$tag" \
+		XDG_STATE_HOME="$WORK/state-$tag" \
+		ASAN_OPTIONS="detect_leaks=1" \
+		UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+		timeout -k 30 900 /usr/bin/python3 -m pytest -q -rfEs --durations=5 -p no:cacheprovider \
+		--basetemp="$WORK/pytest-$tag" --junitxml="$xml" tests/integration 2>&1 | tee "$log"
+	rc=${PIPESTATUS[0]}
+	((rc == 124)) && echo "test.sh: the integration suite timed out after 900 s" >&2
+	# pytest's own summary ("3 failed, 40 passed in 12.3s"), with or without ===.
+	line=$(grep -E '(passed|failed|error|skipped|deselected|no tests ran).* in [0-9.]+s' "$log" |
+		tail -n 1 | sed -E 's/^=+ //; s/ =+$//')
+	read -r p f s < <(junit_counts "$xml")
+	# 5: no tests collected; anything else non-zero must show as a failure.
+	if ((rc == 5)); then
+		line="no integration tests collected"
+	elif ((rc != 0 && f == 0)); then
+		f=1
+	fi
+	record "integration ($dir)" "$p" "$f" "$s" "$line"
+}
+
+if ! compgen -G "tests/integration/test_*.py" >/dev/null; then
+	section "integration tests"
+	echo "test.sh: no tests/integration/test_*.py yet"
+	record "integration" 0 0 1 "no test files"
+elif [[ ! -c /dev/fuse ]]; then
+	record "integration" 0 1 0 "no /dev/fuse"
+else
+	for dir in build-asan build; do
+		if [[ " ${BUILDS[*]} " == *" $dir "* ]]; then
+			run_integration "$dir"
+		fi
+	done
+fi
+
+# ---- 5. formatting (and optional clang-tidy) ----
+
+section "clang-format"
+mapfile -t CFILES < <(find fs meta tools tests/unit -name '*.[ch]' 2>/dev/null | sort)
+if ((${#CFILES[@]} == 0)); then
+	record "clang-format" 0 0 1 "no files"
+elif clang-format --dry-run -Werror "${CFILES[@]}" 2>"$WORK/format.log"; then
+	echo "clang-format: ${#CFILES[@]} files clean"
+	record "clang-format" 1 0 0 "${#CFILES[@]} files"
+else
+	bad=$(grep -oE '^[^: ]+\.[ch]:' "$WORK/format.log" | sort -u | tr -d ':' | tr '\n' ' ')
+	head -n 40 "$WORK/format.log"
+	echo "clang-format: not formatted: $bad"
+	echo "clang-format: fix with: clang-format -i $bad"
+	record "clang-format" 0 1 0 "fix: clang-format -i $bad"
+fi
+
+if [[ ${PAGEFS_TIDY:-0} == 1 && " ${BUILDS[*]} " == *" build "* ]]; then
+	section "clang-tidy"
+	mapfile -t SRCS < <(find fs meta tools -name '*.c' | sort)
+	if clang-tidy -p build --quiet "${SRCS[@]}" >"$WORK/tidy.log" 2>&1 &&
+		! grep -q 'warning:' "$WORK/tidy.log"; then
+		record "clang-tidy" 1 0 0
+	else
+		grep -A3 'warning:' "$WORK/tidy.log" | head -n 80
+		record "clang-tidy" 0 1 0 "see warnings above"
+	fi
+fi
+
+# ---- summary ----
+
+section "summary"
+printf '%s\n' "${SUMMARY[@]}"
+echo
+echo "$PASSED passed, $FAILED failed, $SKIPPED skipped"
+((FAILED == 0))
