@@ -157,6 +157,11 @@ void apply_record(struct meta *m, const struct rec *r, struct dropped **drops)
 	case REC_RENAME:
 		apply_rename(m, r);
 		break;
+	case REC_BULK:
+		/* Oldest first: each link makes the page the most recent. */
+		for (size_t i = 0; i < r->bulk->n; i++)
+			page_link_committed(m, r->bulk->pages[i]);
+		break;
 	default:
 		break; /* pools, ranks, settings, touches: applied before submit */
 	}
