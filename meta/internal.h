@@ -197,10 +197,6 @@ void drops_add(struct dropped **list, const struct page *p);
 
 /* keys.c: stops the protocol's background thread and frees its state. */
 void keys_stop(struct meta *m);
-/* The bytes per page SGLang used for a data file of `size` bytes holding
- * n pages (n = size // bpp): size / n when exact or when only one value
- * fits, else 0 (ambiguous: the caller must be told the page size). */
-uint64_t keys_page_size_of(uint64_t size, uint64_t n);
 
 /* table.c */
 int table_init(struct page_table *t, uint64_t buckets);

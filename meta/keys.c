@@ -422,7 +422,7 @@ static void *evictor_main(void *arg)
 
 /* ---- pools ---- */
 
-uint64_t keys_page_size_of(uint64_t size, uint64_t n)
+uint64_t meta_page_size_of(uint64_t size, uint64_t n)
 {
 	if (n == 0 || size < n)
 		return 0;
@@ -446,7 +446,7 @@ static int size_from_file(struct meta *m, int rank, const char *ns, uint64_t num
 	uint64_t size = (uint64_t)st.st_size, def = m->cfg.default_slot_size;
 	if (def && size / def == num_pages)
 		*slot_size = def;
-	else if (!(*slot_size = keys_page_size_of(size, num_pages))) {
+	else if (!(*slot_size = meta_page_size_of(size, num_pages))) {
 		snprintf(msg, msglen,
 		         "data file %s has %llu bytes: num_pages %llu does not tell the page size, "
 		         "and %llu-byte pages (the mount's --page-size) give %llu pages; create "

@@ -328,6 +328,9 @@ void meta_keys_tune(struct meta *m, const struct meta_keys_tuning *t);
  */
 int meta_keys_initialize(struct meta *m, int rank, const char *ns, uint64_t num_pages, int *differs,
                          char *msg, size_t msglen);
+/* SGLang's bytes per page for a data file of size bytes and n pages
+ * (n = size // bpp): size / n when exact or the only fit, else 0. */
+uint64_t meta_page_size_of(uint64_t size, uint64_t n);
 /* The pool of (rank, ns) for the calls below: 0 or -ENOENT. */
 int meta_keys_pool(struct meta *m, int rank, const char *ns, uint32_t *pool_id);
 /* out[i] = 1 if keys[i] is a committed page (recency unchanged). */

@@ -175,7 +175,7 @@ static int choose_slot_size(struct meta *m, const char *pkey, struct imp_pool *i
 		FAIL("pool '%s': data file path too long", pkey);
 	if (stat(path, &st) == 0 && st.st_size > 0) {
 		uint64_t size = (uint64_t)st.st_size;
-		uint64_t bpp = page_size ? page_size : keys_page_size_of(size, ip->num_pages);
+		uint64_t bpp = page_size ? page_size : meta_page_size_of(size, ip->num_pages);
 		if (!page_size && !bpp)
 			FAIL("pool '%s': data file %s has %llu bytes, which does not tell the page "
 			     "size for num_pages %llu (several sizes give that many pages); give "
