@@ -524,6 +524,20 @@ int meta_keys_pool(struct meta *m, int rank, const char *ns, uint32_t *pool_id)
 	return rc;
 }
 
+/* Recency for a protocol lookup: memory at once, the store at most once a
+ * minute per page (HTTP clients look keys up far more often than FUSE). */
+static void keys_touch(struct meta *m, struct page *p)
+{
+	int64_t now = now_ns();
+
+	if (now - p->atime_saved_ns >= 60 * SEC) {
+		page_touch(m, p);
+		return;
+	}
+	p->atime_ns = now;
+	lru_touch(p->pool, p);
+}
+
 /* The committed page named key, if the name is valid. meta.lock held. */
 static struct page *find_key(struct meta *m, uint32_t pool_id, const char *key)
 {
@@ -559,7 +573,7 @@ int meta_keys_get(struct meta *m, uint32_t pool_id, const char *const *keys, siz
 		struct page *p = find_key(m, pool_id, keys[i]);
 		slot[i] = p ? (int64_t)p->slot : -1;
 		if (p) {
-			page_touch(m, p);
+			keys_touch(m, p);
 			pool->hits++;
 		} else {
 			pool->misses++;
@@ -618,7 +632,7 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 		if (p) {
 			existed[i] = 1;
 			slot[i] = (int64_t)p->slot;
-			page_touch(m, p);
+			keys_touch(m, p);
 			continue;
 		}
 		if ((prev = batch_seen(&bs, keys, i)) >= 0) {
@@ -654,28 +668,33 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 {
 	struct drop_list dl = {0};
 	struct dropped *drops = NULL;
-	struct rec **commits = calloc(n ? n : 1, sizeof(*commits));
+	struct page **pages = calloc(n ? n : 1, sizeof(*pages));
+	struct rec *r = rec_new(REC_BULK);
+	struct bulk bulk = {pages, 0, NULL, NULL};
 	int64_t now = now_ns();
-	size_t nc = 0;
 	int rc = 0;
 
 	*ignored = 0;
-	if (!commits)
+	if (!pages || !r) {
+		free(pages);
+		free(r);
 		return -ENOMEM;
+	}
 	pthread_mutex_lock(&m->lock);
 	struct pool *pool = pool_by_id(m, pool_id);
 	struct kpool *kp = pool ? kpool_get(m, pool) : NULL;
 	if (!kp || m->cfg.read_only) {
 		rc = !pool ? -ENOENT : m->cfg.read_only ? -EROFS : -ENOMEM;
 		pthread_mutex_unlock(&m->lock);
-		free(commits);
+		free(pages);
+		free(r);
 		return rc;
 	}
 	for (size_t i = 0; i < n; i++) {
 		int64_t s = slots[i];
 		struct page *old = find_key(m, pool_id, keys[i]);
 		if (old && (int64_t)old->slot == s) {
-			page_touch(m, old); /* confirmed again: nothing changes */
+			keys_touch(m, old); /* confirmed again: nothing changes */
 			continue;
 		}
 		if (s < 0 || (uint64_t)s >= kp->capacity || !kp->resv[s] ||
@@ -686,31 +705,24 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 			(*ignored)++;
 			continue;
 		}
-		struct rec *r = rec_new(REC_COMMIT);
-		if (!r) {
-			rc = -ENOMEM;
-			break;
-		}
+		struct page *p = page_alloc(keys[i], strlen(keys[i]));
 		/* A key confirmed over an older page of the same name: the old
 		 * slot goes through the quarantine (readers may hold it). */
-		if (old && drop_page(m, old, &dl, &drops) < 0) {
-			free(r);
+		if (!p || (old && drop_page(m, old, &dl, &drops) < 0)) {
+			free(p);
 			rc = -ENOMEM;
 			break;
 		}
 		kp->resv[s] = 0;
-		r->pool_id = pool_id;
-		r->page_id = m->next_page_id++;
-		r->slot = (uint64_t)s;
-		r->length = pool->slot_size;
-		r->has_checksum = 0;
-		r->mtime_ns = r->atime_ns = now;
-		r->gen = m->epoch;
-		r->name_len = (uint16_t)strlen(keys[i]);
-		memcpy(r->name, keys[i], r->name_len + 1u);
-		r->waited = 1;
-		journal_submit(m, r);
-		commits[nc++] = r;
+		p->id = m->next_page_id++;
+		p->pool = pool;
+		p->gen = m->epoch;
+		p->slot = (uint64_t)s;
+		p->length = pool->slot_size;
+		p->has_checksum = 0; /* summed on its first read through pagefs */
+		p->mtime_ns = p->atime_ns = p->atime_saved_ns = now;
+		p->name_hash = name_hash(pool_id, p->name, p->name_len);
+		pages[bulk.n++] = p;
 	}
 	for (size_t i = 0; rc == 0 && i < nrel; i++) {
 		int64_t s = release[i];
@@ -723,21 +735,31 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 			(*ignored)++;
 		}
 	}
+	/* All confirmed keys in one record: one savepoint, one apply. */
+	if (bulk.n) {
+		r->bulk = &bulk;
+		r->waited = 1;
+		journal_submit(m, r);
+	}
 	pthread_mutex_unlock(&m->lock);
 
 	int drc = drops_finish(m, &dl, drops);
-	for (size_t i = 0; i < nc; i++) {
-		uint64_t s = commits[i]->slot;
-		int err = journal_wait(m, commits[i]);
+	if (bulk.n) {
+		int err = journal_wait(m, r);
 		if (err < 0) {
 			rc = rc ? rc : err;
 			pthread_mutex_lock(&m->lock);
 			if ((pool = pool_by_id(m, pool_id)))
-				slot_release(pool, s);
+				for (size_t i = 0; i < bulk.n; i++)
+					slot_release(pool, pages[i]->slot);
 			pthread_mutex_unlock(&m->lock);
+			for (size_t i = 0; i < bulk.n; i++)
+				free(pages[i]);
 		}
+	} else {
+		free(r);
 	}
-	free(commits);
+	free(pages);
 	return rc ? rc : drc;
 }
 

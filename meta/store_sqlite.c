@@ -471,6 +471,15 @@ static int apply_bulk(struct store *s, const struct rec *r)
 		exec(s, "PRAGMA cache_size=-524288"); /* the name index fits: no spills */
 	for (size_t i = 0; i < b->n && rc == 0; i++) {
 		const struct page *p = b->pages[i];
+		/* Replaces a row of the same name, as REC_COMMIT does. */
+		sqlite3_stmt *del = stmt(s, ST_COMMIT_DEL);
+		if (!del)
+			return -EIO;
+		sqlite3_bind_int64(del, 1, p->pool->id);
+		sqlite3_bind_blob(del, 2, p->name, p->name_len, SQLITE_STATIC);
+		sqlite3_bind_int64(del, 3, (sqlite3_int64)p->id);
+		if ((rc = step_done(del)) < 0)
+			return rc;
 		sqlite3_bind_int64(st, 1, (sqlite3_int64)p->id);
 		sqlite3_bind_int64(st, 2, p->pool->id);
 		sqlite3_bind_blob(st, 3, p->name, p->name_len, SQLITE_STATIC);
