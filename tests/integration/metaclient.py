@@ -86,10 +86,16 @@ class Server:
         os.makedirs(self.backing, exist_ok=True)
         self.meta = meta or f"sqlite:{os.path.join(dir, 'index.db')}"
         self.log = open(os.path.join(dir, "serve.log"), "w")
+        env = dict(os.environ)
+        for var, stem in (("ASAN_OPTIONS", "asan"), ("UBSAN_OPTIONS", "ubsan"),
+                          ("LSAN_OPTIONS", "lsan")):
+            cur = env.get(var, "")
+            if "log_path" not in cur:
+                env[var] = (cur + ":" if cur else "") + f"log_path={os.path.join(dir, stem)}"
         self.proc = subprocess.Popen(
             [H.PAGEFS_BIN, "serve-meta", "--backing", self.backing, "--meta", self.meta,
              "--listen", "127.0.0.1:0", *opts],
-            stdout=subprocess.PIPE, stderr=self.log, text=True, stdin=subprocess.DEVNULL)
+            stdout=subprocess.PIPE, stderr=self.log, text=True, stdin=subprocess.DEVNULL, env=env)
         line = self.proc.stdout.readline()
         if "listening on http://" not in line:
             self.stop()
@@ -103,6 +109,16 @@ class Server:
                 return f.read()
         except OSError:
             return ""
+
+    def sanitizer_reports(self):
+        out = []
+        for name in sorted(os.listdir(self.dir)):
+            if "san." in name:
+                with open(os.path.join(self.dir, name), errors="replace") as f:
+                    txt = f.read()
+                if txt.strip():
+                    out.append(f"=== {name} ===\n{txt}")
+        return out
 
     def stop(self):
         if self.proc.poll() is None:

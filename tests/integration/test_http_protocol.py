@@ -28,6 +28,8 @@ def server(tmp_root, request):
     yield start
     for s in servers:
         assert s.stop() == 0, f"serve-meta did not exit cleanly:\n{s.log_text()}"
+        reports = s.sanitizer_reports()
+        assert not reports, "sanitizer reports from serve-meta:\n" + "\n".join(reports)[:20000]
 
 
 def snapshot(c, keys, rank=0, ns="kv"):
