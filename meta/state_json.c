@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 struct imp_pool {
 	int rank;
@@ -112,24 +113,32 @@ static int check_pool(const char *pkey, json_t *v, struct imp_pool *ip, char *er
 	return 0;
 }
 
-/* One key or slot twice in a pool: refused, never guessed. */
+/* One key or slot twice in a pool: refused, never guessed. Keys are
+ * checked with an open-addressing set of indices (a jansson object would
+ * cost more than the whole store transaction). */
 static int check_unique(const char *pkey, const struct imp_pool *ip, char *err, size_t errlen)
 {
+	size_t n = json_array_size(ip->keys), cap = 16;
+	while (cap < 2 * n)
+		cap *= 2;
 	uint8_t *seen = calloc((ip->num_pages + 7) / 8, 1);
-	json_t *names = json_object();
+	size_t *set = malloc(cap * sizeof(*set));
 	size_t i;
 	json_t *e;
 	int rc = 0;
 
-	if (!seen || !names) {
+	if (!seen || !set) {
 		free(seen);
-		json_decref(names);
+		free(set);
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
+	memset(set, 0xff, cap * sizeof(*set));
 	json_array_foreach(ip->keys, i, e)
 	{
-		const char *k = json_string_value(json_array_get(e, 0));
+		json_t *kj = json_array_get(e, 0);
+		const char *k = json_string_value(kj);
+		size_t klen = json_string_length(kj);
 		uint64_t s = (uint64_t)json_integer_value(json_array_get(e, 1));
 		if (seen[s / 8] & (1u << (s % 8))) {
 			snprintf(err, errlen,
@@ -139,16 +148,23 @@ static int check_unique(const char *pkey, const struct imp_pool *ip, char *err, 
 			break;
 		}
 		seen[s / 8] |= (uint8_t)(1u << (s % 8));
-		if (json_object_get(names, k)) {
+		size_t h = (size_t)XXH3_64bits(k, klen) & (cap - 1);
+		for (; set[h] != SIZE_MAX; h = (h + 1) & (cap - 1)) {
+			json_t *o = json_array_get(json_array_get(ip->keys, set[h]), 0);
+			if (json_string_length(o) == klen &&
+			    memcmp(json_string_value(o), k, klen) == 0)
+				break;
+		}
+		if (set[h] != SIZE_MAX) {
 			snprintf(err, errlen, "pool '%s': key '%s' appears twice in key_to_index",
 			         pkey, k);
 			rc = -EINVAL;
 			break;
 		}
-		json_object_set_new_nocheck(names, k, json_null());
+		set[h] = i;
 	}
 	free(seen);
-	json_decref(names);
+	free(set);
 	return rc;
 }
 
