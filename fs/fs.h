@@ -18,6 +18,12 @@ struct pagefs_mount_opts {
 	int read_only;        /* -o ro */
 	int debug;            /* FUSE protocol debug output */
 	double entry_timeout; /* seconds the kernel may cache names/attrs */
+	/* Optional front ends over the same index (e.g. the HTTP protocol):
+	 * on_meta runs once the index is open, before the mount (non-zero
+	 * fails the mount with msg); on_close runs before the index closes. */
+	int (*on_meta)(void *arg, struct meta *m, char *msg, size_t msglen);
+	void (*on_close)(void *arg);
+	void *hook_arg;
 };
 
 /*

@@ -155,6 +155,8 @@ static int verify_page(struct fs_mount *fs, const struct meta_page_info *p,
 	if (ret < 0)
 		log_error("cannot verify page %s in pool %u/%s: %s", p->name, pool->rank, pool->ns,
 		          strerror(-ret));
+	if (ret == 0 && !p->has_checksum)
+		meta_page_set_checksum(fs->meta, p->id, p->slot, sum); /* key protocol page */
 	meta_page_verified(fs->meta, p->id, p->slot, ok);
 	return ok ? 0 : -EIO;
 }

@@ -237,6 +237,11 @@ int pagefs_serve(const struct pagefs_mount_opts *o,
 		goto out_inval;
 	}
 	meta_set_drop_cb(fs.meta, fs_inval_on_drop, fs.inval);
+	if (o->on_meta && (ret = o->on_meta(o->hook_arg, fs.meta, msg, sizeof(msg))) != 0) {
+		ready(arg, ret < 0 ? ret : -EIO, msg);
+		meta_close(fs.meta);
+		goto out_inval;
+	}
 
 	ret = check_mountpoint(o->mountpoint, msg, sizeof(msg));
 	if (ret < 0) {
@@ -291,6 +296,8 @@ out_session:
 		fuse_session_destroy(fs.se);
 out_meta:
 	close_all_handles(&fs);
+	if (o->on_close)
+		o->on_close(o->hook_arg);
 	meta_close(fs.meta);
 out_inval:
 	if (!stuck)

@@ -157,6 +157,15 @@ void apply_record(struct meta *m, const struct rec *r, struct dropped **drops)
 	case REC_RENAME:
 		apply_rename(m, r);
 		break;
+	case REC_BULK:
+		/* Oldest first: each link makes the page the most recent. As
+		 * the store did, a page replaces another of its name. */
+		for (size_t i = 0; i < r->bulk->n; i++) {
+			struct page *b = r->bulk->pages[i];
+			remove_other(m, b->pool, b->name, b->id, drops);
+			page_link_committed(m, b);
+		}
+		break;
 	default:
 		break; /* pools, ranks, settings, touches: applied before submit */
 	}

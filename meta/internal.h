@@ -25,6 +25,7 @@
 
 struct store;
 struct journal;
+struct keys;
 
 /* A page: committed (in its pool's LRU) or being written (pending). */
 struct page {
@@ -113,7 +114,8 @@ struct meta {
 
 	struct store *store;
 	struct journal *journal;
-	int lock_fd; /* flock on the index */
+	struct keys *keys; /* key/slot protocol state (keys.c); NULL until used */
+	int lock_fd;       /* flock on the index */
 };
 
 /* ---- records the journal makes durable, in submission order ---- */
@@ -128,7 +130,18 @@ enum rec_type {
 	REC_POOL_DEL,
 	REC_RANK_PUT,
 	REC_RANK_DEL,
-	REC_SETTING, /* settings key = value */
+	REC_SETTING,  /* settings key = value */
+	REC_BULK,     /* many new pages of empty pools, all or nothing (import) */
+	REC_CHECKSUM, /* first checksum of a page committed without one */
+};
+
+/* REC_BULK: the pages (allocated, not linked) and a progress callback the
+ * writer thread calls as rows reach the store. */
+struct bulk {
+	struct page **pages;
+	size_t n;
+	void (*progress)(void *arg, uint64_t done, uint64_t total);
+	void *arg;
 };
 
 struct rec {
@@ -153,6 +166,7 @@ struct rec {
 	char ns[META_NS_MAX + 1];
 	char key[32];
 	char value[256];
+	struct bulk *bulk; /* REC_BULK only; owned by the submitter */
 	uint16_t name_len;
 	char name[META_NAME_MAX + 1];
 };
@@ -181,6 +195,9 @@ void apply_record(struct meta *m, const struct rec *r, struct dropped **drops);
 void drops_notify(struct meta *m, struct dropped *d);
 void drops_add(struct dropped **list, const struct page *p);
 
+/* keys.c: stops the protocol's background thread and frees its state. */
+void keys_stop(struct meta *m);
+
 /* table.c */
 int table_init(struct page_table *t, uint64_t buckets);
 void table_free(struct page_table *t);
@@ -199,6 +216,8 @@ struct page *page_alloc(const char *name, size_t len);
 void page_link_committed(struct meta *m, struct page *p);   /* tables + LRU + counts */
 void page_unlink_committed(struct meta *m, struct page *p); /* reverse; keeps slot bit */
 void lru_touch(struct pool *p, struct page *pg);
+/* lru_touch plus atime, persisted at most once a second per page. */
+void page_touch(struct meta *m, struct page *p);
 int64_t now_ns(void);
 
 /* pool.c helpers */

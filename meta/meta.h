@@ -247,6 +247,128 @@ struct meta_fsck_result {
 int meta_fsck(const struct meta_fsck_opts *o, struct meta_fsck_result *res, char *err,
               size_t errlen);
 
+/* ---- bulk adoption and the SGLang state file (adopt.c, state_json.c) ---- */
+
+struct meta_adopt_page {
+	uint32_t pool_id; /* an existing pool with no pages, reservations or pins */
+	uint64_t slot;    /* below the pool's capacity, one page per slot */
+	const char *name; /* a valid page name, unique within its pool */
+};
+
+/*
+ * Commits n pages (to pools that hold nothing else) in one store
+ * transaction: all or nothing. Each page's length is its pool's slot size
+ * and it has no checksum (one is computed on its first read). Pages are
+ * given increasing atimes in array order per pool, so in[0] is the least
+ * recently used. progress (may be NULL) is called from the writer thread
+ * as rows reach the store. Returns 0, -EBUSY (a pool is not empty),
+ * -ERANGE (slot beyond capacity), -EINVAL (two pages on one slot, a bad
+ * name), -ENOENT (no such pool), or a store errno.
+ */
+int meta_adopt(struct meta *m, const struct meta_adopt_page *in, size_t n,
+               void (*progress)(void *arg, uint64_t done, uint64_t total), void *arg);
+
+struct meta_json_opts {
+	const char *file;   /* import: the persistence file; export: NULL = stdout */
+	uint64_t page_size; /* import: slot size of new pools; 0 = derive (see below) */
+	void (*progress)(void *arg, const char *what, uint64_t done, uint64_t total);
+	void *arg;
+};
+
+struct meta_json_result {
+	uint64_t pools, keys;
+};
+
+/*
+ * Adopts a mini_3fs_metadata_server persistence file ({"rank:namespace":
+ * {"num_pages", "free_pages", "key_to_index"}}; a key without ':' means
+ * ":kv") into the index, all or nothing: every pool and key is checked
+ * before anything changes. The slot size of a pool is o->page_size, else
+ * the existing pool's, else the pool's data file size / num_pages as
+ * SGLang sizes it (num_pages = file_size // bytes_per_page); a mismatch is
+ * refused. Returns 0, or a negative errno with a message in err (a
+ * malformed file names the line and column).
+ */
+int meta_import_json(struct meta *m, const struct meta_json_opts *o, struct meta_json_result *res,
+                     char *err, size_t errlen);
+/*
+ * Writes the index as a persistence file the Python server loads (4-space
+ * indent; free_pages = unused slots ascending; key_to_index oldest use
+ * first) to o->file (through FILE.tmp and a rename) or stdout. Names that
+ * are not UTF-8 cannot be JSON keys: they are skipped and counted in err.
+ */
+int meta_export_json(struct meta *m, const struct meta_json_opts *o, struct meta_json_result *res,
+                     char *err, size_t errlen);
+
+/* ---- the mini_3fs_metadata_server key protocol (keys.c) ---- */
+
+/*
+ * SGLang's HiCacheHF3FS keeps pages in a pool's data file at
+ * slot * slot_size and asks an index for slots by key. These calls are
+ * that index, on the same pages the FUSE tree shows. keys are arrays of n
+ * NUL-terminated page names. A reserved slot is held (and never evicted)
+ * until confirmed, released, or reserve_timeout passes. Slots freed by
+ * delete, clear or eviction wait out a quarantine (longer than SGLang's
+ * 5 s client timeout: readers are not pinned) before reuse; a background
+ * evictor keeps some slots of every protocol pool free or in quarantine.
+ */
+struct meta_keys_tuning {
+	int64_t reserve_timeout_ns; /* default 60 s */
+	int64_t quarantine_ns;      /* default 6 s; never below 5 s */
+	uint32_t headroom_pct;      /* evictor keeps this % free (default 2, min 1 slot) */
+};
+void meta_keys_tune(struct meta *m, const struct meta_keys_tuning *t);
+
+/*
+ * Creates pool (rank, ns) with num_pages slots if missing (slot size: the
+ * pool setting, else data file size / num_pages when the data file
+ * exists, else the mount default). An existing pool keeps its size; a
+ * different num_pages is logged (*differs = 1), never applied. Returns 0,
+ * -EINVAL, -EMSGSIZE (data file size does not fit num_pages: msg says why).
+ */
+int meta_keys_initialize(struct meta *m, int rank, const char *ns, uint64_t num_pages, int *differs,
+                         char *msg, size_t msglen);
+/* SGLang's bytes per page for a data file of size bytes and n pages
+ * (n = size // bpp): size / n when exact or the only fit, else 0. */
+uint64_t meta_page_size_of(uint64_t size, uint64_t n);
+/* The pool of (rank, ns) for the calls below: 0 or -ENOENT. */
+int meta_keys_pool(struct meta *m, int rank, const char *ns, uint32_t *pool_id);
+/* out[i] = 1 if keys[i] is a committed page (recency unchanged). */
+int meta_keys_exists(struct meta *m, uint32_t pool_id, const char *const *keys, size_t n,
+                     uint8_t *out);
+/*
+ * existed[i] = 1, slot[i] = its slot for a committed key (recency
+ * refreshed); else a reserved slot (from the top of the pool downwards),
+ * the same one for a key repeated in the batch, or -1 when no slot is free.
+ */
+int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys, size_t n,
+                      uint8_t *existed, int64_t *slot);
+/*
+ * Publishes keys[i] at slots[i] (a slot this protocol reserved) as
+ * committed pages of slot size without checksum, durably before return,
+ * then returns released slots that no key maps and that are reserved. A
+ * confirm naming a slot that is not reserved, or a release of a slot a
+ * page maps, is ignored and logged. Counts of ignored entries in *ignored.
+ */
+int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
+                      const int64_t *slots, size_t n, const int64_t *release, size_t nrel,
+                      size_t *ignored);
+/* Removes the committed keys (durably); *deleted counts them. */
+int meta_keys_delete(struct meta *m, uint32_t pool_id, const char *const *keys, size_t n,
+                     size_t *deleted);
+/* Removes every page and reservation of the pool (durably). */
+int meta_keys_clear(struct meta *m, uint32_t pool_id);
+/* slot[i] = the slot of keys[i] (recency refreshed) or -1 when missing. */
+int meta_keys_get(struct meta *m, uint32_t pool_id, const char *const *keys, size_t n,
+                  int64_t *slot);
+
+/*
+ * Computes and records the checksum of a page that has none (written by
+ * the key protocol or imported) once its bytes were read whole; a later
+ * read verifies against it. No-op if the page changed meanwhile.
+ */
+void meta_page_set_checksum(struct meta *m, uint64_t page_id, uint64_t slot, uint64_t checksum);
+
 /* ---- counters ---- */
 
 void meta_count_io(struct meta *m, uint32_t pool_id, uint64_t read, uint64_t written);

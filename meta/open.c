@@ -447,6 +447,7 @@ void meta_close(struct meta *m)
 {
 	if (!m)
 		return;
+	keys_stop(m);
 	journal_stop(m);
 	if (m->by_id.buckets) {
 		for (uint64_t i = 0; i <= m->by_id.mask; i++) {

@@ -109,7 +109,7 @@ static void fill_info(const struct page *p, struct meta_page_info *out)
 }
 
 /* Refreshes recency; the store hears of it at most once a second. */
-static void touch(struct meta *m, struct page *p)
+void page_touch(struct meta *m, struct page *p)
 {
 	p->atime_ns = now_ns();
 	lru_touch(p->pool, p);
@@ -136,7 +136,7 @@ int meta_page_lookup(struct meta *m, uint32_t pool_id, const char *name, struct 
 	if (pool) {
 		struct page *p = table_find_name(&m->by_name, pool_id, name, pending);
 		if (p) {
-			touch(m, p);
+			page_touch(m, p);
 			fill_info(p, out);
 			pool->hits++;
 			ret = 0;
@@ -341,10 +341,12 @@ int meta_page_pin(struct meta *m, uint64_t page_id, struct meta_page_info *out, 
 	struct page *p = table_find_id(&m->by_id, page_id);
 	if (p && p->committed) {
 		slot_pin(p->pool, p->slot);
-		touch(m, p);
+		page_touch(m, p);
 		fill_info(p, out);
-		*verify = p->has_checksum && (m->cfg.verify == META_VERIFY_ALWAYS ||
-		                              (m->cfg.verify == META_VERIFY_FIRST && !p->verified));
+		/* A page without a checksum (written by the key protocol or
+		 * imported) is read once to get one. */
+		*verify = !p->has_checksum || m->cfg.verify == META_VERIFY_ALWAYS ||
+		          (m->cfg.verify == META_VERIFY_FIRST && !p->verified);
 		ret = 0;
 	}
 	pthread_mutex_unlock(&m->lock);
@@ -455,4 +457,24 @@ int meta_page_rename(struct meta *m, uint32_t pool_id, const char *from, const c
 	if (!(r = rec_new(REC_RENAME)))
 		return -ENOMEM;
 	return submit_named(m, r, pool_id, from, to, noreplace);
+}
+
+void meta_page_set_checksum(struct meta *m, uint64_t page_id, uint64_t slot, uint64_t checksum)
+{
+	pthread_mutex_lock(&m->lock);
+	struct page *p = table_find_id(&m->by_id, page_id);
+	if (p && p->committed && p->slot == slot && !p->has_checksum && !m->cfg.read_only) {
+		struct rec *r = rec_new(REC_CHECKSUM);
+		if (r) {
+			/* Memory first: a crash before the store has it only means
+			 * the page is summed again on its next first read. */
+			p->checksum = checksum;
+			p->has_checksum = 1;
+			r->page_id = page_id;
+			r->slot = slot;
+			r->checksum = checksum;
+			journal_submit(m, r);
+		}
+	}
+	pthread_mutex_unlock(&m->lock);
 }

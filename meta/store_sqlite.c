@@ -33,6 +33,7 @@ enum stmt_id {
 	ST_POOL_DEL,
 	ST_RANK_DEL,
 	ST_SETTING,
+	ST_CHECKSUM,
 	ST_SAVEPOINT,
 	ST_RELEASE,
 	ST_ROLLBACK_TO,
@@ -57,6 +58,7 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_POOL_DEL] = "DELETE FROM pools WHERE id=?1",
 	[ST_RANK_DEL] = "DELETE FROM ranks WHERE rank=?1",
 	[ST_SETTING] = "INSERT OR REPLACE INTO settings(key,value) VALUES(?1,?2)",
+	[ST_CHECKSUM] = "UPDATE pages SET checksum=?3 WHERE id=?1 AND slot=?2 AND checksum IS NULL",
 	[ST_SAVEPOINT] = "SAVEPOINT rec",
 	[ST_RELEASE] = "RELEASE rec",
 	[ST_ROLLBACK_TO] = "ROLLBACK TO rec",
@@ -456,6 +458,49 @@ static int run_id(struct store *s, enum stmt_id id, int64_t a, int64_t b, int na
 	return step_done(st);
 }
 
+/* REC_BULK: one row per page; the caller's savepoint makes it all or nothing. */
+static int apply_bulk(struct store *s, const struct rec *r)
+{
+	const struct bulk *b = r->bulk;
+	sqlite3_stmt *st = stmt(s, ST_COMMIT_PUT);
+	int rc = 0;
+
+	if (!st)
+		return -EIO;
+	if (b->n > 100000)
+		exec(s, "PRAGMA cache_size=-524288"); /* the name index fits: no spills */
+	for (size_t i = 0; i < b->n && rc == 0; i++) {
+		const struct page *p = b->pages[i];
+		/* Replaces a row of the same name, as REC_COMMIT does. */
+		sqlite3_stmt *del = stmt(s, ST_COMMIT_DEL);
+		if (!del)
+			return -EIO;
+		sqlite3_bind_int64(del, 1, p->pool->id);
+		sqlite3_bind_blob(del, 2, p->name, p->name_len, SQLITE_STATIC);
+		sqlite3_bind_int64(del, 3, (sqlite3_int64)p->id);
+		if ((rc = step_done(del)) < 0)
+			return rc;
+		sqlite3_bind_int64(st, 1, (sqlite3_int64)p->id);
+		sqlite3_bind_int64(st, 2, p->pool->id);
+		sqlite3_bind_blob(st, 3, p->name, p->name_len, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 4, (sqlite3_int64)p->slot);
+		sqlite3_bind_int64(st, 5, (sqlite3_int64)p->length);
+		if (p->has_checksum)
+			sqlite3_bind_int64(st, 6, (sqlite3_int64)p->checksum);
+		else
+			sqlite3_bind_null(st, 6);
+		sqlite3_bind_int64(st, 7, p->mtime_ns);
+		sqlite3_bind_int64(st, 8, p->atime_ns);
+		sqlite3_bind_int64(st, 9, p->gen);
+		rc = step_done(st);
+		if (b->progress && ((i + 1) % 65536 == 0 || i + 1 == b->n))
+			b->progress(b->arg, i + 1, b->n);
+	}
+	if (b->n > 100000)
+		exec(s, "PRAGMA cache_size=-65536");
+	return rc;
+}
+
 static int apply_one(struct store *s, struct rec *r)
 {
 	sqlite3_stmt *st;
@@ -498,6 +543,15 @@ static int apply_one(struct store *s, struct rec *r)
 		return run_id(s, ST_POOL_DEL, r->pool_id, 0, 1);
 	case REC_SETTING:
 		return store_set_setting(s, r->key, r->value);
+	case REC_BULK:
+		return apply_bulk(s, r);
+	case REC_CHECKSUM:
+		if (!(st = stmt(s, ST_CHECKSUM)))
+			return -EIO;
+		sqlite3_bind_int64(st, 1, (sqlite3_int64)r->page_id);
+		sqlite3_bind_int64(st, 2, (sqlite3_int64)r->slot);
+		sqlite3_bind_int64(st, 3, (sqlite3_int64)r->checksum);
+		return step_done(st);
 	}
 	return -EINVAL;
 }

@@ -7,7 +7,7 @@
 #   4. the pytest integration suite (tests/integration) against the ASan
 #      binary, then the plain one (PAGEFS_BIN); the suite fails a test when
 #      a pagefs process (the daemon included) writes a sanitizer report
-#   5. clang-format --dry-run -Werror over fs/ meta/ tools/ tests/unit/
+#   5. clang-format --dry-run -Werror over fs/ meta/ serve/ tools/ tests/unit/
 #   (PAGEFS_TIDY=1 adds clang-tidy over the same C files.)
 #
 # Ends with "N passed, N failed, N skipped"; exits non-zero on any failure.
@@ -238,7 +238,7 @@ fi
 # ---- 5. formatting (and optional clang-tidy) ----
 
 section "clang-format"
-mapfile -t CFILES < <(find fs meta tools tests/unit -name '*.[ch]' 2>/dev/null | sort)
+mapfile -t CFILES < <(find fs meta serve tools tests/unit -name '*.[ch]' 2>/dev/null | sort)
 if ((${#CFILES[@]} == 0)); then
 	record "clang-format" 0 0 1 "no files"
 elif clang-format --dry-run -Werror "${CFILES[@]}" 2>"$WORK/format.log"; then

@@ -35,6 +35,9 @@ int cli_umount_main(int argc, char **argv);
 int cli_status_main(int argc, char **argv);
 int cli_pool_main(int argc, char **argv);
 int cli_fsck_main(int argc, char **argv);
+int cli_import_main(int argc, char **argv);
+int cli_export_main(int argc, char **argv);
+int cli_serve_main(int argc, char **argv);
 
 /*
  * Prints "pagefs CMD: MESSAGE" to stderr followed by a hint to run

@@ -25,6 +25,12 @@ static const struct cli_command commands[] = {
          "create a pool with a page size and capacity"},
 	{"fsck", cli_fsck_main, "fsck BACKING [--meta URI]",
          "check an index against its data files (offline)"},
+	{"import-json", cli_import_main, "import-json FILE --backing DIR",
+         "adopt a mini_3fs_metadata_server state file (offline)"},
+	{"export-json", cli_export_main, "export-json --backing DIR [-o FILE]",
+         "write the index as a mini_3fs_metadata_server state file (offline)"},
+	{"serve-meta", cli_serve_main, "serve-meta --backing DIR [--listen ADDR:PORT]",
+         "serve SGLang's 3FS metadata HTTP protocol from the index"},
 };
 
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -14,6 +14,7 @@
 #include "fs/fs.h"
 #include "meta/log.h"
 #include "meta/meta.h"
+#include "serve/serve.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -54,6 +55,7 @@ struct cli_mount_config {
 	int foreground;
 	int debug;
 	double entry_timeout;
+	const char *http; /* --http ADDR:PORT: serve the 3FS metadata protocol too */
 };
 
 /* What the ready callback needs; lives on the serving process's stack. */
@@ -77,6 +79,7 @@ enum {
 	OPT_LOG_FILE,
 	OPT_DEBUG,
 	OPT_ENTRY_TIMEOUT,
+	OPT_HTTP,
 };
 
 static const struct option mount_longopts[] = {
@@ -93,6 +96,7 @@ static const struct option mount_longopts[] = {
 	{"foreground", no_argument, NULL, 'f'},
 	{"debug", no_argument, NULL, OPT_DEBUG},
 	{"entry-timeout", required_argument, NULL, OPT_ENTRY_TIMEOUT},
+	{"http", required_argument, NULL, OPT_HTTP},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -126,6 +130,7 @@ static void cli_mount_usage(FILE *out)
 	        "      --log-file PATH        append the log to PATH (without it the log goes to\n"
 	        "                             stderr, which a daemon closes once mounted)\n"
 	        "      --entry-timeout SECS   how long the kernel caches names (3600)\n"
+	        "      --http ADDR:PORT       also serve SGLang's 3FS metadata protocol\n"
 	        "  -f, --foreground           do not daemonize\n"
 	        "      --debug                print every FUSE request (implies -f)\n"
 	        "  -h, --help                 show this help\n"
@@ -424,6 +429,17 @@ static int cli_mount_parse(int argc, char **argv, struct cli_mount_config *cfg)
 					optarg);
 			break;
 		}
+		case OPT_HTTP: {
+			char addr[64];
+			int port;
+			if (serve_parse_listen(optarg, addr, sizeof(addr), &port) < 0)
+				return cli_usage_error(CMD,
+				                       "--http '%s' is not IPV4ADDR:PORT (e.g. "
+				                       "127.0.0.1:18000)",
+				                       optarg);
+			cfg->http = optarg;
+			break;
+		}
 		case ':':
 			return cli_usage_error(CMD, "option '%s' needs a value", argv[optind - 1]);
 		default:
@@ -537,6 +553,31 @@ static void cli_mount_ready(void *arg, int err, const char *msg)
 		cli_mount_detach();
 }
 
+/* --http: the mini_3fs_metadata_server protocol from the mounted index. */
+static struct serve *cli_http_server;
+
+static int cli_http_start(void *arg, struct meta *m, char *msg, size_t msglen)
+{
+	char addr[64];
+	int port, bound;
+
+	if (serve_parse_listen(arg, addr, sizeof(addr), &port) < 0) {
+		snprintf(msg, msglen, "--http '%s' is not IPV4ADDR:PORT", (const char *)arg);
+		return -EINVAL;
+	}
+	int rc = serve_start(m, addr, port, 2, &cli_http_server, &bound, msg, msglen);
+	if (rc == 0)
+		log_info("serving the 3FS metadata protocol on http://%s:%d", addr, bound);
+	return rc;
+}
+
+static void cli_http_stop(void *arg)
+{
+	(void)arg;
+	serve_stop(cli_http_server);
+	cli_http_server = NULL;
+}
+
 static void cli_mount_fill_opts(const struct cli_mount_config *cfg, struct pagefs_mount_opts *o)
 {
 	memset(o, 0, sizeof(*o));
@@ -555,6 +596,11 @@ static void cli_mount_fill_opts(const struct cli_mount_config *cfg, struct pagef
 	o->read_only = cfg->read_only;
 	o->debug = cfg->debug;
 	o->entry_timeout = cfg->entry_timeout;
+	if (cfg->http) {
+		o->on_meta = cli_http_start;
+		o->on_close = cli_http_stop;
+		o->hook_arg = (void *)cfg->http;
+	}
 }
 
 /* Serves in this process; returns pagefs_serve's exit code. */

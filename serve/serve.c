@@ -1,0 +1,690 @@
+/*
+ * serve.c - the seven routes of SGLang's mini_3fs_metadata_server over
+ * libmicrohttpd (internal thread pool) and jansson, answering from meta/.
+ *
+ *   POST /{rank}/initialize                        204
+ *   POST /{rank}/exists                            {"exists": [bool]}
+ *   POST /{rank}/reserve_and_allocate_page_indices {"indices": [[bool, int]]}
+ *   POST /{rank}/confirm_write                     204
+ *   POST /{rank}/delete_keys                       204
+ *   POST /{rank}/clear                             204
+ *   POST /{rank}/get_page_indices                  {"indices": [int|null]}
+ *
+ * Well-formed requests get the Python server's answers byte for byte
+ * (orjson's compact JSON; 404 {"detail": "Rank R namespace 'NS' not
+ * initialized. Please call /R/initialize first."}). Requests the Python
+ * server would crash on (malformed JSON, missing fields, wrong types: its
+ * 500, which the client retries) get FastAPI's validation answer instead,
+ * 422 {"detail": [{"type", "loc", "msg", "input"}]}, and change nothing:
+ * every field is checked before meta/ is called. A body over
+ * SERVE_MAX_BODY or a batch over SERVE_MAX_KEYS keys gets 413.
+ */
+#include "serve/serve.h"
+#include "meta/log.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct serve {
+	struct MHD_Daemon *d;
+	struct meta *m;
+};
+
+/* A request body being received. */
+struct body {
+	char *buf;
+	size_t len, cap;
+	int too_big;
+};
+
+/* A reply being built: status and JSON text. */
+struct out {
+	unsigned status;
+	char *buf;
+	size_t len, cap;
+	int oom;
+};
+
+static void out_add(struct out *o, const char *s, size_t n)
+{
+	if (o->oom)
+		return;
+	if (o->len + n + 1 > o->cap) {
+		size_t c = o->cap ? o->cap : 256;
+		while (c < o->len + n + 1)
+			c *= 2;
+		char *b = realloc(o->buf, c);
+		if (!b) {
+			o->oom = 1;
+			return;
+		}
+		o->buf = b;
+		o->cap = c;
+	}
+	memcpy(o->buf + o->len, s, n);
+	o->len += n;
+	o->buf[o->len] = '\0';
+}
+
+static void out_str(struct out *o, const char *s)
+{
+	out_add(o, s, strlen(s));
+}
+
+__attribute__((format(printf, 2, 3))) static void out_fmt(struct out *o, const char *fmt, ...)
+{
+	char tmp[64];
+	va_list ap;
+
+	va_start(ap, fmt);
+	int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		out_add(o, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
+}
+
+/* Appends a JSON value (escaped string etc.) via jansson. */
+static void out_json(struct out *o, const json_t *v)
+{
+	char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+	if (!s) {
+		o->oom = 1;
+		return;
+	}
+	out_str(o, s);
+	free(s);
+}
+
+/* {"detail": "text"} with a status. */
+static void out_detail(struct out *o, unsigned status, const char *text)
+{
+	json_t *t = json_string(text);
+	o->status = status;
+	o->len = 0;
+	out_str(o, "{\"detail\":");
+	if (t)
+		out_json(o, t);
+	else
+		out_str(o, "\"\"");
+	out_str(o, "}");
+	json_decref(t);
+}
+
+/* FastAPI's 422: {"detail": [{"type", "loc": ["body", field], "msg", "input"}]} */
+static void out_invalid(struct out *o, const char *loc0, const char *field, const char *type,
+                        const char *msg, const json_t *input)
+{
+	json_t *d = json_pack("{s:[{s:s,s:[s,s],s:s,s:O}]}", "detail", "type", type, "loc", loc0,
+	                      field, "msg", msg, "input", input ? (json_t *)input : json_null());
+	o->status = 422;
+	o->len = 0;
+	if (d)
+		out_json(o, d);
+	else
+		o->oom = 1;
+	json_decref(d);
+}
+
+static void out_not_initialized(struct out *o, long rank, const char *ns)
+{
+	char text[256];
+	snprintf(text, sizeof(text),
+	         "Rank %ld namespace '%s' not initialized. Please call /%ld/initialize first.",
+	         rank, ns, rank);
+	out_detail(o, 404, text);
+}
+
+static void out_errno(struct out *o, int err)
+{
+	char text[128];
+	snprintf(text, sizeof(text), "index error: %s", strerror(-err));
+	out_detail(o, err == -EROFS ? 503 : 500, text);
+}
+
+/* ---- request fields ---- */
+
+/* The namespace field: default "kv". NULL (and a 422) if not a string. */
+static const char *get_ns(json_t *data, struct out *o)
+{
+	json_t *v = json_object_get(data, "namespace");
+	if (!v)
+		return "kv";
+	if (!json_is_string(v)) {
+		out_invalid(o, "body", "namespace", "string_type", "Input should be a valid string",
+		            v);
+		return NULL;
+	}
+	return json_string_value(v);
+}
+
+/* The empty list an optional list field defaults to: made before the
+ * first server starts, only read afterwards, never freed. */
+static json_t *empty_list;
+
+/* A list field (required unless !required). NULL and a reply on error. */
+static json_t *get_list(json_t *data, const char *field, int required, struct out *o)
+{
+	json_t *v = json_object_get(data, field);
+
+	if (!v && !required)
+		return empty_list;
+	if (!v) {
+		out_invalid(o, "body", field, "missing", "Field required", data);
+		return NULL;
+	}
+	if (!json_is_array(v)) {
+		out_invalid(o, "body", field, "list_type", "Input should be a valid list", v);
+		return NULL;
+	}
+	if (json_array_size(v) > SERVE_MAX_KEYS) {
+		char text[160];
+		snprintf(text, sizeof(text), "%s has %zu entries; at most %u per request", field,
+		         json_array_size(v), SERVE_MAX_KEYS);
+		out_detail(o, 413, text);
+		return NULL;
+	}
+	return v;
+}
+
+/* keys as a C array of strings; each element must be a string (or, with
+ * pairs, a [key, prefix_key] pair). NULL and a reply on error. */
+static const char **get_keys(json_t *list, const char *field, int pairs, struct out *o)
+{
+	size_t n = json_array_size(list);
+	const char **keys = malloc((n ? n : 1) * sizeof(*keys));
+	json_t *e;
+	size_t i;
+
+	if (!keys) {
+		out_errno(o, -ENOMEM);
+		return NULL;
+	}
+	json_array_foreach(list, i, e)
+	{
+		json_t *k = e;
+		if (pairs) {
+			if (!json_is_array(e) || json_array_size(e) != 2) {
+				out_invalid(o, "body", field, "tuple_type",
+				            "Input should be a valid tuple [key, prefix_key]", e);
+				free(keys);
+				return NULL;
+			}
+			k = json_array_get(e, 0);
+		}
+		if (!json_is_string(k)) {
+			out_invalid(o, "body", field, "string_type",
+			            "Input should be a valid string", k);
+			free(keys);
+			return NULL;
+		}
+		keys[i] = json_string_value(k);
+	}
+	return keys;
+}
+
+/* ---- routes ---- */
+
+struct route_ctx {
+	struct meta *m;
+	long rank;
+	json_t *data;
+	struct out *o;
+};
+
+/* The pool of (rank, ns); NULL-equivalent -1 with a 404 reply. */
+static int pool_of(struct route_ctx *c, const char *ns, uint32_t *pool_id)
+{
+	int rc = meta_keys_pool(c->m, (int)c->rank, ns, pool_id);
+	if (rc == -ENOENT)
+		out_not_initialized(c->o, c->rank, ns);
+	else if (rc < 0)
+		out_errno(c->o, rc);
+	return rc;
+}
+
+static void route_initialize(struct route_ctx *c)
+{
+	json_t *np = json_object_get(c->data, "num_pages");
+	const char *ns = get_ns(c->data, c->o);
+	char msg[512];
+	int differs;
+
+	if (!ns)
+		return;
+	if (!np)
+		return out_invalid(c->o, "body", "num_pages", "missing", "Field required", c->data);
+	if (!json_is_integer(np) || json_integer_value(np) <= 0)
+		return out_invalid(c->o, "body", "num_pages", "greater_than",
+		                   "Input should be a positive integer", np);
+	if (meta_check_ns(ns) < 0)
+		return out_invalid(c->o, "body", "namespace", "string_pattern_mismatch",
+		                   "String should match pattern '^[a-z0-9_]{1,64}$'", NULL);
+	if (c->rank < 0 || c->rank > META_RANK_MAX)
+		return out_invalid(c->o, "path", "rank", "less_than_equal",
+		                   "Input should be less than or equal to 65535", NULL);
+	msg[0] = '\0';
+	int rc = meta_keys_initialize(c->m, (int)c->rank, ns, (uint64_t)json_integer_value(np),
+	                              &differs, msg, sizeof(msg));
+	if (rc == -EMSGSIZE || rc == -EINVAL)
+		return out_detail(c->o, 409, msg);
+	if (rc < 0)
+		return out_errno(c->o, rc);
+	c->o->status = 204;
+}
+
+static void route_exists(struct route_ctx *c, int get)
+{
+	json_t *list = get_list(c->data, "keys", 1, c->o);
+	const char *ns;
+	const char **keys;
+	uint32_t pool;
+
+	if (!list || !(ns = get_ns(c->data, c->o)) || !(keys = get_keys(list, "keys", 0, c->o)))
+		return;
+	size_t n = json_array_size(list);
+	if (pool_of(c, ns, &pool) == 0) {
+		void *res = malloc((n ? n : 1) * (get ? sizeof(int64_t) : 1));
+		int rc = !res  ? -ENOMEM
+		         : get ? meta_keys_get(c->m, pool, keys, n, res)
+		               : meta_keys_exists(c->m, pool, keys, n, res);
+		if (rc < 0) {
+			out_errno(c->o, rc);
+		} else {
+			c->o->status = 200;
+			out_str(c->o, get ? "{\"indices\":[" : "{\"exists\":[");
+			for (size_t i = 0; i < n; i++) {
+				if (i)
+					out_add(c->o, ",", 1);
+				if (!get)
+					out_str(c->o, ((uint8_t *)res)[i] ? "true" : "false");
+				else if (((int64_t *)res)[i] < 0)
+					out_str(c->o, "null");
+				else
+					out_fmt(c->o, "%lld", (long long)((int64_t *)res)[i]);
+			}
+			out_str(c->o, "]}");
+		}
+		free(res);
+	}
+	free(keys);
+}
+
+static void route_reserve(struct route_ctx *c)
+{
+	json_t *list = get_list(c->data, "keys", 1, c->o);
+	const char *ns;
+	const char **keys;
+	uint32_t pool;
+
+	if (!list || !(ns = get_ns(c->data, c->o)) || !(keys = get_keys(list, "keys", 1, c->o)))
+		return;
+	size_t n = json_array_size(list);
+	if (pool_of(c, ns, &pool) == 0) {
+		uint8_t *existed = malloc(n ? n : 1);
+		int64_t *slot = malloc((n ? n : 1) * sizeof(*slot));
+		int rc = existed && slot ? meta_keys_reserve(c->m, pool, keys, n, existed, slot)
+		                         : -ENOMEM;
+		if (rc < 0) {
+			out_errno(c->o, rc);
+		} else {
+			c->o->status = 200;
+			out_str(c->o, "{\"indices\":[");
+			for (size_t i = 0; i < n; i++)
+				out_fmt(c->o, "%s[%s,%lld]", i ? "," : "",
+				        existed[i] ? "true" : "false", (long long)slot[i]);
+			out_str(c->o, "]}");
+		}
+		free(existed);
+		free(slot);
+	}
+	free(keys);
+}
+
+static void route_confirm(struct route_ctx *c)
+{
+	json_t *w = get_list(c->data, "written_keys_to_confirm", 0, c->o), *rel, *e;
+	const char *ns;
+	const char **keys = NULL;
+	int64_t *slots = NULL, *release = NULL;
+	uint32_t pool;
+	size_t i, ignored;
+
+	if (!w || !(rel = get_list(c->data, "pages_to_release", 0, c->o)) ||
+	    !(ns = get_ns(c->data, c->o)))
+		return;
+	size_t n = json_array_size(w), nrel = json_array_size(rel);
+	keys = malloc((n ? n : 1) * sizeof(*keys));
+	slots = malloc((n ? n : 1) * sizeof(*slots));
+	release = malloc((nrel ? nrel : 1) * sizeof(*release));
+	if (!keys || !slots || !release) {
+		out_errno(c->o, -ENOMEM);
+		goto out;
+	}
+	json_array_foreach(w, i, e)
+	{
+		json_t *k = json_array_get(e, 0), *s = json_array_get(e, 1);
+		if (!json_is_array(e) || json_array_size(e) != 2 || !json_is_string(k) ||
+		    !json_is_integer(s)) {
+			out_invalid(c->o, "body", "written_keys_to_confirm", "tuple_type",
+			            "Input should be a valid tuple [key, page_index]", e);
+			goto out;
+		}
+		keys[i] = json_string_value(k);
+		slots[i] = (int64_t)json_integer_value(s);
+	}
+	json_array_foreach(rel, i, e)
+	{
+		if (!json_is_integer(e)) {
+			out_invalid(c->o, "body", "pages_to_release", "int_type",
+			            "Input should be a valid integer", e);
+			goto out;
+		}
+		release[i] = (int64_t)json_integer_value(e);
+	}
+	if (pool_of(c, ns, &pool) == 0) {
+		int rc = meta_keys_confirm(c->m, pool, keys, slots, n, release, nrel, &ignored);
+		if (rc < 0)
+			out_errno(c->o, rc);
+		else
+			c->o->status = 204;
+	}
+out:
+	free(keys);
+	free(slots);
+	free(release);
+}
+
+static void route_delete(struct route_ctx *c)
+{
+	json_t *list = get_list(c->data, "keys", 1, c->o);
+	const char *ns;
+	const char **keys;
+	uint32_t pool;
+	size_t deleted;
+
+	if (!list || !(ns = get_ns(c->data, c->o)) || !(keys = get_keys(list, "keys", 0, c->o)))
+		return;
+	if (pool_of(c, ns, &pool) == 0) {
+		int rc = meta_keys_delete(c->m, pool, keys, json_array_size(list), &deleted);
+		if (rc < 0)
+			out_errno(c->o, rc);
+		else
+			c->o->status = 204;
+	}
+	free(keys);
+}
+
+static void route_clear(struct route_ctx *c)
+{
+	const char *ns = get_ns(c->data, c->o);
+	uint32_t pool;
+
+	if (ns && pool_of(c, ns, &pool) == 0) {
+		int rc = meta_keys_clear(c->m, pool);
+		if (rc < 0)
+			out_errno(c->o, rc);
+		else
+			c->o->status = 204;
+	}
+}
+
+/* Parses a path rank as FastAPI's int does (optional sign, digits). */
+static int parse_rank(const char *s, size_t len, long *out)
+{
+	char buf[24];
+	char *end;
+
+	if (len == 0 || len >= sizeof(buf))
+		return -EINVAL;
+	memcpy(buf, s, len);
+	buf[len] = '\0';
+	size_t i = (buf[0] == '-' || buf[0] == '+') ? 1 : 0;
+	if (!buf[i])
+		return -EINVAL;
+	for (; buf[i]; i++)
+		if (buf[i] < '0' || buf[i] > '9')
+			return -EINVAL;
+	errno = 0;
+	*out = strtol(buf, &end, 10);
+	return errno ? -EINVAL : 0;
+}
+
+static const char *const routes[] = {
+	"initialize",       "exists",      "reserve_and_allocate_page_indices",
+	"confirm_write",    "delete_keys", "clear",
+	"get_page_indices",
+};
+
+static void handle(struct serve *sv, const char *url, const char *method, struct body *b,
+                   struct out *o)
+{
+	const char *slash = url[0] == '/' ? strchr(url + 1, '/') : NULL;
+	int route = -1;
+	long rank;
+
+	if (slash) {
+		for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
+			if (strcmp(slash + 1, routes[i]) == 0)
+				route = (int)i;
+	}
+	if (route < 0 || slash == url + 1)
+		return out_detail(o, 404, "Not Found");
+	if (strcmp(method, "POST") != 0)
+		return out_detail(o, 405, "Method Not Allowed");
+	if (parse_rank(url + 1, (size_t)(slash - url - 1), &rank) < 0) {
+		char in[64];
+		snprintf(in, sizeof(in), "%.*s", (int)(slash - url - 1 < 60 ? slash - url - 1 : 60),
+		         url + 1);
+		json_t *input = json_string(in);
+		out_invalid(o, "path", "rank", "int_parsing",
+		            "Input should be a valid integer, unable to parse string as an integer",
+		            input);
+		json_decref(input);
+		return;
+	}
+	if (b->too_big) {
+		char text[96];
+		snprintf(text, sizeof(text), "request body over %u bytes", SERVE_MAX_BODY);
+		return out_detail(o, 413, text);
+	}
+	json_error_t jerr;
+	json_t *data = json_loadb(b->buf ? b->buf : "", b->len, JSON_DECODE_ANY, &jerr);
+	if (!data) {
+		json_t *ctx = json_pack("{s:s}", "error", jerr.text);
+		json_t *d = json_pack("{s:[{s:s,s:[s,i],s:s,s:{},s:o}]}", "detail", "type",
+		                      "json_invalid", "loc", "body", jerr.position, "msg",
+		                      "JSON decode error", "input", "ctx", ctx);
+		o->status = 422;
+		out_json(o, d);
+		json_decref(d);
+		return;
+	}
+	if (!json_is_object(data)) {
+		out_invalid(o, "body", "", "dict_type", "Input should be a valid dictionary", data);
+		json_decref(data);
+		return;
+	}
+	struct route_ctx c = {sv->m, rank, data, o};
+	switch (route) {
+	case 0:
+		route_initialize(&c);
+		break;
+	case 1:
+		route_exists(&c, 0);
+		break;
+	case 2:
+		route_reserve(&c);
+		break;
+	case 3:
+		route_confirm(&c);
+		break;
+	case 4:
+		route_delete(&c);
+		break;
+	case 5:
+		route_clear(&c);
+		break;
+	default:
+		route_exists(&c, 1);
+		break;
+	}
+	json_decref(data);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls)
+{
+	struct serve *sv = cls;
+	struct body *b = *con_cls;
+	struct out o = {0};
+	struct MHD_Response *resp;
+	enum MHD_Result ret;
+
+	(void)version;
+	if (!b) {
+		if (!(b = calloc(1, sizeof(*b))))
+			return MHD_NO;
+		*con_cls = b;
+		return MHD_YES;
+	}
+	if (*upload_size) {
+		size_t n = *upload_size;
+		*upload_size = 0;
+		if (b->too_big || b->len + n > SERVE_MAX_BODY) {
+			b->too_big = 1;
+			return MHD_YES;
+		}
+		if (b->len + n > b->cap) {
+			size_t c = b->cap ? b->cap : 4096;
+			while (c < b->len + n)
+				c *= 2;
+			char *nb = realloc(b->buf, c);
+			if (!nb)
+				return MHD_NO;
+			b->buf = nb;
+			b->cap = c;
+		}
+		memcpy(b->buf + b->len, upload, n);
+		b->len += n;
+		return MHD_YES;
+	}
+	handle(sv, url, method, b, &o);
+	if (o.oom) {
+		free(o.buf);
+		return MHD_NO;
+	}
+	if (o.status == 204) {
+		resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+	} else {
+		resp = MHD_create_response_from_buffer(o.len, o.buf, MHD_RESPMEM_MUST_FREE);
+		o.buf = NULL;
+		if (resp)
+			MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+			                        "application/json");
+	}
+	free(o.buf);
+	if (!resp)
+		return MHD_NO;
+	ret = MHD_queue_response(conn, o.status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+	struct body *b = *con_cls;
+
+	(void)cls;
+	(void)conn;
+	(void)toe;
+	if (b) {
+		free(b->buf);
+		free(b);
+		*con_cls = NULL;
+	}
+}
+
+int serve_parse_listen(const char *s, char *addr, size_t addrlen, int *port)
+{
+	const char *colon = strrchr(s, ':');
+	struct in_addr ia;
+	char a[64];
+	long p = SERVE_DEFAULT_PORT;
+
+	if (colon) {
+		char *end;
+		errno = 0;
+		p = strtol(colon + 1, &end, 10);
+		if (colon[1] == '\0' || *end || errno || p < 0 || p > 65535)
+			return -EINVAL;
+	}
+	size_t alen = colon ? (size_t)(colon - s) : strlen(s);
+	if (alen >= sizeof(a))
+		return -EINVAL;
+	memcpy(a, s, alen);
+	a[alen] = '\0';
+	if (!a[0])
+		snprintf(a, sizeof(a), "127.0.0.1");
+	if (inet_pton(AF_INET, a, &ia) != 1)
+		return -EINVAL;
+	snprintf(addr, addrlen, "%s", a);
+	*port = (int)p;
+	return 0;
+}
+
+int serve_start(struct meta *m, const char *addr, int port, int threads, struct serve **out,
+                int *bound, char *err, size_t errlen)
+{
+	struct sockaddr_in sa = {0};
+	struct serve *sv = calloc(1, sizeof(*sv));
+
+	if (!sv) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons((uint16_t)port);
+	if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1) {
+		free(sv);
+		snprintf(err, errlen, "'%s' is not an IPv4 address", addr);
+		return -EINVAL;
+	}
+	sv->m = m;
+	if (!empty_list)
+		empty_list = json_array();
+	sv->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, (uint16_t)port,
+	                         NULL, NULL, on_request, sv, MHD_OPTION_SOCK_ADDR, &sa,
+	                         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(threads > 0 ? threads : 2),
+	                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv,
+	                         MHD_OPTION_CONNECTION_LIMIT, 1024u, MHD_OPTION_CONNECTION_TIMEOUT,
+	                         120u, MHD_OPTION_END);
+	if (!sv->d) {
+		free(sv);
+		snprintf(err, errlen,
+		         "cannot listen on %s:%d (in use, or not an address of this host); choose "
+		         "another with --listen/--http ADDR:PORT",
+		         addr, port);
+		return -EADDRINUSE;
+	}
+	const union MHD_DaemonInfo *di = MHD_get_daemon_info(sv->d, MHD_DAEMON_INFO_BIND_PORT);
+	*bound = di ? di->port : port;
+	*out = sv;
+	return 0;
+}
+
+void serve_stop(struct serve *sv)
+{
+	if (!sv)
+		return;
+	MHD_stop_daemon(sv->d);
+	free(sv);
+}

@@ -1,0 +1,37 @@
+/*
+ * serve.h - the mini_3fs_metadata_server HTTP protocol over a meta handle.
+ *
+ * serve/ is a front end like fs/: it parses requests (libmicrohttpd,
+ * jansson), calls meta_keys_*() and turns the answers into the replies
+ * SGLang's Hf3fsGlobalMetadataClient expects. It keeps no index state.
+ */
+#ifndef PAGEFS_SERVE_H
+#define PAGEFS_SERVE_H
+
+#include "meta/meta.h"
+
+#include <stddef.h>
+
+struct serve; /* opaque: one listening server */
+
+#define SERVE_DEFAULT_PORT 18000 /* the Python server's default */
+#define SERVE_MAX_BODY (64u << 20)
+#define SERVE_MAX_KEYS 1000000
+
+/*
+ * Parses "ADDR:PORT", "ADDR" or ":PORT" (IPv4; ADDR defaults to 127.0.0.1,
+ * PORT to 18000). 0 or -EINVAL.
+ */
+int serve_parse_listen(const char *s, char *addr, size_t addrlen, int *port);
+
+/*
+ * Starts serving on addr:port with `threads` worker threads (0: 2). The
+ * meta handle must outlive the server. Returns 0, or a negative errno with
+ * a message in err. The bound port is in *bound (useful with port 0).
+ */
+int serve_start(struct meta *m, const char *addr, int port, int threads, struct serve **out,
+                int *bound, char *err, size_t errlen);
+/* Stops accepting, finishes requests in flight, frees the server. */
+void serve_stop(struct serve *s);
+
+#endif

@@ -1,0 +1,307 @@
+"""The mini_3fs_metadata_server HTTP protocol (`pagefs serve-meta`, `pagefs
+mount --http`): SGLang's client flow against the FUSE tree, every route's
+error cases, the safety differences from the Python server, concurrency."""
+import json
+import os
+import threading
+import time
+
+import pytest
+
+import metaclient as MC
+import pagefs_helpers as H
+
+PAGE = 64 * 1024
+
+
+@pytest.fixture
+def server(tmp_root, request):
+    servers = []
+
+    def start(*opts, **kw):
+        d = os.path.join(tmp_root, f"{request.node.name[:50]}-{time.monotonic_ns()}")
+        os.makedirs(d)
+        s = MC.Server(d, "--page-size", "64K", *opts, **kw)
+        servers.append(s)
+        return s
+
+    yield start
+    for s in servers:
+        assert s.stop() == 0, f"serve-meta did not exit cleanly:\n{s.log_text()}"
+        reports = s.sanitizer_reports()
+        assert not reports, "sanitizer reports from serve-meta:\n" + "\n".join(reports)[:20000]
+
+
+def snapshot(c, keys, rank=0, ns="kv"):
+    return c.exists(rank, keys, ns), c.get_page_indices(rank, keys, ns)
+
+
+# ---- SGLang's flow through a mount ----
+
+def test_http_written_pages_are_files_in_the_tree(mount):
+    port = MC.free_port()
+    m = mount("--page-size", "64K", "--http", f"127.0.0.1:{port}")
+    c = MC.MetaClient(f"http://127.0.0.1:{port}")
+    c.initialize(0, 16)
+    assert os.path.isdir(m.path(0, "kv"))
+    assert H.xattr_int(m.path(0, "kv"), "user.pagefs.capacity") == 16 * PAGE
+    keys = [f"{i:064x}_Qwen-Qwen3-32B_0_2" for i in range(3)]
+    res = c.reserve_and_allocate_page_indices(0, [[k, ""] for k in keys])
+    assert [r[0] for r in res] == [False] * 3
+    assert [r[1] for r in res] == [15, 14, 13], "new pages come from the top of the pool down"
+    data = {}
+    fd = os.open(m.backing / "hicache.0.bin", os.O_WRONLY)
+    try:
+        for k, (_, idx) in zip(keys, res):
+            data[k] = os.urandom(PAGE)
+            H.write_all(fd, data[k], idx * PAGE)  # as USRBIO would
+    finally:
+        os.close(fd)
+    c.confirm_write(0, [[k, idx] for k, (_, idx) in zip(keys, res)], [])
+    for k, (_, idx) in zip(keys, res):
+        p = m.path(0, "kv", k)
+        assert H.xattr_int(p, "user.pagefs.slot") == idx
+        assert os.stat(p).st_size == PAGE
+        H.expect_errno(61, os.getxattr, p, "user.pagefs.checksum",
+                       what="a page written over HTTP has no checksum before its first read")
+        H.assert_bytes_equal(H.read_page(p), data[k], f"page {k} read through the mount")
+        assert len(H.xattr_str(p, "user.pagefs.checksum")) == 16, "first read records a checksum"
+    assert c.exists(0, keys + ["nope"]) == [True, True, True, False]
+    assert c.get_page_indices(0, keys) == [15, 14, 13]
+    # reserve of an existing key answers [true, its slot]
+    assert c.reserve_and_allocate_page_indices(0, [[keys[0], ""]]) == [(True, 15)]
+    # confirmed keys are durable: still there after a remount
+    m.remount()
+    c2 = MC.MetaClient(f"http://127.0.0.1:{port}")
+    c2.initialize(0, 16)
+    assert c2.get_page_indices(0, keys) == [15, 14, 13]
+    H.assert_bytes_equal(H.read_page(m.path(0, "kv", keys[1])), data[keys[1]], "after remount")
+    m.umount()
+
+
+def test_files_written_through_the_mount_are_found_over_http(mount):
+    port = MC.free_port()
+    m = mount("--page-size", "64K", "--capacity", "1M", "--http", f"127.0.0.1:{port}")
+    c = MC.MetaClient(f"http://127.0.0.1:{port}")
+    pool = m.pool(0, "kv")
+    H.write_page(pool / "fusekey", b"x" * 1000)
+    slot = H.xattr_int(pool / "fusekey", "user.pagefs.slot")
+    c.initialize(0, 16)  # the pool exists: initialize keeps it
+    assert c.exists(0, ["fusekey", "other"]) == [True, False]
+    assert c.get_page_indices(0, ["fusekey"]) == [slot]
+    c.delete_keys(0, ["fusekey"])
+    assert not os.path.exists(pool / "fusekey"), "delete_keys removes the file"
+    m.umount()
+
+
+# ---- the protocol's answers ----
+
+def test_routes_answer_as_the_python_server(server):
+    s = server()
+    c = s.client
+    nf = ("Rank 0 namespace 'kv' not initialized. Please call /0/initialize first.")
+    for route, body in [("exists", {"keys": ["a"]}), ("get_page_indices", {"keys": ["a"]}),
+                        ("reserve_and_allocate_page_indices", {"keys": [["a", ""]]}),
+                        ("confirm_write", {}), ("delete_keys", {"keys": []}), ("clear", {})]:
+        assert c.raw(f"0/{route}", body) == (404, {"detail": nf}), route
+    assert c.raw("7/exists", {"keys": [], "namespace": "mamba"}) == (
+        404, {"detail": "Rank 7 namespace 'mamba' not initialized. "
+                        "Please call /7/initialize first."})
+    assert c.raw("0/initialize", {"num_pages": 8}) == (204, None)
+    assert c.raw("0/initialize", {"num_pages": 8, "namespace": "mamba"}) == (204, None)
+    assert c.raw("0/exists", {"keys": ["a"]}) == (200, {"exists": [False]})
+    assert c.raw("0/reserve_and_allocate_page_indices", {"keys": [["a", "p"], ["b", None]]}) == (
+        200, {"indices": [[False, 7], [False, 6]]})
+    assert c.raw("0/confirm_write", {"written_keys_to_confirm": [["a", 7]],
+                                     "pages_to_release": [6]}) == (204, None)
+    assert c.raw("0/get_page_indices", {"keys": ["a", "b"]}) == (200, {"indices": [7, None]})
+    assert c.raw("0/delete_keys", {"keys": ["a", "zz"]}) == (204, None)
+    assert c.raw("0/exists", {"keys": ["a"], "namespace": "mamba"}) == (200, {"exists": [False]})
+    assert c.raw("0/clear", {"namespace": "mamba"}) == (204, None)
+    assert c.raw("0/nothing", {}) == (404, {"detail": "Not Found"})
+    assert c.raw("0/exists", None, method="GET")[0] == 405
+    # re-initialize with another size: logged, never applied
+    assert c.raw("0/initialize", {"num_pages": 2}) == (204, None)
+    # 7 (deleted "a") is in quarantine; 6 was released: it is the top free slot
+    assert c.reserve_and_allocate_page_indices(0, [["x", ""]]) == [(False, 6)]
+
+
+def test_bad_requests_get_422_and_change_nothing(server):
+    s = server()
+    c = s.client
+    c.initialize(0, 8)
+    res = c.reserve_and_allocate_page_indices(0, [["a", ""], ["b", ""]])
+    c.confirm_write(0, [["a", res[0][1]], ["b", res[1][1]]], [])
+    keys = ["a", "b", "c"]
+    before = snapshot(c, keys)
+    bad = [
+        ("0/exists", b"{not json"), ("0/exists", b""), ("0/exists", b"[1,2]"),
+        ("0/exists", {}), ("0/exists", {"keys": "a"}), ("0/exists", {"keys": [1]}),
+        ("0/exists", {"keys": ["a"], "namespace": 3}),
+        ("0/get_page_indices", {"keys": None}),
+        ("0/reserve_and_allocate_page_indices", {"keys": ["a"]}),
+        ("0/reserve_and_allocate_page_indices", {"keys": [["a"]]}),
+        ("0/reserve_and_allocate_page_indices", {"keys": [["c", ""], [5, ""]]}),
+        ("0/confirm_write", {"written_keys_to_confirm": [["c", "7"]]}),
+        ("0/confirm_write", {"written_keys_to_confirm": [["c", 5]], "pages_to_release": ["x"]}),
+        ("0/confirm_write", {"written_keys_to_confirm": "c"}),
+        ("0/delete_keys", {"keys": ["a", 1]}), ("0/delete_keys", {}),
+        ("0/clear", b"{"), ("0/clear", {"namespace": ["kv"]}),
+        ("0/initialize", {}), ("0/initialize", {"num_pages": "8"}),
+        ("0/initialize", {"num_pages": 0}), ("0/initialize", {"num_pages": 8, "namespace": "Bad/ns"}),
+        ("x/exists", {"keys": []}), ("1.5/clear", {}),
+    ]
+    for route, body in bad:
+        st, js = c.raw(route, body)
+        assert st == 422, f"{route} {body!r}: {st} {js}"
+        assert isinstance(js["detail"], list) and js["detail"][0]["loc"], (route, js)
+    st, js = c.raw("0/exists", {"keys": ["k"] * 1000001})
+    assert st == 413, "a huge batch is refused"
+    assert snapshot(c, keys) == before
+    assert c.reserve_and_allocate_page_indices(0, [["c", ""]])[0][1] == 5, (
+        "no bad request took a slot")
+
+
+# ---- where pagefs answers safely and the Python server does not ----
+
+def test_repeated_key_in_a_batch_gets_one_slot(server):
+    c = server().client
+    c.initialize(0, 8)
+    res = c.reserve_and_allocate_page_indices(0, [["a", ""], ["b", ""], ["a", ""]])
+    assert res == [(False, 7), (False, 6), (False, 7)]
+
+
+def test_exhausted_pool_answers_minus_one_and_leaks_nothing(server):
+    c = server().client
+    c.initialize(0, 4)
+    res = c.reserve_and_allocate_page_indices(0, [[f"k{i}", ""] for i in range(6)])
+    assert [r[1] for r in res] == [3, 2, 1, 0, -1, -1]
+    c.confirm_write(0, [], [3, 2, 1, 0])
+    res = c.reserve_and_allocate_page_indices(0, [[f"k{i}", ""] for i in range(4)])
+    assert sorted(r[1] for r in res) == [0, 1, 2, 3], "released slots are all free again"
+
+
+def test_release_of_a_mapped_slot_is_ignored(server):
+    c = server().client
+    c.initialize(0, 8)
+    (_, a), = c.reserve_and_allocate_page_indices(0, [["a", ""]])
+    c.confirm_write(0, [["a", a]], [])
+    c.confirm_write(0, [], [a])
+    assert c.get_page_indices(0, ["a"]) == [a]
+    res = c.reserve_and_allocate_page_indices(0, [["b", ""], ["c", ""]])
+    assert a not in [r[1] for r in res], "never two keys on one slot"
+
+
+def test_confirm_of_an_unreserved_slot_is_ignored(server):
+    c = server().client
+    c.initialize(0, 8)
+    c.confirm_write(0, [["x", 3]], [])
+    assert c.exists(0, ["x"]) == [False]
+    (_, a), = c.reserve_and_allocate_page_indices(0, [["a", ""]])
+    c.confirm_write(0, [["a", a]], [])
+    c.confirm_write(0, [["b", a]], [])  # a slot a key maps: not reserved
+    assert c.get_page_indices(0, ["a", "b"]) == [a, None]
+
+
+@pytest.mark.timeout_s(60)
+def test_unconfirmed_reservation_expires(server):
+    c = server("--reserve-timeout", "1").client
+    c.initialize(0, 4)
+    (_, a), = c.reserve_and_allocate_page_indices(0, [["a", ""]])
+    time.sleep(1.6)
+    c.confirm_write(0, [["a", a]], [])
+    assert c.exists(0, ["a"]) == [False], "a confirm after the timeout is ignored"
+    # the slot is quarantined, then free: after ~6 s all 4 slots can be had
+    time.sleep(6.5)
+    res = c.reserve_and_allocate_page_indices(0, [[f"k{i}", ""] for i in range(4)])
+    assert sorted(r[1] for r in res) == [0, 1, 2, 3]
+
+
+@pytest.mark.timeout_s(60)
+def test_deleted_slot_is_quarantined_longer_than_the_client_timeout(server):
+    c = server().client
+    c.initialize(0, 8)
+    (_, a), = c.reserve_and_allocate_page_indices(0, [["a", ""]])
+    c.confirm_write(0, [["a", a]], [])
+    t0 = time.monotonic()
+    c.delete_keys(0, ["a"])
+    got = []
+    while time.monotonic() - t0 < 5.0:
+        (_, s), = c.reserve_and_allocate_page_indices(0, [[f"n{len(got)}", ""]])
+        got.append(s)
+        c.confirm_write(0, [], [s])
+        time.sleep(0.5)
+    assert a not in got, f"slot {a} was handed out again within 5 s: {got}"
+    time.sleep(1.5)
+    (_, s), = c.reserve_and_allocate_page_indices(0, [["late", ""]])
+    assert s == a, "after the quarantine the top slot is free again"
+
+
+@pytest.mark.timeout_s(90)
+def test_evictor_keeps_room_and_never_takes_a_pinned_page(mount):
+    port = MC.free_port()
+    m = mount("--page-size", "64K", "--http", f"127.0.0.1:{port}")
+    c = MC.MetaClient(f"http://127.0.0.1:{port}")
+    c.initialize(0, 8)
+    fd = None
+    written = []
+    for i in range(8):
+        (_, s), = c.reserve_and_allocate_page_indices(0, [[f"k{i}", ""]])
+        if s < 0:
+            time.sleep(0.3)
+            continue
+        c.confirm_write(0, [[f"k{i}", s]], [])
+        written.append(f"k{i}")
+        if i == 0:
+            fd = os.open(m.path(0, "kv", "k0"), os.O_RDONLY)  # pins k0's slot
+        time.sleep(0.3)
+    try:
+        time.sleep(0.5)
+        ex = c.exists(0, written)
+        assert ex[0], "a page a FUSE reader has open is never evicted"
+        assert not all(ex), "the evictor freed room in the full pool"
+        st = m.stats()
+        assert H.counter(st, "evictions") >= 1
+    finally:
+        os.close(fd)
+    m.umount()
+
+
+def test_clear_removes_every_key(server):
+    c = server().client
+    c.initialize(0, 8)
+    res = c.reserve_and_allocate_page_indices(0, [["a", ""], ["b", ""]])
+    c.confirm_write(0, [["a", res[0][1]], ["b", res[1][1]]], [])
+    c.clear(0)
+    assert c.exists(0, ["a", "b"]) == [False, False]
+
+
+@pytest.mark.timeout_s(120)
+def test_concurrent_clients_never_share_a_slot(server):
+    s = server()
+    s.client.initialize(0, 4096)
+    errors = []
+    results = {}
+
+    def worker(t):
+        try:
+            c = MC.MetaClient(s.url)
+            for b in range(8):
+                keys = [f"t{t}-b{b}-{i}" for i in range(32)]
+                res = c.reserve_and_allocate_page_indices(0, [[k, ""] for k in keys])
+                c.confirm_write(0, [[k, r[1]] for k, r in zip(keys, res)], [])
+                for k, r in zip(keys, res):
+                    results[k] = r[1]
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    keys = sorted(results)
+    assert len(set(results.values())) == len(keys) == 8 * 8 * 32
+    got = s.client.get_page_indices(0, keys)
+    assert got == [results[k] for k in keys]

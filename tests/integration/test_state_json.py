@@ -1,0 +1,160 @@
+"""`pagefs import-json` / `export-json`: SGLang mini_3fs_metadata_server
+persistence files adopted into the index (all or nothing) and written back
+byte for byte as the Python server writes them."""
+import json
+import os
+import pathlib
+import time
+
+import pytest
+
+import pagefs_helpers as H
+
+FIXTURE = pathlib.Path("/work/shared/fixtures/mini_3fs_state_sample.json")
+FIXTURE = pathlib.Path(os.environ.get("PAGEFS_STATE_FIXTURE", FIXTURE))
+
+
+def fixture_text():
+    if not FIXTURE.exists():
+        pytest.skip(f"{FIXTURE} not present")
+    return FIXTURE.read_text()
+
+
+@pytest.fixture
+def work(tmp_root, request):
+    d = pathlib.Path(tmp_root) / f"{request.node.name[:50]}-{time.monotonic_ns()}"
+    d.mkdir()
+    return d
+
+
+def index(d, name):
+    b = d / f"backing-{name}"
+    b.mkdir(exist_ok=True)
+    return ["--backing", str(b), "--meta", f"sqlite:{d / (name + '.db')}"]
+
+
+def imp(d, name, file, *opts):
+    return H.run_pagefs("import-json", file, *index(d, name), *opts)
+
+
+def exp(d, name):
+    r = H.run_pagefs("export-json", *index(d, name))
+    assert r.returncode == 0, H.describe(r)
+    return r.stdout
+
+
+def test_round_trip_is_identical(work):
+    text = fixture_text()
+    r = imp(work, "a", FIXTURE, "--page-size", "4K")
+    assert r.returncode == 0, H.describe(r)
+    assert "imported 8 keys in 3 pools" in r.stdout
+    out = exp(work, "a")
+    assert out == text, "export of the imported fixture is the fixture, byte for byte"
+    (work / "a.json").write_text(out)
+    r = imp(work, "b", work / "a.json", "--page-size", "4K")
+    assert r.returncode == 0, H.describe(r)
+    assert exp(work, "b") == out
+    r = H.run_pagefs("export-json", *index(work, "b"), "-o", work / "b.json")
+    assert r.returncode == 0 and (work / "b.json").read_text() == out
+    assert not (work / "b.json.tmp").exists()
+
+
+def test_imported_keys_are_pages_in_lru_order(work, mount):
+    fixture_text()
+    r = imp(work, "a", FIXTURE, "--page-size", "4K")
+    assert r.returncode == 0, H.describe(r)
+    m = mount(backing=work / "backing-a", meta=f"sqlite:{work / 'a.db'}", start=False)
+    m.start("--page-size", "4K")
+    kv = m.path(0, "kv")
+    assert sorted(os.listdir(kv)) == ["k0", "k2", "k3"]
+    assert sorted(os.listdir(m.path(0, "mamba"))) == ["m0", "m1"]
+    assert sorted(os.listdir(m.path(1, "kv"))) == ["b", "c", "d"]
+    assert H.xattr_int(kv / "k0", "user.pagefs.slot") == 7
+    assert os.stat(kv / "k2").st_size == 4096
+    assert H.xattr_int(kv, "user.pagefs.capacity") == 8 * 4096
+    at = [os.stat(kv / k).st_atime_ns for k in ("k2", "k3", "k0")]
+    assert at == sorted(at) and len(set(at)) == 3, "atimes follow key_to_index (oldest first)"
+    H.expect_errno(61, os.getxattr, kv / "k2", "user.pagefs.checksum")
+    m.umount()
+
+
+def test_slot_size_from_the_data_file(work):
+    text = json.loads(fixture_text())
+    b = work / "backing-a"
+    b.mkdir()
+    for name, n in (("hicache.0.bin", 8), ("hicache.0.bin.mamba", 4), ("hicache.1.bin", 3)):
+        with open(b / name, "wb") as f:
+            f.truncate(n * 8192)
+    r = imp(work, "a", FIXTURE)
+    assert r.returncode == 0, H.describe(r)
+    r = H.run_pagefs("import-json", FIXTURE, *index(work, "c"))
+    assert r.returncode == 1 and "--page-size" in r.stderr, "no data file and no size: refused"
+    # a data file that does not hold num_pages pages of --page-size is refused
+    b2 = work / "backing-d"
+    b2.mkdir()
+    with open(b2 / "hicache.0.bin", "wb") as f:
+        f.truncate(5 * 4096)
+    r = imp(work, "d", FIXTURE, "--page-size", "4K")
+    assert r.returncode == 1 and "num_pages 8" in r.stderr, H.describe(r)
+    assert exp(work, "d") == "{}", "a refused import leaves the index as it was"
+    assert text
+
+
+@pytest.mark.parametrize("body,want", [
+    ('{"0:kv": {"num_pages": 3, "free_pages": [],\n "key_to_index": [["a", 1],]}}', ":2:"),
+    ('{"0:kv": {"num_pages": 3, "free_pages": [], "key_to_index": [["a", 3]]}}', "below num_pages"),
+    ('{"0:kv": {"num_pages": 3, "free_pages": [], "key_to_index": [["a", 1], ["b", 1]]}}',
+     "two keys"),
+    ('{"0:kv": {"num_pages": 3, "free_pages": [], "key_to_index": [["a", 1], ["a", 2]]}}',
+     "twice"),
+    ('{"0:kv": {"num_pages": 3, "free_pages": [], "key_to_index": [["a/b", 1]]}}', "file name"),
+    ('{"0:Kv": {"num_pages": 3, "free_pages": [], "key_to_index": []}}', "namespace"),
+    ('{"x:kv": {"num_pages": 3, "free_pages": [], "key_to_index": []}}', "rank"),
+    ('{"0:kv": {"free_pages": [], "key_to_index": []}}', "num_pages"),
+    ('[1, 2]', "top level"),
+])
+def test_malformed_files_are_refused_and_change_nothing(work, body, want):
+    fixture_text()
+    r = imp(work, "a", FIXTURE, "--page-size", "4K")
+    assert r.returncode == 0
+    before = exp(work, "a")
+    # a good pool first, then the bad one: all or nothing
+    good = '{"5:kv": {"num_pages": 2, "free_pages": [0], "key_to_index": [["z", 1]]}'
+    bad = work / "bad.json"
+    bad.write_text(body if body.startswith("[") or ":2:" in want else good + "," + body[1:])
+    r = imp(work, "a", bad, "--page-size", "4K")
+    assert r.returncode == 1, H.describe(r)
+    assert want in r.stderr, r.stderr
+    assert "not changed" in r.stderr
+    assert exp(work, "a") == before
+
+
+def test_bare_rank_means_kv(work):
+    f = work / "old.json"
+    f.write_text('{"3": {"num_pages": 2, "free_pages": [], "key_to_index": [["a", 0], ["b", 1]]}}')
+    r = imp(work, "a", f, "--page-size", "4K")
+    assert r.returncode == 0, H.describe(r)
+    assert json.loads(exp(work, "a")) == {
+        "3:kv": {"num_pages": 2, "free_pages": [], "key_to_index": [["a", 0], ["b", 1]]}}
+
+
+def test_import_into_a_pool_with_pages_is_refused(work):
+    fixture_text()
+    assert imp(work, "a", FIXTURE, "--page-size", "4K").returncode == 0
+    r = imp(work, "a", FIXTURE, "--page-size", "4K")
+    assert r.returncode == 1 and "already holds pages" in r.stderr
+
+
+@pytest.mark.timeout_s(300)
+def test_hundred_thousand_keys_import_quickly(work):
+    n = 100000
+    kti = [[f"{i:064x}_Qwen-Qwen3-32B_0_2", i] for i in range(n)]
+    f = work / "big.json"
+    f.write_text(json.dumps({"0:kv": {"num_pages": n + 10, "free_pages": list(range(n, n + 10)),
+                                      "key_to_index": kti}}, indent=4))
+    t0 = time.monotonic()
+    r = imp(work, "a", f, "--page-size", "4K")
+    took = time.monotonic() - t0
+    assert r.returncode == 0, H.describe(r)
+    assert took < 60, f"100k keys took {took:.1f} s"
+    assert exp(work, "a") == f.read_text()

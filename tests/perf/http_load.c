@@ -1,0 +1,200 @@
+/*
+ * http_load.c - load generator for the mini_3fs_metadata_server protocol
+ * (pagefs serve-meta, pagefs mount --http, or SGLang's Python server).
+ *
+ *   http_load PORT OP CLIENTS SECONDS [SERVER_PID]
+ *
+ * OP is exists, get (get_page_indices) or write (reserve_and_allocate +
+ * confirm_write). Each client is one thread with one keep-alive
+ * connection to 127.0.0.1:PORT sending batches of 128 keys of SGLang's
+ * shape (64 hex digits + a model suffix). exists/get ask for keys the
+ * write phase stored (run write first). Prints keys/s and, with
+ * SERVER_PID, the server's CPU seconds (utime + stime from /proc) and keys
+ * per CPU second. A minimal HTTP/1.1 client: it only needs
+ * Content-Length replies, which both servers send.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* strcasestr */
+#endif
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BATCH 128
+#define STORED 65536 /* keys the write phase of client 0..N leaves per client */
+
+static int port, op_write, op_get, seconds;
+static atomic_ullong total_keys;
+static atomic_int stop;
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int connect_to(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		perror("connect");
+		exit(1);
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
+/* POSTs body to /0/route; reads the reply body into resp. Returns status. */
+static int post(int fd, const char *route, const char *body, size_t blen, char *resp, size_t rcap)
+{
+	char head[256], buf[1 << 16];
+	int hl = snprintf(head, sizeof(head),
+	                  "POST /0/%s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+	                  "application/json\r\nContent-Length: %zu\r\n\r\n",
+	                  route, blen);
+	if (write(fd, head, (size_t)hl) != hl || write(fd, body, blen) != (ssize_t)blen)
+		return -1;
+	size_t got = 0;
+	char *end = NULL;
+	while (!end) {
+		ssize_t n = read(fd, buf + got, sizeof(buf) - 1 - got);
+		if (n <= 0)
+			return -1;
+		got += (size_t)n;
+		buf[got] = '\0';
+		end = strstr(buf, "\r\n\r\n");
+	}
+	int status = atoi(buf + 9);
+	const char *cl = strcasestr(buf, "content-length:");
+	size_t len = cl ? strtoul(cl + 15, NULL, 10) : 0, have = got - (size_t)(end + 4 - buf);
+	if (len >= rcap)
+		return -1;
+	memcpy(resp, end + 4, have);
+	while (have < len) {
+		ssize_t n = read(fd, resp + have, len - have);
+		if (n <= 0)
+			return -1;
+		have += (size_t)n;
+	}
+	resp[len] = '\0';
+	return status;
+}
+
+static size_t key(char *out, int client, unsigned long i)
+{
+	return (size_t)sprintf(out, "\"%016x%016lx%032x_Qwen-Qwen3-32B_0_2\"", client, i, 0);
+}
+
+static void *client_main(void *arg)
+{
+	int c = (int)(long)arg, fd = connect_to();
+	char *body = malloc(1 << 20), *resp = malloc(1 << 20), *conf = malloc(1 << 20);
+	unsigned long i = 0, seed = (unsigned long)c * 7919 + 1;
+
+	while (!atomic_load(&stop)) {
+		size_t n = 0;
+		if (op_write) {
+			n += (size_t)sprintf(body, "{\"keys\":[");
+			for (int k = 0; k < BATCH; k++) {
+				n += (size_t)sprintf(body + n, "%s[", k ? "," : "");
+				n += key(body + n, c, i + (unsigned long)k);
+				n += (size_t)sprintf(body + n, ",\"\"]");
+			}
+			n += (size_t)sprintf(body + n, "]}");
+			if (post(fd, "reserve_and_allocate_page_indices", body, n, resp, 1 << 20) !=
+			    200)
+				break;
+			/* [[false,N],...] -> written_keys_to_confirm */
+			size_t m = (size_t)sprintf(conf, "{\"written_keys_to_confirm\":[");
+			char *p = resp;
+			for (int k = 0; k < BATCH; k++) {
+				p = strchr(p + 1, '[');
+				p = strchr(p ? p : resp, ',');
+				long slot = p ? strtol(p + 1, NULL, 10) : -1;
+				m += (size_t)sprintf(conf + m, "%s[", k ? "," : "");
+				m += key(conf + m, c, i + (unsigned long)k);
+				m += (size_t)sprintf(conf + m, ",%ld]", slot);
+			}
+			m += (size_t)sprintf(conf + m, "],\"pages_to_release\":[]}");
+			if (post(fd, "confirm_write", conf, m, resp, 1 << 20) != 204)
+				break;
+			i += BATCH;
+		} else {
+			n += (size_t)sprintf(body, "{\"keys\":[");
+			for (int k = 0; k < BATCH; k++) {
+				seed = seed * 6364136223846793005UL + 1442695040888963407UL;
+				n += (size_t)sprintf(body + n, "%s", k ? "," : "");
+				n += key(body + n, c % 4, (seed >> 33) % STORED);
+			}
+			n += (size_t)sprintf(body + n, "]}");
+			if (post(fd, op_get ? "get_page_indices" : "exists", body, n, resp,
+			         1 << 20) != 200)
+				break;
+		}
+		atomic_fetch_add(&total_keys, BATCH);
+	}
+	close(fd);
+	free(body);
+	free(resp);
+	free(conf);
+	return NULL;
+}
+
+static double cpu_s(int pid)
+{
+	char path[64], buf[4096];
+	unsigned long ut = 0, st = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	if (pid <= 0 || !(f = fopen(path, "r")))
+		return 0;
+	if (fgets(buf, sizeof(buf), f)) {
+		char *p = strrchr(buf, ')');
+		if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
+		                &st) != 2)
+			ut = st = 0;
+	}
+	fclose(f);
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 5) {
+		fprintf(stderr, "usage: http_load PORT exists|get|write CLIENTS SECONDS [PID]\n");
+		return 2;
+	}
+	port = atoi(argv[1]);
+	op_write = strcmp(argv[2], "write") == 0;
+	op_get = strcmp(argv[2], "get") == 0;
+	int clients = atoi(argv[3]), pid = argc > 5 ? atoi(argv[5]) : 0;
+	seconds = atoi(argv[4]);
+	pthread_t th[256];
+	double c0 = cpu_s(pid), t0 = now_s();
+	for (int i = 0; i < clients && i < 256; i++)
+		pthread_create(&th[i], NULL, client_main, (void *)(long)i);
+	sleep((unsigned)seconds);
+	atomic_store(&stop, 1);
+	for (int i = 0; i < clients && i < 256; i++)
+		pthread_join(th[i], NULL);
+	double t = now_s() - t0, cpu = cpu_s(pid) - c0;
+	unsigned long long k = atomic_load(&total_keys);
+	printf("%s clients=%d keys=%llu keys/s=%.0f", argv[2], clients, k, (double)k / t);
+	if (pid > 0)
+		printf(" server_cpu_s=%.2f keys/cpu_s=%.0f", cpu, cpu > 0 ? (double)k / cpu : 0);
+	printf("\n");
+	return 0;
+}

@@ -1,0 +1,165 @@
+/*
+ * test_keys.c - the mini_3fs_metadata_server protocol on the index
+ * (meta/keys.c) and bulk adoption (meta/adopt.c): slots from the top
+ * down, one slot per key, no leaks when the pool runs out, confirms that
+ * publish only reserved slots, quarantined deletes, durable confirms.
+ */
+#include "fixture.h"
+
+TestSuite(keys, .init = fx_setup, .fini = fx_teardown, .timeout = 30);
+
+static uint32_t init_pool(int rank, const char *ns, uint64_t pages)
+{
+	char msg[512] = "";
+	uint32_t id;
+	int differs;
+	int ret = meta_keys_initialize(fx.m, rank, ns, pages, &differs, msg, sizeof(msg));
+
+	cr_assert_eq(ret, 0, "initialize %d/%s: %s %s", rank, ns, strerror(-ret), msg);
+	cr_assert_eq(meta_keys_pool(fx.m, rank, ns, &id), 0);
+	return id;
+}
+
+static void reserve(uint32_t pool, const char *const *keys, size_t n, int64_t *slots)
+{
+	uint8_t existed[64];
+	int ret = meta_keys_reserve(fx.m, pool, keys, n, existed, slots);
+	cr_assert_eq(ret, 0, "reserve: %s", strerror(-ret));
+}
+
+Test(keys, reserve_hands_out_slots_from_the_top_down)
+{
+	uint32_t p = init_pool(0, "http", 8);
+	const char *keys[] = {"a", "b", "c"};
+	int64_t s[3];
+
+	reserve(p, keys, 3, s);
+	cr_assert(s[0] == 7 && s[1] == 6 && s[2] == 5, "got %lld %lld %lld", (long long)s[0],
+	          (long long)s[1], (long long)s[2]);
+}
+
+Test(keys, repeated_key_in_a_batch_gets_one_slot)
+{
+	uint32_t p = init_pool(0, "http", 8);
+	const char *keys[] = {"a", "b", "a"};
+	int64_t s[3];
+
+	reserve(p, keys, 3, s);
+	cr_assert_eq(s[0], s[2]);
+	cr_assert_neq(s[0], s[1]);
+}
+
+Test(keys, exhausted_pool_answers_minus_one_without_leaking)
+{
+	uint32_t p = init_pool(0, "http", 2);
+	const char *keys[] = {"a", "b", "c"};
+	int64_t s[3], rel[2];
+	size_t ignored;
+
+	reserve(p, keys, 3, s);
+	cr_assert_eq(s[2], -1, "third key in a 2-page pool gets -1, not %lld", (long long)s[2]);
+	rel[0] = s[0];
+	rel[1] = s[1];
+	cr_assert_eq(meta_keys_confirm(fx.m, p, NULL, NULL, 0, rel, 2, &ignored), 0);
+	reserve(p, keys, 2, s);
+	cr_assert(s[0] >= 0 && s[1] >= 0, "released slots are free again");
+}
+
+Test(keys, confirm_publishes_a_durable_page_of_slot_size_without_checksum)
+{
+	uint32_t p = init_pool(0, "http", 8);
+	const char *keys[] = {"k"};
+	int64_t s[1];
+	size_t ignored;
+
+	reserve(p, keys, 1, s);
+	cr_assert_eq(meta_keys_confirm(fx.m, p, keys, s, 1, NULL, 0, &ignored), 0);
+	cr_assert_eq(ignored, 0);
+	fx_reopen();
+	cr_assert_eq(meta_keys_pool(fx.m, 0, "http", &p), 0);
+	struct meta_page_info pi = lookup_ok(p, "k");
+	cr_assert_eq(pi.slot, (uint64_t)s[0]);
+	cr_assert_eq(pi.length, FX_SLOT_SIZE);
+	cr_assert_eq(pi.has_checksum, 0);
+	meta_page_set_checksum(fx.m, pi.id, pi.slot, 0x1234);
+	fx_reopen();
+	pi = lookup_ok(p, "k");
+	cr_assert(pi.has_checksum && pi.checksum == 0x1234, "the first checksum is recorded");
+}
+
+Test(keys, confirm_of_an_unreserved_slot_and_release_of_a_mapped_one_are_ignored)
+{
+	uint32_t p = init_pool(0, "http", 8);
+	const char *keys[] = {"a"}, *other[] = {"b"};
+	int64_t s[1], bogus[1] = {3};
+	size_t ignored;
+	uint8_t ex[1];
+
+	cr_assert_eq(meta_keys_confirm(fx.m, p, other, bogus, 1, NULL, 0, &ignored), 0);
+	cr_assert_eq(ignored, 1);
+	reserve(p, keys, 1, s);
+	cr_assert_eq(meta_keys_confirm(fx.m, p, keys, s, 1, s, 1, &ignored), 0);
+	cr_assert_eq(ignored, 1, "releasing the slot 'a' maps is ignored");
+	cr_assert_eq(meta_keys_confirm(fx.m, p, other, s, 1, NULL, 0, &ignored), 0);
+	cr_assert_eq(ignored, 1, "a second key on a mapped slot is ignored");
+	meta_keys_exists(fx.m, p, other, 1, ex);
+	cr_assert_eq(ex[0], 0);
+	meta_keys_exists(fx.m, p, keys, 1, ex);
+	cr_assert_eq(ex[0], 1);
+}
+
+Test(keys, deleted_slot_is_not_handed_out_during_the_quarantine)
+{
+	uint32_t p = init_pool(0, "http", 8);
+	const char *keys[] = {"a"}, *more[] = {"b", "c", "d", "e", "f", "g", "h"};
+	int64_t s[1], t[7];
+	size_t ignored, deleted;
+
+	reserve(p, keys, 1, s);
+	meta_keys_confirm(fx.m, p, keys, s, 1, NULL, 0, &ignored);
+	cr_assert_eq(meta_keys_delete(fx.m, p, keys, 1, &deleted), 0);
+	cr_assert_eq(deleted, 1);
+	reserve(p, more, 7, t);
+	for (int i = 0; i < 7; i++)
+		cr_assert_neq(t[i], s[0], "slot %lld reused at once", (long long)s[0]);
+}
+
+Test(keys, initialize_with_another_size_keeps_the_pool)
+{
+	char msg[256];
+	int differs;
+	struct meta_pool_info pi;
+
+	init_pool(0, "http", 8);
+	cr_assert_eq(meta_keys_initialize(fx.m, 0, "http", 4, &differs, msg, sizeof(msg)), 0);
+	cr_assert_eq(differs, 1);
+	cr_assert_eq(meta_pool_find(fx.m, 0, "http", &pi), 0);
+	cr_assert_eq(pi.capacity, 8);
+}
+
+Test(keys, page_size_is_derived_only_when_unambiguous)
+{
+	cr_assert_eq(meta_page_size_of(8 * 4096, 8), 4096);
+	cr_assert_eq(meta_page_size_of(100, 3), 0, "26..33-byte pages all give 3 pages");
+	cr_assert_eq(meta_page_size_of(1000003, 1000), 1000);
+	cr_assert_eq(meta_page_size_of(1ULL << 40, 1ULL << 25), 1ULL << 15);
+	/* SGLang sizes num_pages = file_size // bytes_per_page: a 1T file of 3 MB
+	 * pages fits 3000001 just as well, so the caller must be told. */
+	cr_assert_eq(meta_page_size_of(1ULL << 40, (1ULL << 40) / 3000000), 0);
+}
+
+Test(keys, adopt_is_all_or_nothing)
+{
+	uint32_t p = init_pool(0, "imp", 8);
+	struct meta_adopt_page in[3] = {{p, 1, "a"}, {p, 2, "b"}, {p, 1, "c"}};
+	struct meta_pool_info pi;
+
+	cr_assert_eq(meta_adopt(fx.m, in, 3, NULL, NULL), -EINVAL);
+	cr_assert_eq(meta_pool_get(fx.m, p, &pi), 0);
+	cr_assert(pi.pages == 0 && pi.used_slots == 0, "nothing adopted, no slot kept");
+	in[2].slot = 3;
+	cr_assert_eq(meta_adopt(fx.m, in, 3, NULL, NULL), 0);
+	fx_reopen();
+	cr_assert_eq(lookup_ok(p, "c").slot, 3);
+	cr_assert_eq(lookup_ok(p, "a").length, FX_SLOT_SIZE);
+}
