@@ -35,6 +35,7 @@ int cli_umount_main(int argc, char **argv);
 int cli_status_main(int argc, char **argv);
 int cli_pool_main(int argc, char **argv);
 int cli_fsck_main(int argc, char **argv);
+int cli_bench_main(int argc, char **argv);
 
 /*
  * Prints "pagefs CMD: MESSAGE" to stderr followed by a hint to run

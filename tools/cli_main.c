@@ -25,6 +25,8 @@ static const struct cli_command commands[] = {
          "create a pool with a page size and capacity"},
 	{"fsck", cli_fsck_main, "fsck BACKING [--meta URI]",
          "check an index against its data files (offline)"},
+	{"bench", cli_bench_main, "bench [--quick] [--scale N]",
+         "side-by-side benchmarks against raw, dir and passthrough_ll"},
 };
 
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
