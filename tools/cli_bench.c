@@ -38,7 +38,7 @@ static void usage(FILE *out)
 	fprintf(out,
 	        "Usage: pagefs bench [--quick] [--backing DIR] [--backing-fuse] [--json FILE]\n"
 	        "                    [--plot FILE.png] [--sizes LIST] [--clients LIST]\n"
-	        "                    [--meta URI]\n"
+	        "                    [--meta URI] [--pages N]\n"
 	        "       pagefs bench --scale N [--backing DIR] [--meta URI]\n"
 	        "\n"
 	        "Runs the same KV-cache page workloads (write, read cold and hot, exists,\n"
@@ -57,6 +57,8 @@ static void usage(FILE *out)
 	        "  -s, --sizes LIST      page sizes (default 64K,1M,16M)\n"
 	        "  -c, --clients LIST    client process counts (default 1,2,8)\n"
 	        "  -m, --meta URI        the pagefs contender's index (default: temporary)\n"
+	        "  -P, --pages N         pages per measurement (default: 256 MiB of pages,\n"
+	        "                        32 MiB with --quick, 4 to 4096 pages)\n"
 	        "  -S, --scale N         fill one pool with N pages and report mount time,\n"
 	        "                        daemon memory per page, stat/open latency, readdir\n"
 	        "                        and index size\n"
@@ -106,6 +108,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{"clients", required_argument, NULL, 'c'},
 		{"meta", required_argument, NULL, 'm'},
 		{"scale", required_argument, NULL, 'S'},
+		{"pages", required_argument, NULL, 'P'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -114,7 +117,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 
 	memset(o, 0, sizeof(*o));
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "qb:Fj:p:s:c:m:S:h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "qb:Fj:p:s:c:m:S:P:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'q':
 			o->quick = 1;
@@ -151,6 +154,15 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 				                       "--scale: '%s' is not a page count in "
 				                       "1..100000000",
 				                       optarg);
+			break;
+		}
+		case 'P': {
+			long v;
+			if (cli_parse_long(optarg, 1, 100000, &v) < 0)
+				return cli_usage_error(BENCH_CMD,
+				                       "--pages: '%s' is not a count in 1..100000",
+				                       optarg);
+			o->pages = (uint64_t)v;
 			break;
 		}
 		case 'h':
@@ -195,6 +207,8 @@ static uint64_t pages_for(const struct bench_opts *o, uint64_t size)
 {
 	uint64_t n = o->budget / size;
 
+	if (o->pages)
+		return o->pages;
 	if (n < MIN_PAGES)
 		n = MIN_PAGES;
 	if (n > MAX_PAGES)

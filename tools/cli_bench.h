@@ -42,6 +42,7 @@ struct bench_opts {
 	int nclients;
 	const char *meta_uri; /* pagefs contender's index; NULL: temporary */
 	uint64_t budget;      /* bytes written per measurement */
+	uint64_t pages;       /* --pages: pages per measurement (0: from budget) */
 };
 
 /* Set by SIGINT/SIGTERM/SIGHUP: every loop gives up and cleans up. */

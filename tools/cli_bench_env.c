@@ -215,12 +215,17 @@ static int mount_passthrough(const struct bench_env *env, const char *src, const
 	if (p < 0)
 		return -1;
 	if (p == 0) {
+		char log[PATH_MAX];
 		int fd = open("/dev/null", O_RDWR);
 		setpgid(0, 0);
 		if (fd >= 0) {
 			dup2(fd, 0);
 			dup2(fd, 1);
 		}
+		bench_fmt(log, sizeof(log), "%s/passthrough.log", env->tmp);
+		fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+		if (fd >= 0)
+			dup2(fd, 2);
 		execl(env->pt_bin, env->pt_bin, "-f", "-o", opts, mnt, (char *)NULL);
 		_exit(127);
 	}

@@ -210,7 +210,7 @@ int bench_write_plot(const char *path, const struct bench_env *env, const struct
 	        "set logscale y\n"
 	        "set ylabel 'MiB/s (log)'\n"
 	        "set grid ytics\n"
-	        "set key top left horizontal\n"
+	        "set key outside top center horizontal\n"
 	        "set xtics rotate by -30\n"
 	        "plot for [i=2:%d] '%s' using i:xtic(1) title columnheader(i)\n",
 	        path, cl, cl == 1 ? "" : "s", env->backing_desc, C_COUNT + 1, dat);

@@ -30,9 +30,10 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #define SCALE_SLOT 4096ULL
-#define SCALE_THREADS 32
+#define SCALE_THREADS 128
 #define SCALE_SAMPLE 20000
 
 struct filler {
@@ -61,7 +62,7 @@ static void *fill_thread(void *arg)
 		bench_page_name(i, 0, name, sizeof(name));
 		ret = meta_page_reserve(f->m, f->pool_id, name, 0, &r);
 		if (ret == 0)
-			ret = meta_page_commit(f->m, &r, 0, 0);
+			ret = meta_page_commit(f->m, &r, 0, XXH3_64bits("", 0));
 		if (ret < 0) {
 			f->err = ret;
 			break;
