@@ -390,6 +390,7 @@ int cli_bench_main(int argc, char **argv)
 	int n = 0, ret;
 	double t0 = bench_now();
 
+	setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows up in logs too */
 	ret = parse_args(argc, argv, &o);
 	if (ret != 0)
 		return ret < 0 ? CLI_OK : ret;
