@@ -206,7 +206,7 @@ static int list_all(const char *pool, uint64_t n)
 
 	if (!d)
 		return -1;
-	while ((de = readdir(d)))
+	while (!bench_interrupted && (de = readdir(d)))
 		if (de->d_name[0] != '.')
 			count++;
 	closedir(d);
