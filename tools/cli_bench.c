@@ -32,6 +32,7 @@
 
 #define MIN_PAGES 4
 #define MAX_PAGES 4096
+#define MAX_REPEAT 9
 
 static void usage(FILE *out)
 {
@@ -39,6 +40,7 @@ static void usage(FILE *out)
 	        "Usage: pagefs bench [--quick] [--backing DIR] [--backing-fuse] [--json FILE]\n"
 	        "                    [--plot FILE.png] [--sizes LIST] [--clients LIST]\n"
 	        "                    [--meta URI] [--pages N] [--pt-cache MODE]\n"
+	        "                    [--repeat N]\n"
 	        "       pagefs bench --scale N [--backing DIR] [--meta URI]\n"
 	        "\n"
 	        "Runs the same KV-cache page workloads (write, read cold and hot, exists,\n"
@@ -61,6 +63,8 @@ static void usage(FILE *out)
 	        "                        32 MiB with --quick, 4 to 4096 pages)\n"
 	        "  -C, --pt-cache MODE   passthrough_ll's cache=never|auto|always (default\n"
 	        "                        never: direct I/O, as pagefs page files)\n"
+	        "  -R, --repeat N        rounds of read, exists and list; the median is\n"
+	        "                        reported (default 3, 1 with --quick)\n"
 	        "  -S, --scale N         fill one pool with N pages and report mount time,\n"
 	        "                        daemon memory per page, stat/open latency, readdir\n"
 	        "                        and index size\n"
@@ -112,6 +116,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{"scale", required_argument, NULL, 'S'},
 		{"pages", required_argument, NULL, 'P'},
 		{"pt-cache", required_argument, NULL, 'C'},
+		{"repeat", required_argument, NULL, 'R'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -120,7 +125,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 
 	memset(o, 0, sizeof(*o));
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "qb:Fj:p:s:c:m:S:P:C:h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "qb:Fj:p:s:c:m:S:P:C:R:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'q':
 			o->quick = 1;
@@ -168,6 +173,15 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 			o->pages = (uint64_t)v;
 			break;
 		}
+		case 'R': {
+			long v;
+			if (cli_parse_long(optarg, 1, MAX_REPEAT, &v) < 0)
+				return cli_usage_error(BENCH_CMD,
+				                       "--repeat: '%s' is not a count in 1..%d",
+				                       optarg, MAX_REPEAT);
+			o->repeat = (int)v;
+			break;
+		}
 		case 'C':
 			if (strcmp(optarg, "never") != 0 && strcmp(optarg, "auto") != 0 &&
 			    strcmp(optarg, "always") != 0)
@@ -201,6 +215,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		o->clients[2] = 8;
 		o->nclients = 3;
 	}
+	if (!o->repeat)
+		o->repeat = o->quick ? 1 : 3;
 	if (!o->pt_cache)
 		o->pt_cache = "never";
 	o->budget = o->quick ? (32ULL << 20) : (256ULL << 20);
@@ -314,6 +330,64 @@ static void unprepare(const struct bench_env *env, uint64_t size, long clients)
 	}
 }
 
+/* Rounds of a workload: the ones that leave the pages as they found them
+ * repeat (the median is reported); write and delete run once. */
+static int repeats(const struct bench_opts *o, enum bench_workload w)
+{
+	return w == W_WRITE || w == W_DELETE ? 1 : o->repeat;
+}
+
+static int cmp_metric(const void *a, const void *b)
+{
+	const struct bench_result *x = a, *y = b;
+
+	return x->ops_per_s < y->ops_per_s ? -1 : x->ops_per_s > y->ops_per_s;
+}
+
+static struct bench_result median(struct bench_result *tries, int n)
+{
+	qsort(tries, (size_t)n, sizeof(*tries), cmp_metric);
+	return tries[n / 2];
+}
+
+/* One measurement of contender c, with its cache preparation. */
+static int measure_one(const struct bench_env *env, const struct bench_opts *o,
+                       enum bench_workload w, enum bench_contender c, uint64_t size, long cl,
+                       struct bench_result *out)
+{
+	struct bench_job job;
+	uint64_t b0 = 0, r0 = 0, b1, r1;
+
+	memset(&job, 0, sizeof(job));
+	job.workload = w;
+	job.contender = c;
+	job.page_size = size;
+	job.clients = cl;
+	job.pages = pages_for(o, size);
+	target(env, c, size, cl, job.dir, sizeof(job.dir));
+	if (w == W_READ_COLD)
+		bench_drop_caches(env);
+	/* Hot: what a previous read left in the caches; the cold reads of
+	 * the others dropped ours. */
+	if (w == W_READ_HOT && bench_measure(&job, out) < 0)
+		goto fail;
+	if (c == C_PAGEFS && w == W_WRITE)
+		store_counters(env, &b0, &r0);
+	if (bench_measure(&job, out) < 0)
+		goto fail;
+	if (c == C_PAGEFS && w == W_WRITE) {
+		store_counters(env, &b1, &r1);
+		if (b1 > b0)
+			out->records_per_txn = (double)(r1 - r0) / (double)(b1 - b0);
+	}
+	return 0;
+fail:
+	if (!bench_interrupted)
+		fprintf(stderr, "pagefs bench: %s with %s failed; stopping\n",
+		        bench_workload_names[w], bench_contender_names[c]);
+	return -1;
+}
+
 static int run_matrix(struct bench_env *env, const struct bench_opts *o, struct bench_result **out,
                       int *nout)
 {
@@ -350,48 +424,25 @@ static int run_matrix(struct bench_env *env, const struct bench_opts *o, struct 
 					if (takes_part((enum bench_workload)w,
 					               (enum bench_contender)c))
 						order[k++] = (enum bench_contender)c;
-				for (int r = 0; r < k; r++) {
-					enum bench_contender c = order[(r + turn) % k];
-					struct bench_job job;
-					uint64_t b0 = 0, r0 = 0, b1, r1;
+				int reps = repeats(o, (enum bench_workload)w);
+				struct bench_result tries[C_COUNT][MAX_REPEAT];
 
-					if (bench_interrupted)
-						return -1;
-					memset(&job, 0, sizeof(job));
-					job.workload = (enum bench_workload)w;
-					job.contender = c;
-					job.page_size = size;
-					job.clients = cl;
-					job.pages = pages_for(o, size);
-					target(env, c, size, cl, job.dir, sizeof(job.dir));
-					if (w == W_READ_COLD)
-						bench_drop_caches(env);
-					/* Hot: what a previous read left in the caches;
-					 * the cold reads of the others dropped ours. */
-					if (w == W_READ_HOT && bench_measure(&job, &rs[done]) < 0)
-						return -1;
-					if (c == C_PAGEFS && w == W_WRITE)
-						store_counters(env, &b0, &r0);
-					if (bench_measure(&job, &rs[done]) < 0) {
-						fprintf(stderr,
-						        "pagefs bench: %s with %s failed; "
-						        "stopping\n",
-						        bench_workload_names[w],
-						        bench_contender_names[c]);
-						return -1;
+				for (int rep = 0; rep < reps; rep++, turn++) {
+					for (int r = 0; r < k; r++) {
+						enum bench_contender c = order[(r + turn) % k];
+
+						if (bench_interrupted ||
+						    measure_one(env, o, (enum bench_workload)w, c,
+						                size, cl, &tries[c][rep]) < 0)
+							return -1;
 					}
-					if (c == C_PAGEFS && w == W_WRITE) {
-						store_counters(env, &b1, &r1);
-						if (b1 > b0)
-							rs[done].records_per_txn =
-								(double)(r1 - r0) /
-								(double)(b1 - b0);
-					}
+				}
+				for (int r = 0; r < k; r++) {
+					rs[done] = median(tries[order[r]], reps);
 					done++;
 					*nout = done;
 					bench_print_progress(&rs[done - 1], done, total);
 				}
-				turn++;
 			}
 			unprepare(env, size, cl);
 		}

@@ -42,6 +42,7 @@ struct bench_opts {
 	int nclients;
 	const char *meta_uri; /* pagefs contender's index; NULL: temporary */
 	const char *pt_cache; /* passthrough_ll's cache= for the contender */
+	int repeat;           /* rounds of the repeatable workloads */
 	uint64_t budget;      /* bytes written per measurement */
 	uint64_t pages;       /* --pages: pages per measurement (0: from budget) */
 };
