@@ -129,6 +129,15 @@ static int fill(const char *uri, const char *backing, uint64_t n)
 	printf("fill:            %llu pages through meta/ in %.1f s (%.0f pages/s, %d threads)\n",
 	       (unsigned long long)n, bench_now() - t0, (double)n / (bench_now() - t0),
 	       SCALE_THREADS);
+	{
+		struct meta_stats st;
+		meta_get_stats(m, &st);
+		if (st.store_batches)
+			printf("group commit:    %.1f records per store transaction (%llu "
+			       "transactions)\n",
+			       (double)st.store_records / (double)st.store_batches,
+			       (unsigned long long)st.store_batches);
+	}
 	t0 = bench_now();
 	meta_close(m);
 	printf("  (closing the index took %.1f s)\n", bench_now() - t0);
