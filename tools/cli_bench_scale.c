@@ -126,9 +126,15 @@ static int fill(const char *uri, const char *backing, uint64_t n)
 	}
 	for (int i = 0; i < nth; i++)
 		pthread_join(th[i], NULL);
-	printf("fill:            %llu pages through meta/ in %.1f s (%.0f pages/s, %d threads)\n",
-	       (unsigned long long)n, bench_now() - t0, (double)n / (bench_now() - t0),
-	       SCALE_THREADS);
+	{
+		struct meta_stats st;
+		meta_get_stats(m, &st);
+		printf("fill:            %llu pages through meta/ in %.1f s (%.0f pages/s, %d "
+		       "threads)%s\n",
+		       (unsigned long long)st.pages, bench_now() - t0,
+		       (double)st.pages / (bench_now() - t0), SCALE_THREADS,
+		       bench_interrupted ? ", interrupted" : "");
+	}
 	{
 		struct meta_stats st;
 		meta_get_stats(m, &st);
