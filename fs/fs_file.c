@@ -17,8 +17,10 @@
  *     would cut short or stretch page-cache reads of old readers;
  *   - the data file's own page cache already serves repeated reads; a
  *     second copy in the FUSE page cache only doubles the memory;
- *   - direct reads reach us in max_write (1 MiB) requests rather than in
- *     readahead-sized ones.
+ *   - direct reads reach us in max_read requests (512 KiB: what a pipe
+ *     can splice, see fs_main.c) rather than in readahead-sized ones.
+ * Readers open with noflush: their flush would do nothing, and each
+ * close() would wait for it.
  * The price: page files cannot be mmap()ed.
  */
 #include <errno.h>
@@ -218,6 +220,7 @@ static void open_read(fuse_req_t req, struct fs_mount *fs, fuse_ino_t ino, uint6
 	h->page = p;
 	fs_handles_add(&fs->handles, h);
 	fi->direct_io = 1;
+	fi->noflush = 1; /* a reader's flush does nothing: spare close() a round trip */
 	reply_open(req, fs, h, fi, NULL);
 }
 

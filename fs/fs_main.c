@@ -69,6 +69,34 @@
 #define FS_MAX_WRITE (1U << 20)
 #define FS_DEFAULT_THREADS 16
 
+/*
+ * The largest read the kernel may send us. Reads are spliced from the data
+ * file through a pipe, and libfuse falls back to pread + writev (two
+ * copies instead of one) whenever a reply does not fit its pipe. A pipe
+ * grows only to /proc/sys/fs/pipe-max-size (1 MiB by default) without
+ * CAP_SYS_RESOURCE, and the reply header needs room too, so the read size
+ * is the largest power of two up to FS_MAX_WRITE that leaves 64 KiB of
+ * headroom in a pipe of that size.
+ */
+static unsigned fs_max_read(void)
+{
+	static unsigned cached; /* the mount option and init must agree */
+	unsigned long long max = 1 << 20;
+	unsigned size = FS_MAX_WRITE;
+	FILE *f = fopen("/proc/sys/fs/pipe-max-size", "r");
+
+	if (f) {
+		if (fscanf(f, "%llu", &max) != 1)
+			max = 1 << 20;
+		fclose(f);
+	}
+	while (size > 65536 && size + 65536ULL > max)
+		size /= 2;
+	if (!cached)
+		cached = size;
+	return cached;
+}
+
 static void pagefs_op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	unsigned want = FUSE_CAP_ATOMIC_O_TRUNC | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE |
@@ -79,6 +107,7 @@ static void pagefs_op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~(unsigned)(FUSE_CAP_READDIRPLUS_AUTO | FUSE_CAP_WRITEBACK_CACHE |
 	                          FUSE_CAP_SPLICE_READ);
 	conn->max_write = FS_MAX_WRITE;
+	conn->max_read = fs_max_read(); /* libfuse insists it equals -o max_read */
 	if (!(conn->capable & FUSE_CAP_ATOMIC_O_TRUNC))
 		log_warn("the kernel cannot pass O_TRUNC to open: replacing a page in place "
 		         "with open(O_TRUNC) will fail with EPERM");
@@ -136,7 +165,7 @@ static int build_args(const struct pagefs_mount_opts *o, struct fuse_args *args)
 
 	len = (size_t)snprintf(opts, sizeof(opts), "fsname=pagefs:");
 	len = append_escaped(opts, len, sizeof(opts), o->meta.backing ? o->meta.backing : "");
-	snprintf(opts + len, sizeof(opts) - len, ",subtype=pagefs%s%s",
+	snprintf(opts + len, sizeof(opts) - len, ",subtype=pagefs,max_read=%u%s%s", fs_max_read(),
 	         o->allow_other ? ",allow_other,default_permissions" : "",
 	         o->read_only ? ",ro" : "");
 	if (fuse_opt_add_arg(args, "pagefs") || fuse_opt_add_arg(args, "-o") ||

@@ -588,7 +588,11 @@ int store_iter_pages(struct store *s, uint32_t pool_id, uint64_t after, meta_pag
 	}
 	rc = sqlite3_prepare_v2(s->rdb,
 	                        "SELECT id,name,slot,length,checksum,mtime,atime,gen FROM pages"
-	                        " WHERE pool=?1 AND id>?2 ORDER BY id",
+	                        /* "+pool": walk the primary key from ?2. With
+	                         * the (pool, name) index SQLite would sort the
+	                         * whole rest of the pool on every call, and a
+	                         * listing would cost O(pages^2). */
+	                        " WHERE +pool=?1 AND id>?2 ORDER BY id",
 	                        -1, &st, NULL);
 	if (rc == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, pool_id);

@@ -38,6 +38,7 @@ int cli_fsck_main(int argc, char **argv);
 int cli_import_main(int argc, char **argv);
 int cli_export_main(int argc, char **argv);
 int cli_serve_main(int argc, char **argv);
+int cli_bench_main(int argc, char **argv);
 
 /*
  * Prints "pagefs CMD: MESSAGE" to stderr followed by a hint to run

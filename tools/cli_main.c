@@ -31,6 +31,8 @@ static const struct cli_command commands[] = {
          "write the index as a mini_3fs_metadata_server state file (offline)"},
 	{"serve-meta", cli_serve_main, "serve-meta --backing DIR [--listen ADDR:PORT]",
          "serve SGLang's 3FS metadata HTTP protocol from the index"},
+	{"bench", cli_bench_main, "bench [--quick] [--scale N]",
+         "side-by-side benchmarks against raw, dir and passthrough_ll"},
 };
 
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))

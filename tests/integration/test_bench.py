@@ -1,0 +1,77 @@
+"""`pagefs bench`: a minimal run so the tool cannot rot (issue 3).
+
+Runs every contender over a couple of tiny measurements and checks the
+JSON records, the chart and that nothing is left mounted. It asserts what
+the tool reports, never how fast anything is.
+"""
+import json
+import os
+
+import pytest
+
+from pagefs_helpers import describe, mounts_table, run_pagefs
+
+FIELDS = {"workload", "page_size", "clients", "contender", "ops_per_s", "mib_per_s", "p50_us",
+          "p99_us"}
+CONTENDERS = {"raw", "dir", "passthrough", "pagefs", "pagefs-direct"}
+WORKLOADS = {"write", "read-cold", "read-hot", "exists", "list", "delete"}
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="bench mounts a tmpfs and FUSE")
+
+
+def _mounts_under(path):
+    return [mp for mp, _ in mounts_table() if mp.startswith(str(path))]
+
+
+@needs_root
+@pytest.mark.timeout_s(240)
+def test_bench_smoke_writes_a_record_per_measurement_for_every_contender(tmp_path):
+    out = tmp_path / "bench.json"
+    png = tmp_path / "bench.png"
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    r = run_pagefs("bench", "--sizes", "64K,1M", "--clients", "1,2", "--pages", "6",
+                   "--json", out, "--plot", png, timeout=200, env=env)
+    assert r.returncode == 0, f"bench failed: {describe(r)}"
+    recs = json.loads(out.read_text())
+    assert isinstance(recs, list) and recs
+    for rec in recs:
+        assert FIELDS <= rec.keys(), f"record lacks fields: {rec}"
+        assert rec["contender"] in CONTENDERS and rec["workload"] in WORKLOADS, rec
+        assert rec["page_size"] in (65536, 1 << 20) and rec["clients"] in (1, 2), rec
+        assert rec["ops_per_s"] > 0 and rec["p99_us"] >= rec["p50_us"] > 0, rec
+        if rec["workload"] in ("write", "read-cold", "read-hot"):
+            assert rec["mib_per_s"] > 0, rec
+    seen = {(r["workload"], r["page_size"], r["clients"], r["contender"]) for r in recs}
+    for size in (65536, 1 << 20):
+        for clients in (1, 2):
+            for c in CONTENDERS:
+                assert ("read-cold", size, clients, c) in seen, f"no read-cold record for {c}"
+            for c in ("raw", "dir", "passthrough", "pagefs"):
+                assert ("write", size, clients, c) in seen, f"no write record for {c}"
+            for w in ("exists", "list", "delete", "read-hot"):
+                for c in ("dir", "passthrough", "pagefs"):
+                    assert (w, size, clients, c) in seen, f"no {w} record for {c}"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", "the plot is not a PNG"
+    assert "pf/pt" in r.stdout, f"the summary table is missing: {describe(r)}"
+    assert not _mounts_under(tmp_path), "bench left mounts behind"
+    assert not any(p.name.startswith("pagefs-bench.") for p in tmp_path.iterdir()), \
+        "bench left its temporary directory behind"
+
+
+@needs_root
+@pytest.mark.timeout_s(120)
+def test_bench_scale_reports_mount_time_memory_latency_and_index_size(tmp_path):
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    r = run_pagefs("bench", "--scale", "500", timeout=100, env=env)
+    assert r.returncode == 0, f"bench --scale failed: {describe(r)}"
+    for what in ("mount time:", "daemon memory:", "stat:", "open+close:", "readdir:",
+                 "index size:"):
+        assert what in r.stdout, f"--scale output lacks {what!r}: {describe(r)}"
+    assert "500 entries" in r.stdout
+    assert not _mounts_under(tmp_path), "bench --scale left mounts behind"
+
+
+def test_bench_rejects_a_bad_option_with_exit_2():
+    r = run_pagefs("bench", "--sizes", "12Q")
+    assert r.returncode == 2, describe(r)
+    assert "12Q" in r.stdout + r.stderr

@@ -1,0 +1,491 @@
+/*
+ * cli_bench.c - `pagefs bench`: options and orchestration.
+ *
+ * For every page size and client count, each contender gets its own
+ * directory (or raw file) on the same backing, and the workloads run in
+ * order write, read-cold, read-hot, exists, list, delete. Within a
+ * workload the contenders are interleaved: each takes its turn, in an
+ * order rotated from one measurement to the next, so that background noise
+ * on this shared machine spreads over all of them. The data written per
+ * measurement is bounded (--quick: 32 MiB, else 256 MiB; at least 4 and
+ * at most 4096 pages).
+ *
+ * Which contenders take part in which workload: raw only moves bytes
+ * (write, read); pagefs-direct only reads (it reads pagefs's pages);
+ * exists, list and delete compare dir, passthrough and pagefs.
+ */
+#include "tools/cli_bench.h"
+#include "tools/cli_common.h"
+
+#include "meta/meta.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#define MIN_PAGES 4
+#define MAX_PAGES 4096
+#define MAX_REPEAT 9
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+	        "Usage: pagefs bench [--quick] [--backing DIR] [--backing-fuse] [--json FILE]\n"
+	        "                    [--plot FILE.png] [--sizes LIST] [--clients LIST]\n"
+	        "                    [--meta URI] [--pages N] [--pt-cache MODE]\n"
+	        "                    [--repeat N]\n"
+	        "       pagefs bench --scale N [--backing DIR] [--meta URI]\n"
+	        "\n"
+	        "Runs the same KV-cache page workloads (write, read cold and hot, exists,\n"
+	        "list, delete) against raw pread/pwrite, a plain directory, libfuse's\n"
+	        "passthrough_ll and pagefs, side by side in one run, and prints a table.\n"
+	        "Needs root (tmpfs, FUSE mounts, dropping caches).\n"
+	        "\n"
+	        "Options:\n"
+	        "  -q, --quick           small data volumes (finishes in about a minute)\n"
+	        "  -b, --backing DIR     put every contender's files under DIR (default: a\n"
+	        "                        tmpfs mounted for the run; on tmpfs cold == hot)\n"
+	        "  -F, --backing-fuse    stack the backing on passthrough_ll (stands in for a\n"
+	        "                        FUSE shared filesystem such as 3FS)\n"
+	        "  -j, --json FILE       write one JSON record per measurement\n"
+	        "  -p, --plot FILE.png   draw throughput by page size and contender (gnuplot)\n"
+	        "  -s, --sizes LIST      page sizes (default 64K,1M,16M)\n"
+	        "  -c, --clients LIST    client process counts (default 1,2,8)\n"
+	        "  -m, --meta URI        the pagefs contender's index (default: temporary)\n"
+	        "  -P, --pages N         pages per measurement (default: 256 MiB of pages,\n"
+	        "                        32 MiB with --quick, 4 to 4096 pages)\n"
+	        "  -C, --pt-cache MODE   passthrough_ll's cache=never|auto|always (default\n"
+	        "                        never: direct I/O, as pagefs page files)\n"
+	        "  -R, --repeat N        rounds of read, exists and list; the median is\n"
+	        "                        reported (default 3, 1 with --quick)\n"
+	        "  -S, --scale N         fill one pool with N pages and report mount time,\n"
+	        "                        daemon memory per page, stat/open latency, readdir\n"
+	        "                        and index size\n"
+	        "  -h, --help            this text\n");
+}
+
+static int parse_list(const char *arg, const char *what, int sizes, struct bench_opts *o)
+{
+	char buf[256], *save = NULL, *tok;
+	int n = 0;
+
+	bench_fmt(buf, sizeof(buf), "%s", arg);
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (n == BENCH_MAX_LIST)
+			return cli_usage_error(BENCH_CMD, "%s: at most %d values", what,
+			                       BENCH_MAX_LIST);
+		if (sizes) {
+			if (cli_parse_pow2_size(BENCH_CMD, what, tok, 4096, &o->sizes[n]) != 0)
+				return CLI_USAGE;
+			if (o->sizes[n] > (256ULL << 20))
+				return cli_usage_error(BENCH_CMD, "%s: %s is above 256M", what,
+				                       tok);
+		} else if (cli_parse_long(tok, 1, 64, &o->clients[n]) < 0) {
+			return cli_usage_error(BENCH_CMD, "%s: '%s' is not a count in 1..64", what,
+			                       tok);
+		}
+		n++;
+	}
+	if (n == 0)
+		return cli_usage_error(BENCH_CMD, "%s: empty list", what);
+	if (sizes)
+		o->nsizes = n;
+	else
+		o->nclients = n;
+	return 0;
+}
+
+static int parse_args(int argc, char **argv, struct bench_opts *o)
+{
+	static const struct option longopts[] = {
+		{"quick", no_argument, NULL, 'q'},
+		{"backing", required_argument, NULL, 'b'},
+		{"backing-fuse", no_argument, NULL, 'F'},
+		{"json", required_argument, NULL, 'j'},
+		{"plot", required_argument, NULL, 'p'},
+		{"sizes", required_argument, NULL, 's'},
+		{"clients", required_argument, NULL, 'c'},
+		{"meta", required_argument, NULL, 'm'},
+		{"scale", required_argument, NULL, 'S'},
+		{"pages", required_argument, NULL, 'P'},
+		{"pt-cache", required_argument, NULL, 'C'},
+		{"repeat", required_argument, NULL, 'R'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	struct stat st;
+	int c, ret;
+
+	memset(o, 0, sizeof(*o));
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "qb:Fj:p:s:c:m:S:P:C:R:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'q':
+			o->quick = 1;
+			break;
+		case 'b':
+			o->backing = optarg;
+			break;
+		case 'F':
+			o->backing_fuse = 1;
+			break;
+		case 'j':
+			o->json = optarg;
+			break;
+		case 'p':
+			o->plot = optarg;
+			break;
+		case 's':
+			if ((ret = parse_list(optarg, "--sizes", 1, o)) != 0)
+				return ret;
+			break;
+		case 'c':
+			if ((ret = parse_list(optarg, "--clients", 0, o)) != 0)
+				return ret;
+			break;
+		case 'm':
+			o->meta_uri = optarg;
+			break;
+		case 'S': {
+			char *end;
+			errno = 0;
+			o->scale = strtoull(optarg, &end, 10);
+			if (errno || *end || o->scale == 0 || o->scale > 100000000ULL)
+				return cli_usage_error(BENCH_CMD,
+				                       "--scale: '%s' is not a page count in "
+				                       "1..100000000",
+				                       optarg);
+			break;
+		}
+		case 'P': {
+			long v;
+			if (cli_parse_long(optarg, 1, 100000, &v) < 0)
+				return cli_usage_error(BENCH_CMD,
+				                       "--pages: '%s' is not a count in 1..100000",
+				                       optarg);
+			o->pages = (uint64_t)v;
+			break;
+		}
+		case 'R': {
+			long v;
+			if (cli_parse_long(optarg, 1, MAX_REPEAT, &v) < 0)
+				return cli_usage_error(BENCH_CMD,
+				                       "--repeat: '%s' is not a count in 1..%d",
+				                       optarg, MAX_REPEAT);
+			o->repeat = (int)v;
+			break;
+		}
+		case 'C':
+			if (strcmp(optarg, "never") != 0 && strcmp(optarg, "auto") != 0 &&
+			    strcmp(optarg, "always") != 0)
+				return cli_usage_error(
+					BENCH_CMD, "--pt-cache: '%s' is not never, auto or always",
+					optarg);
+			o->pt_cache = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return -1;
+		default:
+			return cli_usage_error(BENCH_CMD, "unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return cli_usage_error(BENCH_CMD, "unexpected argument '%s'", argv[optind]);
+	if (o->backing && (stat(o->backing, &st) < 0 || !S_ISDIR(st.st_mode)))
+		return cli_usage_error(BENCH_CMD, "--backing %s is not a directory", o->backing);
+	if (o->scale && (o->json || o->plot || o->quick))
+		return cli_usage_error(BENCH_CMD, "--scale runs alone: drop --json/--plot/--quick");
+	if (!o->nsizes) {
+		o->sizes[0] = 64ULL << 10;
+		o->sizes[1] = 1ULL << 20;
+		o->sizes[2] = 16ULL << 20;
+		o->nsizes = 3;
+	}
+	if (!o->nclients) {
+		o->clients[0] = 1;
+		o->clients[1] = 2;
+		o->clients[2] = 8;
+		o->nclients = 3;
+	}
+	if (!o->repeat)
+		o->repeat = o->quick ? 1 : 3;
+	if (!o->pt_cache)
+		o->pt_cache = "never";
+	o->budget = o->quick ? (32ULL << 20) : (256ULL << 20);
+	return 0;
+}
+
+static int takes_part(enum bench_workload w, enum bench_contender c)
+{
+	if (c == C_RAW)
+		return w == W_WRITE || w == W_READ_COLD || w == W_READ_HOT;
+	if (c == C_DIRECT)
+		return w == W_READ_COLD || w == W_READ_HOT;
+	return 1;
+}
+
+static uint64_t pages_for(const struct bench_opts *o, uint64_t size)
+{
+	uint64_t n = o->budget / size;
+
+	if (o->pages)
+		return o->pages;
+	if (n < MIN_PAGES)
+		n = MIN_PAGES;
+	if (n > MAX_PAGES)
+		n = MAX_PAGES;
+	return n;
+}
+
+/* The store's (transactions, records) counters of the pagefs mount. */
+static void store_counters(const struct bench_env *env, uint64_t *batches, uint64_t *records)
+{
+	char *val = NULL;
+	json_t *doc;
+
+	*batches = *records = 0;
+	if (cli_getxattr(env->pf_mnt, CLI_XATTR_STATS, &val, NULL) < 0)
+		return;
+	doc = json_loads(val, 0, NULL);
+	free(val);
+	if (!doc)
+		return;
+	json_t *t = json_object_get(doc, "totals");
+	*batches = (uint64_t)json_integer_value(json_object_get(t, "store_batches"));
+	*records = (uint64_t)json_integer_value(json_object_get(t, "store_records"));
+	json_decref(doc);
+}
+
+/* Where contender c keeps the pages of (size, clients). */
+static void target(const struct bench_env *env, enum bench_contender c, uint64_t size, long clients,
+                   char *buf, size_t len)
+{
+	switch (c) {
+	case C_RAW:
+		bench_fmt(buf, len, "%s/raw/s%llu_c%ld.bin", env->backing, (unsigned long long)size,
+		          clients);
+		break;
+	case C_DIR:
+		bench_fmt(buf, len, "%s/dir/s%llu_c%ld", env->backing, (unsigned long long)size,
+		          clients);
+		break;
+	case C_PT:
+		bench_fmt(buf, len, "%s/s%llu_c%ld", env->pt_mnt, (unsigned long long)size,
+		          clients);
+		break;
+	default:
+		bench_fmt(buf, len, "%s/0/s%llu_c%ld", env->pf_mnt, (unsigned long long)size,
+		          clients);
+		break;
+	}
+}
+
+static int prepare(const struct bench_env *env, uint64_t size, long clients)
+{
+	char path[PATH_MAX], val[32];
+	int fd;
+
+	for (int c = C_RAW; c <= C_PAGEFS; c++) {
+		target(env, (enum bench_contender)c, size, clients, path, sizeof(path));
+		if (c == C_RAW) {
+			char dir[PATH_MAX];
+			bench_fmt(dir, sizeof(dir), "%s/raw", env->backing);
+			if (bench_mkdirs(dir) < 0 || (fd = open(path, O_RDWR | O_CREAT, 0644)) < 0)
+				goto fail;
+			close(fd);
+			continue;
+		}
+		if (bench_mkdirs(path) < 0)
+			goto fail;
+		if (c == C_PAGEFS) {
+			bench_fmt(val, sizeof(val), "%llu", (unsigned long long)size);
+			if (setxattr(path, CLI_XATTR_PAGE_SIZE, val, strlen(val), 0) < 0)
+				goto fail;
+		}
+	}
+	return 0;
+fail:
+	fprintf(stderr, "pagefs bench: cannot prepare %s: %s\n", path, strerror(errno));
+	return -1;
+}
+
+static void unprepare(const struct bench_env *env, uint64_t size, long clients)
+{
+	char path[PATH_MAX];
+
+	for (int c = C_RAW; c <= C_PAGEFS; c++) {
+		target(env, (enum bench_contender)c, size, clients, path, sizeof(path));
+		if (c == C_RAW)
+			unlink(path);
+		else
+			rmdir(path);
+	}
+}
+
+/* Rounds of a workload: the ones that leave the pages as they found them
+ * repeat (the median is reported); write and delete run once. */
+static int repeats(const struct bench_opts *o, enum bench_workload w)
+{
+	return w == W_WRITE || w == W_DELETE ? 1 : o->repeat;
+}
+
+static int cmp_metric(const void *a, const void *b)
+{
+	const struct bench_result *x = a, *y = b;
+
+	return x->ops_per_s < y->ops_per_s ? -1 : x->ops_per_s > y->ops_per_s;
+}
+
+static struct bench_result median(struct bench_result *tries, int n)
+{
+	qsort(tries, (size_t)n, sizeof(*tries), cmp_metric);
+	return tries[n / 2];
+}
+
+/* One measurement of contender c, with its cache preparation. */
+static int measure_one(const struct bench_env *env, const struct bench_opts *o,
+                       enum bench_workload w, enum bench_contender c, uint64_t size, long cl,
+                       struct bench_result *out)
+{
+	struct bench_job job;
+	uint64_t b0 = 0, r0 = 0, b1, r1;
+
+	memset(&job, 0, sizeof(job));
+	job.workload = w;
+	job.contender = c;
+	job.page_size = size;
+	job.clients = cl;
+	job.pages = pages_for(o, size);
+	target(env, c, size, cl, job.dir, sizeof(job.dir));
+	if (w == W_READ_COLD)
+		bench_drop_caches(env);
+	/* Hot: what a previous read left in the caches; the cold reads of
+	 * the others dropped ours. */
+	if (w == W_READ_HOT && bench_measure(&job, out) < 0)
+		goto fail;
+	if (c == C_PAGEFS && w == W_WRITE)
+		store_counters(env, &b0, &r0);
+	if (bench_measure(&job, out) < 0)
+		goto fail;
+	if (c == C_PAGEFS && w == W_WRITE) {
+		store_counters(env, &b1, &r1);
+		if (b1 > b0)
+			out->records_per_txn = (double)(r1 - r0) / (double)(b1 - b0);
+	}
+	return 0;
+fail:
+	if (!bench_interrupted)
+		fprintf(stderr, "pagefs bench: %s with %s failed; stopping\n",
+		        bench_workload_names[w], bench_contender_names[c]);
+	return -1;
+}
+
+static int run_matrix(struct bench_env *env, const struct bench_opts *o, struct bench_result **out,
+                      int *nout)
+{
+	int total = 0, done = 0, turn = 0;
+	struct bench_result *rs;
+
+	for (int w = 0; w < W_COUNT; w++)
+		for (int c = 0; c < C_COUNT; c++)
+			total += takes_part((enum bench_workload)w, (enum bench_contender)c);
+	total *= o->nsizes * o->nclients;
+	rs = calloc((size_t)total, sizeof(*rs));
+	if (!rs)
+		return -1;
+	*out = rs;
+	printf("pagefs bench: %d measurements on %s (%s), passthrough_ll cache=%s%s\n", total,
+	       env->backing, env->backing_desc, o->pt_cache,
+	       env->root ? "" : "; not root: cold reads cannot drop the kernel's caches");
+	if (!env->bfuse_pid && strncmp(env->backing_desc, "tmpfs", 5) == 0)
+		printf("pagefs bench: the backing is tmpfs: its data never leaves memory, so "
+		       "read-cold differs from read-hot only in the FUSE and dentry caches\n");
+	fflush(stdout);
+	for (int si = 0; si < o->nsizes; si++) {
+		for (int ci = 0; ci < o->nclients; ci++) {
+			uint64_t size = o->sizes[si];
+			long cl = o->clients[ci];
+
+			if (prepare(env, size, cl) < 0)
+				return -1;
+			for (int w = 0; w < W_COUNT; w++) {
+				enum bench_contender order[C_COUNT];
+				int k = 0;
+
+				for (int c = 0; c < C_COUNT; c++)
+					if (takes_part((enum bench_workload)w,
+					               (enum bench_contender)c))
+						order[k++] = (enum bench_contender)c;
+				int reps = repeats(o, (enum bench_workload)w);
+				struct bench_result tries[C_COUNT][MAX_REPEAT];
+
+				for (int rep = 0; rep < reps; rep++, turn++) {
+					for (int r = 0; r < k; r++) {
+						enum bench_contender c = order[(r + turn) % k];
+
+						if (bench_interrupted ||
+						    measure_one(env, o, (enum bench_workload)w, c,
+						                size, cl, &tries[c][rep]) < 0)
+							return -1;
+					}
+				}
+				for (int r = 0; r < k; r++) {
+					rs[done] = median(tries[order[r]], reps);
+					done++;
+					*nout = done;
+					bench_print_progress(&rs[done - 1], done, total);
+				}
+			}
+			unprepare(env, size, cl);
+		}
+	}
+	return 0;
+}
+
+int cli_bench_main(int argc, char **argv)
+{
+	struct bench_opts o;
+	struct bench_env env;
+	struct bench_result *rs = NULL;
+	int n = 0, ret;
+	double t0 = bench_now();
+
+	setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows up in logs too */
+	ret = parse_args(argc, argv, &o);
+	if (ret != 0)
+		return ret < 0 ? CLI_OK : ret;
+	bench_signals();
+	if (bench_env_setup(&env, &o, o.scale == 0) < 0) {
+		bench_env_cleanup(&env);
+		return CLI_FAIL;
+	}
+	if (o.scale) {
+		ret = bench_scale(&env, &o);
+		bench_env_cleanup(&env);
+		return ret < 0 ? CLI_FAIL : CLI_OK;
+	}
+	ret = run_matrix(&env, &o, &rs, &n);
+	if (n > 0) {
+		bench_print_table(rs, n);
+		if (o.json && bench_write_json(o.json, rs, n) < 0)
+			ret = -1;
+		if (o.plot && bench_write_plot(o.plot, &env, rs, n) < 0)
+			ret = -1;
+	}
+	bench_env_cleanup(&env);
+	free(rs);
+	printf("pagefs bench: %s in %.0f s\n",
+	       bench_interrupted ? "interrupted"
+	       : ret < 0         ? "failed"
+	                         : "done",
+	       bench_now() - t0);
+	return ret < 0 || bench_interrupted ? CLI_FAIL : CLI_OK;
+}

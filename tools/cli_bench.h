@@ -1,0 +1,134 @@
+/*
+ * cli_bench.h - what the `pagefs bench` files share.
+ *
+ *   cli_bench.c       options and orchestration (the measurement matrix)
+ *   cli_bench_env.c   contenders' set-up and teardown: backing tmpfs,
+ *                     passthrough_ll built at bench time, the pagefs mount
+ *   cli_bench_work.c  the workloads, run by forked clients, and timing
+ *   cli_bench_out.c   progress lines, the summary table, JSON, gnuplot
+ *   cli_bench_scale.c --scale N: a pool of N pages, mount time, memory
+ *
+ * Everything the bench mounts or creates lives under one temporary
+ * directory and is removed on every exit path, Ctrl-C included.
+ */
+#ifndef PAGEFS_CLI_BENCH_H
+#define PAGEFS_CLI_BENCH_H
+
+#include <limits.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define BENCH_CMD "bench"
+#define BENCH_MAX_LIST 8
+
+enum bench_contender { C_RAW, C_DIR, C_PT, C_PAGEFS, C_DIRECT, C_COUNT };
+enum bench_workload { W_WRITE, W_READ_COLD, W_READ_HOT, W_EXISTS, W_LIST, W_DELETE, W_COUNT };
+
+extern const char *const bench_contender_names[C_COUNT];
+extern const char *const bench_workload_names[W_COUNT];
+
+struct bench_opts {
+	int quick;
+	const char *backing; /* NULL: a tmpfs of our own */
+	int backing_fuse;    /* stack the backing on passthrough_ll */
+	const char *json;
+	const char *plot;
+	uint64_t scale; /* 0: the contender matrix */
+	uint64_t sizes[BENCH_MAX_LIST];
+	int nsizes;
+	long clients[BENCH_MAX_LIST];
+	int nclients;
+	const char *meta_uri; /* pagefs contender's index; NULL: temporary */
+	const char *pt_cache; /* passthrough_ll's cache= for the contender */
+	int repeat;           /* rounds of the repeatable workloads */
+	uint64_t budget;      /* bytes written per measurement */
+	uint64_t pages;       /* --pages: pages per measurement (0: from budget) */
+};
+
+/* Set by SIGINT/SIGTERM/SIGHUP: every loop gives up and cleans up. */
+extern volatile sig_atomic_t bench_interrupted;
+
+/* Everything the bench set up; cleanup undoes what is recorded here. */
+struct bench_env {
+	char self[PATH_MAX];    /* this binary, for `pagefs mount/umount` */
+	char tmp[PATH_MAX];     /* our temporary directory (always removed) */
+	char lower[PATH_MAX];   /* the tmpfs, or our subdirectory of --backing */
+	int lower_tmpfs;        /* 1: we mounted a tmpfs at lower */
+	char backing[PATH_MAX]; /* where every contender keeps its files */
+	char backing_desc[128]; /* "tmpfs", "ext4 /data", "+ passthrough_ll" */
+	char pt_bin[PATH_MAX];  /* passthrough_ll built for this run */
+	char bfuse_mnt[PATH_MAX];
+	pid_t bfuse_pid; /* passthrough_ll under the backing, or 0 */
+	char pt_mnt[PATH_MAX];
+	pid_t pt_pid; /* passthrough contender, or 0 */
+	char pf_mnt[PATH_MAX];
+	int pf_mounted;
+	pid_t pf_pid; /* pagefs daemon */
+	int root;     /* can drop caches */
+};
+
+struct bench_result {
+	enum bench_workload workload;
+	uint64_t page_size;
+	long clients;
+	enum bench_contender contender;
+	uint64_t ops;
+	uint64_t bytes;
+	double seconds;
+	double ops_per_s, mib_per_s;
+	double p50_us, p99_us;
+	double records_per_txn; /* pagefs write: store records per transaction */
+};
+
+/* One measurement's job, shared by the forked clients. */
+struct bench_job {
+	enum bench_workload workload;
+	enum bench_contender contender;
+	uint64_t page_size;
+	long clients;
+	uint64_t pages;     /* pages 0..pages-1, page i belongs to client i % clients */
+	char dir[PATH_MAX]; /* raw: the data file; others: the directory */
+};
+
+/* cli_bench_env.c: each returns 0 or prints why and returns -1. */
+int bench_env_setup(struct bench_env *env, const struct bench_opts *o, int need_contenders);
+void bench_env_cleanup(struct bench_env *env);
+/* Mounts pagefs from backing dir over mnt with index uri; sets *pid. */
+int bench_pagefs_mount(const struct bench_env *env, const char *backing, const char *mnt,
+                       const char *uri, const char *log, pid_t *pid);
+int bench_pagefs_umount(const struct bench_env *env, const char *mnt);
+/* Runs argv (argv[0] a path), waits; the exit status, or -1. */
+int bench_run(char *const argv[], int quiet);
+/* snprintf that reports truncation: 0, or -1 (buf then holds a prefix). */
+int bench_fmt(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Creates every directory of path. 0 or -1. */
+int bench_mkdirs(const char *path);
+/* sync + drop the kernel's caches (root only); 0 or -1. */
+int bench_drop_caches(const struct bench_env *env);
+/* Resident memory of pid in KiB, or 0. */
+uint64_t bench_rss_kib(pid_t pid);
+/* Installs the interrupt handlers. */
+void bench_signals(void);
+double bench_now(void);
+
+/* cli_bench_work.c */
+/* Name of page i (a SGLang-style key plus ".bin"); miss != 0: never written. */
+void bench_page_name(uint64_t i, int miss, char *buf, size_t len);
+/* Runs one measurement with job->clients forked clients. 0, or -1. */
+int bench_measure(const struct bench_job *job, struct bench_result *out);
+/* p-th percentile (0..100) of n sorted latencies in ns, in us. */
+double bench_percentile_us(uint64_t *ns, uint64_t n, double p);
+
+/* cli_bench_out.c */
+void bench_print_progress(const struct bench_result *r, int done, int total);
+void bench_print_table(const struct bench_result *rs, int n);
+int bench_write_json(const char *path, const struct bench_result *rs, int n);
+int bench_write_plot(const char *path, const struct bench_env *env, const struct bench_result *rs,
+                     int n);
+
+/* cli_bench_scale.c */
+int bench_scale(struct bench_env *env, const struct bench_opts *o);
+
+#endif

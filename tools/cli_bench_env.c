@@ -1,0 +1,439 @@
+/*
+ * cli_bench_env.c - the contenders' world: the backing directory (a tmpfs
+ * of our own by default), libfuse's passthrough_ll example built at bench
+ * time from the copy Debian ships, its mounts (the passthrough contender,
+ * and with --backing-fuse one under the backing itself), and the pagefs
+ * mount (this binary's `mount`/`umount` commands).
+ *
+ * passthrough_ll runs in the foreground as our child, in its own process
+ * group (Ctrl-C reaches the bench, not it). The passthrough contender
+ * uses -o cache=never by default (--pt-cache changes it): direct I/O, as
+ * pagefs serves page files, and by far its best cold reads here (with
+ * cache=always every read goes through 128 KiB readahead requests: about
+ * 150 MiB/s against 1 GiB/s). Under --backing-fuse the backing itself is
+ * a cache=never passthrough_ll, like a remote filesystem whose data and
+ * metadata this kernel cannot keep.
+ *
+ * Teardown undoes exactly what was recorded in struct bench_env, deepest
+ * mount first, and removes files without crossing mount points.
+ */
+#include "tools/cli_bench.h"
+#include "tools/cli_common.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PT_SOURCE "/usr/share/doc/libfuse3-dev/examples/passthrough_ll.c"
+#define MOUNT_WAIT_S 20.0
+
+volatile sig_atomic_t bench_interrupted;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	bench_interrupted = 1;
+}
+
+void bench_signals(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal; /* no SA_RESTART: waits return EINTR */
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+}
+
+int bench_fmt(char *buf, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, len, fmt, ap);
+	va_end(ap);
+	return n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+double bench_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int bench_mkdirs(const char *path)
+{
+	char buf[PATH_MAX];
+
+	bench_fmt(buf, sizeof(buf), "%s", path);
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+			return -1;
+		*p = '/';
+	}
+	if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+		return -1;
+	return 0;
+}
+
+int bench_run(char *const argv[], int quiet)
+{
+	int status;
+	pid_t pid = fork();
+
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		signal(SIGINT, SIG_IGN); /* the bench cleans up after us */
+		if (quiet) {
+			int fd = open("/dev/null", O_WRONLY);
+			if (fd >= 0) {
+				dup2(fd, 1);
+				dup2(fd, 2);
+			}
+		}
+		execv(argv[0], argv);
+		fprintf(stderr, "pagefs bench: cannot run %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+uint64_t bench_rss_kib(pid_t pid)
+{
+	char path[64], line[256];
+	unsigned long long kib = 0;
+	FILE *f;
+
+	bench_fmt(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %llu", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}
+
+int bench_drop_caches(const struct bench_env *env)
+{
+	int fd;
+
+	sync();
+	if (!env->root)
+		return -1;
+	fd = open("/proc/sys/vm/drop_caches", O_WRONLY);
+	if (fd < 0)
+		return -1;
+	if (write(fd, "3", 1) != 1) {
+		close(fd);
+		return -1;
+	}
+	close(fd);
+	return 0;
+}
+
+static int is_mounted(const char *path)
+{
+	char parent[PATH_MAX];
+	struct stat a, b;
+
+	bench_fmt(parent, sizeof(parent), "%s/..", path);
+	if (stat(path, &a) < 0 || stat(parent, &b) < 0)
+		return 0;
+	return a.st_dev != b.st_dev;
+}
+
+/* Waits until a FUSE daemon child mounted mnt; -1 if it died or hung. */
+static int wait_mounted(pid_t pid, const char *mnt)
+{
+	double end = bench_now() + MOUNT_WAIT_S;
+	int status;
+
+	while (bench_now() < end && !bench_interrupted) {
+		if (is_mounted(mnt))
+			return 0;
+		if (waitpid(pid, &status, WNOHANG) == pid)
+			return -1;
+		usleep(10000);
+	}
+	return -1;
+}
+
+static int build_passthrough(struct bench_env *env)
+{
+	char cmd[3 * PATH_MAX];
+
+	if (access(PT_SOURCE, R_OK) < 0) {
+		fprintf(stderr,
+		        "pagefs bench: %s is missing: install libfuse3-dev (scripts/deps.sh)\n",
+		        PT_SOURCE);
+		return -1;
+	}
+	bench_fmt(env->pt_bin, sizeof(env->pt_bin), "%s/passthrough_ll", env->tmp);
+	bench_fmt(cmd, sizeof(cmd),
+	          "cc -O2 -w -o '%s' " PT_SOURCE
+	          " $(pkg-config --cflags --libs fuse3) 2>'%s/cc.log'",
+	          env->pt_bin, env->tmp);
+	if (system(cmd) != 0) {
+		fprintf(stderr, "pagefs bench: building passthrough_ll failed (see %s/cc.log)\n",
+		        env->tmp);
+		return -1;
+	}
+	return 0;
+}
+
+/* Starts passthrough_ll serving src at mnt; *pid its process. */
+static int mount_passthrough(const struct bench_env *env, const char *src, const char *mnt,
+                             const char *cache, pid_t *pid)
+{
+	char opts[PATH_MAX + 64];
+	pid_t p;
+
+	if (bench_mkdirs(src) < 0 || bench_mkdirs(mnt) < 0)
+		return -1;
+	bench_fmt(opts, sizeof(opts), "source=%s,cache=%s", src, cache);
+	p = fork();
+	if (p < 0)
+		return -1;
+	if (p == 0) {
+		char log[PATH_MAX];
+		int fd = open("/dev/null", O_RDWR);
+		setpgid(0, 0);
+		if (fd >= 0) {
+			dup2(fd, 0);
+			dup2(fd, 1);
+		}
+		bench_fmt(log, sizeof(log), "%s/passthrough.log", env->tmp);
+		fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+		if (fd >= 0)
+			dup2(fd, 2);
+		execl(env->pt_bin, env->pt_bin, "-f", "-o", opts, mnt, (char *)NULL);
+		_exit(127);
+	}
+	*pid = p;
+	if (wait_mounted(p, mnt) < 0) {
+		fprintf(stderr, "pagefs bench: passthrough_ll did not mount %s\n", mnt);
+		kill(p, SIGKILL);
+		waitpid(p, NULL, 0);
+		*pid = 0;
+		return -1;
+	}
+	return 0;
+}
+
+static void umount_passthrough(const char *mnt, pid_t *pid)
+{
+	if (!*pid)
+		return;
+	if (umount2(mnt, 0) < 0 && umount2(mnt, MNT_DETACH) < 0)
+		kill(*pid, SIGTERM);
+	while (waitpid(*pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	*pid = 0;
+}
+
+int bench_pagefs_mount(const struct bench_env *env, const char *backing, const char *mnt,
+                       const char *uri, const char *log, pid_t *pid)
+{
+	char meta[PATH_MAX + 16];
+	char *argv[] = {
+		(char *)env->self, "mount",     (char *)backing, (char *)mnt, "--meta", meta,
+		"--log-file",      (char *)log, "--verify",      "first",     NULL};
+
+	bench_fmt(meta, sizeof(meta), "%s", uri);
+	if (bench_mkdirs(backing) < 0 || bench_mkdirs(mnt) < 0)
+		return -1;
+	if (bench_run(argv, 0) != 0) {
+		fprintf(stderr, "pagefs bench: pagefs mount %s failed (log: %s)\n", mnt, log);
+		return -1;
+	}
+	if (cli_mount_pid(mnt, pid) < 0)
+		*pid = 0;
+	return 0;
+}
+
+int bench_pagefs_umount(const struct bench_env *env, const char *mnt)
+{
+	char *argv[] = {(char *)env->self, "umount", (char *)mnt, NULL};
+
+	if (bench_run(argv, 1) == 0)
+		return 0;
+	if (umount2(mnt, MNT_DETACH) < 0)
+		return -1;
+	return 0;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	if (flag == FTW_DP)
+		rmdir(path);
+	else
+		unlink(path);
+	return 0;
+}
+
+/* Removes dir and everything in it, never crossing into a mount. */
+static void rm_tree(const char *dir)
+{
+	nftw(dir, rm_entry, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+}
+
+static void describe_backing(struct bench_env *env, const char *path)
+{
+	struct statfs sf;
+	const char *type = "unknown";
+
+	if (statfs(path, &sf) == 0) {
+		switch ((unsigned long)sf.f_type) {
+		case 0x01021994UL:
+			type = "tmpfs";
+			break;
+		case 0xEF53UL:
+			type = "ext4";
+			break;
+		case 0x58465342UL:
+			type = "xfs";
+			break;
+		case 0x9123683EUL:
+			type = "btrfs";
+			break;
+		case 0x794c7630UL:
+			type = "overlayfs";
+			break;
+		case 0x65735546UL:
+			type = "fuse";
+			break;
+		default:
+			break;
+		}
+	}
+	bench_fmt(env->backing_desc, sizeof(env->backing_desc), "%s%s", type,
+	          env->bfuse_pid ? " under passthrough_ll" : "");
+}
+
+int bench_env_setup(struct bench_env *env, const struct bench_opts *o, int need_contenders)
+{
+	ssize_t n;
+
+	memset(env, 0, sizeof(*env));
+	env->root = geteuid() == 0;
+	n = readlink("/proc/self/exe", env->self, sizeof(env->self) - 1);
+	if (n <= 0)
+		return -1;
+	env->self[n] = '\0';
+	bench_fmt(env->tmp, sizeof(env->tmp), "%s/pagefs-bench.XXXXXX",
+	          getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	if (!mkdtemp(env->tmp)) {
+		fprintf(stderr, "pagefs bench: cannot create a temporary directory: %s\n",
+		        strerror(errno));
+		env->tmp[0] = '\0';
+		return -1;
+	}
+	if (o->backing) {
+		bench_fmt(env->lower, sizeof(env->lower), "%s/pagefs-bench.XXXXXX", o->backing);
+		if (!mkdtemp(env->lower)) {
+			fprintf(stderr,
+			        "pagefs bench: cannot create a directory in --backing %s: %s\n",
+			        o->backing, strerror(errno));
+			env->lower[0] = '\0';
+			return -1;
+		}
+	} else {
+		bench_fmt(env->lower, sizeof(env->lower), "%s/tmpfs", env->tmp);
+		if (mkdir(env->lower, 0755) < 0 ||
+		    mount("pagefs-bench", env->lower, "tmpfs", 0, "size=75%") < 0) {
+			fprintf(stderr,
+			        "pagefs bench: cannot mount a tmpfs at %s: %s: run as root, or "
+			        "give --backing DIR\n",
+			        env->lower, strerror(errno));
+			return -1;
+		}
+		env->lower_tmpfs = 1;
+	}
+	bench_fmt(env->backing, sizeof(env->backing), "%s", env->lower);
+	if (need_contenders || o->backing_fuse) {
+		if (build_passthrough(env) < 0)
+			return -1;
+	}
+	if (o->backing_fuse) {
+		char src[PATH_MAX];
+
+		bench_fmt(src, sizeof(src), "%s/lower", env->lower);
+		bench_fmt(env->bfuse_mnt, sizeof(env->bfuse_mnt), "%s/bfuse", env->tmp);
+		if (mount_passthrough(env, src, env->bfuse_mnt, "never", &env->bfuse_pid) < 0)
+			return -1;
+		bench_fmt(env->backing, sizeof(env->backing), "%s", env->bfuse_mnt);
+	}
+	describe_backing(env, env->lower);
+	if (!need_contenders)
+		return 0;
+
+	char src[PATH_MAX], idx[PATH_MAX + 16], log[PATH_MAX], pfb[PATH_MAX];
+
+	bench_fmt(src, sizeof(src), "%s/pt", env->backing);
+	bench_fmt(env->pt_mnt, sizeof(env->pt_mnt), "%s/mnt-passthrough", env->tmp);
+	if (mount_passthrough(env, src, env->pt_mnt, o->pt_cache, &env->pt_pid) < 0)
+		return -1;
+	bench_fmt(pfb, sizeof(pfb), "%s/pagefs", env->backing);
+	bench_fmt(env->pf_mnt, sizeof(env->pf_mnt), "%s/mnt-pagefs", env->tmp);
+	bench_fmt(log, sizeof(log), "%s/pagefs.log", env->tmp);
+	if (o->meta_uri)
+		bench_fmt(idx, sizeof(idx), "%s", o->meta_uri);
+	else
+		bench_fmt(idx, sizeof(idx), "sqlite:%s/index/pagefs.db", env->tmp);
+	bench_fmt(log, sizeof(log), "%s/index", env->tmp);
+	bench_mkdirs(log);
+	bench_fmt(log, sizeof(log), "%s/pagefs.log", env->tmp);
+	if (bench_pagefs_mount(env, pfb, env->pf_mnt, idx, log, &env->pf_pid) < 0)
+		return -1;
+	env->pf_mounted = 1;
+	return 0;
+}
+
+void bench_env_cleanup(struct bench_env *env)
+{
+	if (env->pf_mounted) {
+		if (bench_pagefs_umount(env, env->pf_mnt) < 0)
+			fprintf(stderr, "pagefs bench: could not unmount %s\n", env->pf_mnt);
+		env->pf_mounted = 0;
+	}
+	umount_passthrough(env->pt_mnt, &env->pt_pid);
+	umount_passthrough(env->bfuse_mnt, &env->bfuse_pid);
+	if (env->lower_tmpfs) {
+		if (umount2(env->lower, 0) < 0 && umount2(env->lower, MNT_DETACH) < 0)
+			fprintf(stderr, "pagefs bench: could not unmount %s: %s\n", env->lower,
+			        strerror(errno));
+		env->lower_tmpfs = 0;
+	} else if (env->lower[0]) {
+		rm_tree(env->lower);
+	}
+	env->lower[0] = '\0';
+	if (env->tmp[0])
+		rm_tree(env->tmp);
+	env->tmp[0] = '\0';
+}
