@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -660,6 +661,20 @@ static int cli_mount_wait_ready(const struct cli_mount_config *cfg, pid_t child,
 	close(fd);
 
 	if (got_status && status == 0) {
+		/* The kernel mount exists; the first request proves the daemon
+		 * finished FUSE INIT and answers (it blocks until then). */
+		pid_t daemon_pid;
+		int rc = cli_mount_pid(cfg->mountpoint, &daemon_pid);
+		if (rc < 0) {
+			cli_fail(CMD,
+			         "%s was mounted but the daemon does not answer (%s); run again "
+			         "with "
+			         "-f --log-level debug to see why",
+			         cfg->mountpoint, strerror(-rc));
+			umount2(cfg->mountpoint, MNT_DETACH);
+			cli_mount_reap(child);
+			return CLI_FAIL;
+		}
 		cli_mount_print_mounted(cfg);
 		return CLI_OK; /* the daemon keeps running */
 	}
