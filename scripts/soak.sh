@@ -7,6 +7,8 @@
 #     against the load's journals (tests/integration/test_crash_loop.py)
 #   - kill -9 while mounting a large index (PAGEFS_LOAD_KILLS, default 30)
 #     and while clearing a pool (tests/integration/test_crash_phases.py)
+#   - the model test with a random seed and PAGEFS_MODEL_OPS (default
+#     1,000,000) operations (tests/integration/test_model.py)
 #
 # against build/pagefs (SOAK_BUILD=build-asan for the sanitizer binary).
 # Usage: scripts/soak.sh [PYTEST_ARGS...]; PAGEFS_CRASH_SEED fixes the seed.
@@ -52,8 +54,11 @@ env PAGEFS_BIN="$ROOT/$BUILD/pagefs" \
 	TMPDIR="$WORK/tmp" PAGEFS_IT_TMPDIR="$WORK/tmp" XDG_STATE_HOME="$WORK/state" \
 	PAGEFS_CRASH_CYCLES="$cycles" \
 	PAGEFS_LOAD_KILLS="${PAGEFS_LOAD_KILLS:-30}" \
+	PAGEFS_MODEL_OPS="${PAGEFS_MODEL_OPS:-1000000}" \
+	PAGEFS_MODEL_SEED="${PAGEFS_MODEL_SEED:-$RANDOM$RANDOM}" \
 	ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
 	/usr/bin/python3 -m pytest -q -s -rfEs -p no:cacheprovider --basetemp="$WORK/pytest" \
-	tests/integration/test_crash_loop.py tests/integration/test_crash_phases.py "$@" 2>&1 |
+	tests/integration/test_crash_loop.py tests/integration/test_crash_phases.py \
+	tests/integration/test_model.py "$@" 2>&1 |
 	grep -vE '^[0-9]{4}-[0-9]{2}-[0-9]{2}T' # daemon log lines of passing tests
 exit "${PIPESTATUS[0]}"
