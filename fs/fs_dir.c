@@ -262,16 +262,10 @@ static int add_page(void *arg, const struct meta_page_info *stored)
 	struct dirbuf *d = arg;
 	struct fuse_entry_param e;
 	struct meta_page_info p;
-	uint64_t len;
 
 	if (meta_page_get(d->fs->meta, stored->id, &p) < 0 || !p.committed)
 		return 0;
 	fs_entry_page(d->fs, &p, &e);
-	if (d->plus && fs_page_replacing(d->fs, e.ino, p.id, &len)) {
-		/* The replacement commits at close: never cache the old size. */
-		e.attr.st_size = (off_t)len;
-		e.attr_timeout = 0;
-	}
 	return dirbuf_add(d, p.name, &e, (off_t)(p.id + 3));
 }
 

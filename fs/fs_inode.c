@@ -141,25 +141,6 @@ static int reader_stat(struct fs_mount *fs, fuse_ino_t ino, uint64_t page_id, st
 	return 0;
 }
 
-/*
- * 1 if a writer replaces the committed page in place (O_TRUNC) through
- * inode ino: the shared inode then has the writer's size, as POSIX
- * truncation would give it, also for an fstat (which carries no file
- * handle). Only asked when the kernel's cached attributes ran out.
- */
-int fs_page_replacing(struct fs_mount *fs, fuse_ino_t ino, uint64_t page_id, uint64_t *length)
-{
-	struct fs_handle *h = fs_handles_find_writer(&fs->handles, page_id);
-	int pending = 0;
-
-	if (!h)
-		return 0;
-	if (h->ino == ino)
-		fs_writer_peek(h, length, &pending);
-	fs_handles_put(&fs->handles, h);
-	return pending;
-}
-
 static int page_stat(struct fs_mount *fs, fuse_ino_t ino, uint64_t page_id,
                      struct fuse_file_info *fi, struct stat *st, double *timeout)
 {
@@ -191,9 +172,6 @@ static int page_stat(struct fs_mount *fs, fuse_ino_t ino, uint64_t page_id,
 			pending = 1;
 		}
 		fs_attr_page(fs, &p, pending, pending ? length : p.length, st);
-		*timeout = 0;
-	} else if (ret == 0 && fs_page_replacing(fs, ino, page_id, &length)) {
-		fs_attr_page(fs, &p, 1, length, st);
 		*timeout = 0;
 	} else if (ret == 0 && fs_ino_current(ino, &p)) {
 		fs_attr_page(fs, &p, 0, p.length, st);

@@ -94,10 +94,6 @@ void fs_entry_page(const struct fs_mount *fs, const struct meta_page_info *p,
  * own length. *timeout gets how long the kernel may keep them. 0, -ENOENT
  * or -errno.
  */
-/* 1 (and the writer's length) if a writer replaces page_id in place
- * (O_TRUNC) through inode ino; its attributes must not be cached. */
-int fs_page_replacing(struct fs_mount *fs, fuse_ino_t ino, uint64_t page_id, uint64_t *length);
-
 int fs_stat(struct fs_mount *fs, fuse_ino_t ino, struct fuse_file_info *fi, struct stat *st,
             double *timeout);
 
