@@ -201,7 +201,7 @@ static void open_read(fuse_req_t req, struct fs_mount *fs, fuse_ino_t ino, uint6
 	int ret = meta_page_pin(fs->meta, page_id, &p, &verify);
 
 	if (ret < 0)
-		return (void)fuse_reply_err(req, -ret);
+		return (void)fuse_reply_err(req, ret == -ENOENT ? ESTALE : -ret);
 	ret = stale_open(fs, ino, &p);
 	if (ret == 0)
 		ret = meta_pool_get(fs->meta, p.pool_id, &pool);
@@ -224,6 +224,13 @@ static void open_read(fuse_req_t req, struct fs_mount *fs, fuse_ino_t ino, uint6
 	reply_open(req, fs, h, fi, NULL);
 }
 
+/*
+ * A page that is gone (evicted, dropped, unlinked by another kernel path)
+ * between the kernel's lookup and this open answers ESTALE, not ENOENT:
+ * the kernel then walks the path again with a fresh lookup, so
+ * open(O_CREAT) creates the name anew and a plain open gets ENOENT from
+ * the lookup. ENOENT here would fail a create over a just-evicted name.
+ */
 void pagefs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs_mount *fs = fs_of(req);
@@ -238,7 +245,9 @@ void pagefs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (!(fi->flags & O_TRUNC))
 		return (void)fuse_reply_err(req, EPERM);
 	ret = meta_page_get(fs->meta, id, &p);
-	if (ret == 0 && !p.committed)
+	if (ret == -ENOENT)
+		ret = -ESTALE; /* see pagefs_op_open */
+	else if (ret == 0 && !p.committed)
 		ret = -ENOENT;
 	if (ret < 0)
 		return (void)fuse_reply_err(req, -ret);

@@ -275,12 +275,12 @@ static int load_page(void *arg, const struct rec *row)
 	struct pool *pool = pool_by_id(m, row->pool_id);
 	struct page *p;
 
-	if (!pool || row->slot >= pool->capacity || row->length > pool->slot_size ||
+	if (!pool || meta_check_name(row->name) < 0 || strlen(row->name) != row->name_len ||
+	    row->slot >= pool->capacity || row->length > pool->slot_size ||
 	    slot_mark(pool, row->slot) < 0) {
 		snprintf(l->err, l->errlen,
-		         "index %s is inconsistent: page %llu ('%s') has a bad pool, slot or "
-		         "length, "
-		         "or shares its slot; run 'pagefs fsck --repair'",
+		         "index %s is inconsistent: page %llu ('%s') has a bad pool, name, slot "
+		         "or length, or shares its slot; run 'pagefs fsck --repair'",
 		         m->db_path, (unsigned long long)row->page_id, row->name);
 		return -EUCLEAN;
 	}

@@ -374,18 +374,18 @@ int store_load(struct store *s, const struct store_load_cb *cb, char *err, size_
 	while (rc == SQLITE_OK && ret == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
 		int n = sqlite3_column_bytes(st, 2);
 		rc = SQLITE_OK;
-		if (n <= 0 || n > META_NAME_MAX) {
-			snprintf(err, errlen,
-			         "index %s has a page with a %d-byte name; run 'pagefs fsck'",
-			         s->path, n);
-			ret = -EIO;
-			break;
-		}
+		/*
+		 * A name of a bad length is passed on truncated, with name_len
+		 * saying it does not fit (strlen(name) != name_len): the loader
+		 * refuses it and fsck reports and drops it by id.
+		 */
+		size_t copy = n < 0 ? 0 : n > META_NAME_MAX ? META_NAME_MAX : (size_t)n;
 		row->page_id = (uint64_t)sqlite3_column_int64(st, 0);
 		row->pool_id = (uint32_t)sqlite3_column_int64(st, 1);
-		memcpy(row->name, sqlite3_column_blob(st, 2), (size_t)n);
-		row->name[n] = '\0';
-		row->name_len = (uint16_t)n;
+		if (copy)
+			memcpy(row->name, sqlite3_column_blob(st, 2), copy);
+		row->name[copy] = '\0';
+		row->name_len = (uint16_t)(n > META_NAME_MAX ? META_NAME_MAX + 1 : copy);
 		row->slot = (uint64_t)sqlite3_column_int64(st, 3);
 		row->length = (uint64_t)sqlite3_column_int64(st, 4);
 		row->has_checksum = sqlite3_column_type(st, 5) != SQLITE_NULL;

@@ -7,6 +7,14 @@
  * directory and index can be mounted again or checked with fsck.
  * A mount whose daemon died (ENOTCONN) is still unmounted, so a crash never
  * leaves a dead mount point behind.
+ *
+ * --force is for a mount that hangs: a daemon killed while one of its
+ * threads waited in the kernel (an entry invalidation waits for the
+ * directory lock a blocked client holds) never closes /dev/fuse, so every
+ * request, ours included, waits forever. --force touches nothing under the
+ * mount point: it finds the FUSE connection in /proc/self/mountinfo,
+ * aborts it through fusectl (/sys/fs/fuse/connections/N/abort: waiting
+ * calls fail with ECONNABORTED, later ones ENOTCONN) and detaches it.
  */
 #include "tools/cli_common.h"
 
@@ -27,10 +35,12 @@
 struct cli_umount_config {
 	char mountpoint[PATH_MAX];
 	int timeout_s; /* how long to wait for the daemon to exit */
+	int force;     /* abort the FUSE connection, detach, ask nothing */
 };
 
 static const struct option umount_longopts[] = {
 	{"timeout", required_argument, NULL, 't'},
+	{"force", no_argument, NULL, 'f'},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -44,6 +54,9 @@ static void cli_umount_usage(FILE *out)
 	             "\n"
 	             "Options:\n"
 	             "  -t, --timeout SECS   wait at most SECS for the daemon to exit (60)\n"
+	             "  -f, --force          for a hung mount whose daemon was killed: abort its\n"
+	             "                       FUSE connection (blocked calls fail, ECONNABORTED)\n"
+	             "                       and detach it, without waiting for anything\n"
 	             "  -h, --help           show this help\n");
 }
 
@@ -98,8 +111,11 @@ static int cli_umount_parse(int argc, char **argv, struct cli_umount_config *cfg
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->timeout_s = 60;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":ht:", umount_longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":hft:", umount_longopts, NULL)) != -1) {
 		switch (c) {
+		case 'f':
+			cfg->force = 1;
+			break;
 		case 'h':
 			cli_umount_usage(stdout);
 			return -1;
@@ -122,13 +138,90 @@ static int cli_umount_parse(int argc, char **argv, struct cli_umount_config *cfg
 		return cli_usage_error(CMD, "%s: name one MOUNTPOINT",
 		                       argc - optind < 1 ? "missing argument"
 		                                         : "too many arguments");
-	/* realpath fails on a dead FUSE mount (ENOTCONN): keep the name given. */
-	if (!realpath(argv[optind], cfg->mountpoint)) {
+	/* realpath fails on a dead FUSE mount (ENOTCONN): keep the name given.
+	 * --force never calls it: stat of a hung mount point would hang too. */
+	if (cfg->force && argv[optind][0] != '/') {
+		char cwd[PATH_MAX];
+		if (!getcwd(cwd, sizeof(cwd)) ||
+		    (size_t)snprintf(cfg->mountpoint, sizeof(cfg->mountpoint), "%s/%s", cwd,
+		                     argv[optind]) >= sizeof(cfg->mountpoint))
+			return cli_usage_error(CMD, "MOUNTPOINT is too long");
+	} else if (cfg->force || !realpath(argv[optind], cfg->mountpoint)) {
 		if (strlen(argv[optind]) >= sizeof(cfg->mountpoint))
 			return cli_usage_error(CMD, "MOUNTPOINT is too long");
 		snprintf(cfg->mountpoint, sizeof(cfg->mountpoint), "%s", argv[optind]);
 	}
 	return 0;
+}
+
+/* Undoes the \ooo escapes of /proc/self/mountinfo, in place. */
+static void cli_unescape_octal(char *s)
+{
+	char *w = s;
+
+	for (; *s; s++) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '7' && s[2] >= '0' && s[2] <= '7' &&
+		    s[3] >= '0' && s[3] <= '7') {
+			*w++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
+			s += 3;
+		} else {
+			*w++ = *s;
+		}
+	}
+	*w = '\0';
+}
+
+/* The connection number ("minor" of st_dev) of the FUSE mount at mp, read
+ * from /proc/self/mountinfo so that nothing under mp is touched. */
+static int cli_fuse_conn(const char *mp, unsigned *conn)
+{
+	char line[8192], dev[64], point[PATH_MAX], fstype[256];
+	unsigned major, minor;
+	int found = -ENOENT;
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+
+	if (!f)
+		return -errno;
+	/* "id parent major:minor root point opts [tags] - fstype source ..." */
+	while (fgets(line, sizeof(line), f)) {
+		char *dash = strstr(line, " - ");
+		if (!dash || sscanf(line, "%*s %*s %63s %*s %4095s", dev, point) != 2 ||
+		    sscanf(dash + 3, "%255s", fstype) != 1 ||
+		    sscanf(dev, "%u:%u", &major, &minor) != 2)
+			continue;
+		cli_unescape_octal(point);
+		if (strcmp(point, mp) == 0 && strncmp(fstype, "fuse", 4) == 0) {
+			*conn = minor;
+			found = 0;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+static int cli_umount_force(const char *mp)
+{
+	char path[128];
+	unsigned conn = 0;
+	FILE *f;
+
+	if (cli_fuse_conn(mp, &conn) < 0)
+		return cli_fail(CMD, "%s is not a FUSE mount point (see /proc/self/mountinfo)", mp);
+	snprintf(path, sizeof(path), "/sys/fs/fuse/connections/%u/abort", conn);
+	if (access(path, F_OK) < 0)
+		mount("fusectl", "/sys/fs/fuse/connections", "fusectl", 0, NULL);
+	f = fopen(path, "we");
+	if (!f || fputs("1", f) < 0 || fclose(f) != 0)
+		return cli_fail(CMD,
+		                "cannot abort FUSE connection %u of %s (%s): as root, mount "
+		                "fusectl (mount -t fusectl none /sys/fs/fuse/connections) and "
+		                "retry",
+		                conn, mp, strerror(errno));
+	if (umount2(mp, MNT_DETACH) < 0 && cli_fusermount(mp) < 0)
+		return cli_fail(CMD, "aborted FUSE connection %u, but cannot detach %s: %s", conn,
+		                mp, strerror(errno));
+	fprintf(stderr, "pagefs umount: aborted FUSE connection %u and detached %s\n", conn, mp);
+	return CLI_OK;
 }
 
 int cli_umount_main(int argc, char **argv)
@@ -142,6 +235,8 @@ int cli_umount_main(int argc, char **argv)
 	if (ret)
 		return ret < 0 ? CLI_OK : ret;
 	mp = cfg.mountpoint;
+	if (cfg.force)
+		return cli_umount_force(mp);
 
 	ret = cli_mount_pid(mp, &pid);
 	if (ret == -ENOTCONN && cli_is_pagefs_mount(mp)) {

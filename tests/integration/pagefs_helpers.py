@@ -44,6 +44,30 @@ def pid_alive(pid):
     return state not in ("Z", "X")
 
 
+def threads_alive(pid):
+    """Threads of pid that are not zombies (a killed process whose main
+    thread is a zombie may still have a thread stuck in the kernel)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out = []
+    for t in tids:
+        try:
+            with open(f"/proc/{pid}/task/{t}/stat") as f:
+                st = f.read()
+        except OSError:
+            continue
+        if st[st.rindex(")") + 2:].split()[0] not in ("Z", "X"):
+            out.append(int(t))
+    return out
+
+
+# pids of daemons that kill -9 left stuck in the kernel until their FUSE
+# connection was aborted (see Mount.kill9).
+KILL9_WEDGED = []
+
+
 def wait_pid_gone(pid, timeout):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -149,6 +173,36 @@ def mounts_table():
 def is_mounted(path):
     p = os.path.abspath(str(path))
     return any(mp == p for mp, _ in mounts_table())
+
+
+FUSECTL = "/sys/fs/fuse/connections"
+
+
+def abort_fuse_connection(path):
+    """Aborts the FUSE connection mounted at path (fusectl `abort`), so that
+    requests still waiting on a dead daemon fail with ENOTCONN. Needed after
+    kill -9: a daemon thread can be stuck in the kernel inside
+    fuse_lowlevel_notify_inval_entry (it waits for a directory lock that a
+    request of a blocked client holds), so the killed daemon never closes
+    /dev/fuse and its clients would wait forever. Returns True if aborted."""
+    p = os.path.abspath(str(path))
+    dev = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) > 4 and _unescape_mount_path(parts[4]) == p:
+                dev = parts[2]
+    if not dev:
+        return False
+    if not os.path.isdir(FUSECTL) or not os.listdir(FUSECTL):
+        subprocess.run(["mount", "-t", "fusectl", "none", FUSECTL], capture_output=True,
+                       timeout=30)
+    try:
+        with open(os.path.join(FUSECTL, dev.split(":")[1], "abort"), "w") as f:
+            f.write("1")
+        return True
+    except OSError:
+        return False
 
 
 def force_unmount(path, use_pagefs=True):
@@ -290,7 +344,13 @@ class Mount:
         pid = self.pid or self._find_pid()
         assert pid, "cannot find the daemon's pid (user.pagefs.pid xattr or /proc)"
         os.kill(pid, signal.SIGKILL)
-        assert wait_pid_gone(pid, 15), f"daemon {pid} survived SIGKILL for 15 s"
+        # A killed daemon can hang in the kernel for good (see
+        # abort_fuse_connection); an operator would abort the connection.
+        if not wait_until(lambda: not threads_alive(pid), timeout=1.0, interval=0.01):
+            KILL9_WEDGED.append(pid)
+            abort_fuse_connection(self.mnt)
+        assert wait_until(lambda: not threads_alive(pid), timeout=15), \
+            f"daemon {pid} survived SIGKILL for 15 s"
         force_unmount(self.mnt, use_pagefs=False)
         assert not is_mounted(self.mnt), f"could not clear the dead mount {self.mnt}"
         self.mounted = False
@@ -301,6 +361,7 @@ class Mount:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+        abort_fuse_connection(self.mnt)
         subprocess.run(["umount", "-l", str(self.mnt)], capture_output=True, timeout=30)
 
     def log_tail(self, n=30000):

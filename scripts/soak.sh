@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# soak.sh - the long reliability runs that do not fit CI (scripts/test.sh
+# runs the same tests with small counts):
+#
+#   - crash loop: PAGEFS_CRASH_CYCLES (default 150) kill -9 / mount cycles
+#     under a mixed load from several processes, every recovery checked
+#     against the load's journals (tests/integration/test_crash_loop.py)
+#   - kill -9 while mounting a large index (PAGEFS_LOAD_KILLS, default 30)
+#     and while clearing a pool (tests/integration/test_crash_phases.py)
+#   - the model test with a random seed and PAGEFS_MODEL_OPS (default
+#     1,000,000) operations (tests/integration/test_model.py)
+#
+# against build/pagefs (SOAK_BUILD=build-asan for the sanitizer binary).
+# Usage: scripts/soak.sh [PYTEST_ARGS...]; PAGEFS_CRASH_SEED fixes the seed.
+# Prints the figures ("[crash-loop] ...") and pytest's summary; exits non-zero
+# on failure. Never leaves a mount behind.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD=${SOAK_BUILD:-build}
+WORK=$(mktemp -d /tmp/pagefs-soak.XXXXXX) || exit 1
+
+cleanup() {
+	local rc=$? dev mp rest
+	trap - EXIT INT TERM
+	while read -r dev mp rest; do
+		mp=$(printf '%b' "$mp")
+		if [[ $mp == "$WORK"/* ]]; then
+			echo "soak.sh: cleaning up mount $mp" >&2
+			umount -l "$mp" 2>/dev/null || fusermount3 -u -z "$mp" 2>/dev/null
+		fi
+	done < <(sort -r -k2 /proc/self/mounts)
+	if grep -q " $WORK/" /proc/self/mounts; then
+		echo "soak.sh: mounts remain under $WORK; not removing it" >&2
+	elif [[ ${PAGEFS_TEST_KEEP:-0} != 1 ]]; then
+		rm -rf "$WORK"
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'echo "soak.sh: interrupted" >&2; exit 130' INT TERM
+
+if [[ ! -x $BUILD/pagefs ]]; then
+	if [[ $BUILD == build-asan ]]; then
+		BUILD_DIR=$BUILD bash scripts/build.sh address,undefined || exit 1
+	else
+		BUILD_DIR=$BUILD bash scripts/build.sh || exit 1
+	fi
+fi
+
+cycles=${PAGEFS_CRASH_CYCLES:-150}
+mkdir -p "$WORK/tmp" "$WORK/state"
+env PAGEFS_BIN="$ROOT/$BUILD/pagefs" \
+	TMPDIR="$WORK/tmp" PAGEFS_IT_TMPDIR="$WORK/tmp" XDG_STATE_HOME="$WORK/state" \
+	PAGEFS_CRASH_CYCLES="$cycles" \
+	PAGEFS_LOAD_KILLS="${PAGEFS_LOAD_KILLS:-30}" \
+	PAGEFS_MODEL_OPS="${PAGEFS_MODEL_OPS:-1000000}" \
+	PAGEFS_MODEL_SEED="${PAGEFS_MODEL_SEED:-$RANDOM$RANDOM}" \
+	ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+	/usr/bin/python3 -m pytest -q -s -rfEs -p no:cacheprovider --basetemp="$WORK/pytest" \
+	tests/integration/test_crash_loop.py tests/integration/test_crash_phases.py \
+	tests/integration/test_model.py "$@" 2>&1 |
+	grep -vE '^[0-9]{4}-[0-9]{2}-[0-9]{2}T' # daemon log lines of passing tests
+exit "${PIPESTATUS[0]}"

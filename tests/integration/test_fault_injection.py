@@ -1,0 +1,136 @@
+"""SPEC "Durability and crashes": errors of the backing mount reach the caller
+as their errno and commit nothing; once the fault clears, the mount works on
+without a remount.
+
+Faults come from tests/fault/fault_shim.c (built next to the pagefs binary
+as libpagefs_fault_shim.so), preloaded into the daemon. The test switches
+them while the daemon runs by rewriting the control file: "OP MODE PATTERN"
+lines, OP pwrite|fdatasync, MODE an errno number or "short".
+"""
+import errno
+import os
+
+import pytest
+
+import pageformat as PF
+from pagefs_helpers import (PAGEFS_BIN, close_quietly, describe, expect_errno, read_page,
+                            run_pagefs, write_all, write_page)
+
+SHIM = os.path.join(os.path.dirname(os.path.abspath(PAGEFS_BIN)), "libpagefs_fault_shim.so")
+FAULTS = []  # injected fault counts per test, for the report
+
+
+class Faulty:
+    def __init__(self, mount, *opts):
+        assert os.path.exists(SHIM), f"{SHIM} is missing: build the pagefs_fault_shim target"
+        self.m = mount(*opts, start=False)
+        self.ctl = self.m.dir / "faults"
+        self.ctl.write_text("")
+        base_env = self.m.env
+
+        def env():
+            e = base_env()
+            e["LD_PRELOAD"] = SHIM
+            e["PAGEFS_FAULT_CTL"] = str(self.ctl)
+            # The shim has no ASan; the ASan runtime need not come first.
+            e["ASAN_OPTIONS"] = e.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
+            return e
+        self.m.env = env
+        self.m.start()
+        self.pool = self.m.pool(0, "kv")
+
+    def set(self, *rules):
+        tmp = self.ctl.with_suffix(".new")
+        tmp.write_text("".join(f"{r}\n" for r in rules))
+        os.replace(tmp, self.ctl)
+
+    def hits(self):
+        p = self.ctl.with_name(self.ctl.name + ".hits")
+        return len(p.read_text().splitlines()) if p.exists() else 0
+
+
+def attempt_write(path, data):
+    """(stage, errno) of the first failing step of open/write/close, or None."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError as e:
+        return ("open", e.errno)
+    try:
+        write_all(fd, data)
+    except OSError as e:
+        close_quietly(fd)
+        return ("write", e.errno)
+    try:
+        os.close(fd)
+    except OSError as e:
+        return ("close", e.errno)
+    return None
+
+
+@pytest.mark.parametrize("err", [errno.EIO, errno.ENOSPC], ids=["EIO", "ENOSPC"])
+def test_data_write_error_reaches_the_caller_commits_nothing_and_clears(mount, err):
+    f = Faulty(mount, "--page-size", "1M", "--capacity", "64M")
+    old = PF.make_page("old", 1, 300000)
+    write_page(f.pool / "old", old)
+    f.set(f"pwrite {err} hicache.0.bin")
+    for i in range(5):
+        got = attempt_write(f.pool / f"new{i}", PF.make_page(f"new{i}", 1, 200000 + i))
+        assert got == ("write", err), f"write under an injected {errno.errorcode[err]}: {got}"
+        expect_errno(errno.ENOENT, os.stat, f.pool / f"new{i}", what="a failed page is visible")
+    got = attempt_write(f.pool / "old", PF.make_page("old", 2, 1000))
+    assert got == ("write", err), f"replacement under the fault: {got}"
+    assert read_page(f.pool / "old") == old, "a failed replacement must keep the old page"
+    assert sorted(os.listdir(f.pool)) == ["old"]
+    assert f.hits() >= 6
+    f.set()  # the fault clears: no remount
+    for i in range(5):
+        data = PF.make_page(f"new{i}", 2, 100000 + i)
+        write_page(f.pool / f"new{i}", data)
+        assert read_page(f.pool / f"new{i}") == data
+    free, total = f.m.statvfs_free_total()
+    assert free == total - 6 * (1 << 20), "slots of failed writes must be free again"
+    FAULTS.append(f.hits())
+    f.m.umount()
+    r = run_pagefs("fsck", f.m.backing, "--meta", f.m.meta, "--verify-data")
+    assert r.returncode == 0, describe(r)
+
+
+def test_short_data_writes_are_completed_and_the_bytes_are_exact(mount):
+    f = Faulty(mount, "--page-size", "1M", "--capacity", "64M")
+    f.set("pwrite short hicache.0.bin")
+    pages = {f"s{i}": PF.make_page(f"s{i}", 1, 1 << (10 + i)) for i in range(11)}
+    for n, data in pages.items():
+        write_page(f.pool / n, data)
+    assert f.hits() >= len(pages), "the shim should have shortened the writes"
+    f.set()
+    for n, data in pages.items():
+        assert read_page(f.pool / n) == data, f"{n} after short backing writes"
+    FAULTS.append(f.hits())
+    f.m.umount()
+    r = run_pagefs("fsck", f.m.backing, "--meta", f.m.meta, "--verify-data")
+    assert r.returncode == 0, describe(r)
+
+
+def test_fdatasync_error_with_power_durability_fails_the_close_and_commits_nothing(mount):
+    f = Faulty(mount, "--page-size", "64K", "--capacity", "4M", "--durability", "power")
+    write_page(f.pool / "before", b"b" * 1000)
+    f.set(f"fdatasync {errno.EIO} hicache.0.bin")
+    got = attempt_write(f.pool / "p", b"p" * 5000)
+    assert got == ("close", errno.EIO), f"close of a page whose fdatasync failed: {got}"
+    expect_errno(errno.ENOENT, os.stat, f.pool / "p", what="a page that was not synced")
+    assert f.hits() >= 1
+    f.set()
+    write_page(f.pool / "p", b"q" * 5000)
+    assert read_page(f.pool / "p") == b"q" * 5000
+    assert read_page(f.pool / "before") == b"b" * 1000
+    FAULTS.append(f.hits())
+
+
+def test_faults_on_another_pools_data_file_leave_this_pool_alone(mount):
+    f = Faulty(mount, "--page-size", "64K", "--capacity", "4M")
+    other = f.m.pool(0, "mamba")
+    f.set(f"pwrite {errno.EIO} hicache.0.bin.mamba")
+    assert attempt_write(other / "x", b"x" * 100) == ("write", errno.EIO)
+    write_page(f.pool / "fine", b"fine" * 100)
+    assert read_page(f.pool / "fine") == b"fine" * 100
+    FAULTS.append(f.hits())
