@@ -153,7 +153,12 @@ int fs_writer_flush(struct fs_mount *fs, struct fs_handle *h, pid_t tid)
 
 		if (meta_page_get(fs->meta, r.page_id, &p) == 0)
 			fs_inval_entry(fs->inval, fs_ino_pool(p.pool_id), p.name);
-		fs_inval_inode(fs->inval, h->ino);
+		/* The old inode's cached attributes go before close() returns,
+		 * so a stat right after it sees the new version. This one is
+		 * sent from the request thread: an inode invalidation takes no
+		 * directory lock, and flush holds no lock on the inode. The
+		 * name's entry follows from the invalidation thread. */
+		fuse_lowlevel_notify_inval_inode(fs->se, h->ino, 0, 0);
 	}
 	return killed ? 0 : ret;
 }
