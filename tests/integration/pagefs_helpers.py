@@ -602,6 +602,26 @@ def close_quietly(fd):
         return e.errno
 
 
+def try_write_page(path, data):
+    """Writes a page in one open/write/close. Returns None on success, or
+    (stage, errno) of the first step that failed: "open", "write" or
+    "close" (after a failed write the descriptor is still closed)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError as e:
+        return ("open", e.errno)
+    try:
+        write_all(fd, data)
+    except OSError as e:
+        close_quietly(fd)  # the close may report the error again
+        return ("write", e.errno)
+    try:
+        os.close(fd)
+    except OSError as e:
+        return ("close", e.errno)
+    return None
+
+
 def wait_until(pred, timeout=5.0, interval=0.05):
     end = time.monotonic() + timeout
     while True:

@@ -3,27 +3,9 @@ import errno
 import os
 
 import pageformat as PF
-from pagefs_helpers import assert_bytes_equal, close_quietly, expect_errno, read_page, write_all
+from pagefs_helpers import assert_bytes_equal, expect_errno, read_page, try_write_page
 
 MIB = 1 << 20
-
-
-def try_write(path, data):
-    """open/write/close; returns None on success or (stage, errno)."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    except OSError as e:
-        return ("open", e.errno)
-    try:
-        write_all(fd, data)
-    except OSError as e:
-        close_quietly(fd)  # the close may report the error again
-        return ("write", e.errno)
-    try:
-        os.close(fd)
-    except OSError as e:
-        return ("close", e.errno)
-    return None
 
 
 def test_full_backing_directory_reports_enospc_and_commits_nothing_partial(mount):
@@ -36,7 +18,7 @@ def test_full_backing_directory_reports_enospc_and_commits_nothing_partial(mount
     for i in range(40):
         name = f"page-{i:02d}"
         data = PF.make_page(name, i, MIB)
-        failure = try_write(pool / name, data)
+        failure = try_write_page(pool / name, data)
         if failure:
             break
         written[name] = data
@@ -58,7 +40,7 @@ def test_full_backing_directory_reports_enospc_and_commits_nothing_partial(mount
     for j in range(2):
         n = f"after-{j}"
         d = PF.make_page(n, 100 + j, MIB)
-        res = try_write(pool / n, d)
+        res = try_write_page(pool / n, d)
         assert res is None, f"{n}: writing after deleting {len(victims)} pages failed at {res[0]} " \
                             f"with {errno.errorcode.get(res[1], res[1])} (no remount)"
         written[n] = d

@@ -13,8 +13,8 @@ import os
 import pytest
 
 import pageformat as PF
-from pagefs_helpers import (PAGEFS_BIN, close_quietly, describe, expect_errno, read_page,
-                            run_pagefs, write_all, write_page)
+from pagefs_helpers import (PAGEFS_BIN, describe, expect_errno, read_page, run_pagefs,
+                            try_write_page, write_page)
 
 SHIM = os.path.join(os.path.dirname(os.path.abspath(PAGEFS_BIN)), "libpagefs_fault_shim.so")
 FAULTS = []  # injected fault counts per test, for the report
@@ -49,24 +49,6 @@ class Faulty:
         return len(p.read_text().splitlines()) if p.exists() else 0
 
 
-def attempt_write(path, data):
-    """(stage, errno) of the first failing step of open/write/close, or None."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    except OSError as e:
-        return ("open", e.errno)
-    try:
-        write_all(fd, data)
-    except OSError as e:
-        close_quietly(fd)
-        return ("write", e.errno)
-    try:
-        os.close(fd)
-    except OSError as e:
-        return ("close", e.errno)
-    return None
-
-
 @pytest.mark.parametrize("err", [errno.EIO, errno.ENOSPC], ids=["EIO", "ENOSPC"])
 def test_data_write_error_reaches_the_caller_commits_nothing_and_clears(mount, err):
     f = Faulty(mount, "--page-size", "1M", "--capacity", "64M")
@@ -74,10 +56,10 @@ def test_data_write_error_reaches_the_caller_commits_nothing_and_clears(mount, e
     write_page(f.pool / "old", old)
     f.set(f"pwrite {err} hicache.0.bin")
     for i in range(5):
-        got = attempt_write(f.pool / f"new{i}", PF.make_page(f"new{i}", 1, 200000 + i))
+        got = try_write_page(f.pool / f"new{i}", PF.make_page(f"new{i}", 1, 200000 + i))
         assert got == ("write", err), f"write under an injected {errno.errorcode[err]}: {got}"
         expect_errno(errno.ENOENT, os.stat, f.pool / f"new{i}", what="a failed page is visible")
-    got = attempt_write(f.pool / "old", PF.make_page("old", 2, 1000))
+    got = try_write_page(f.pool / "old", PF.make_page("old", 2, 1000))
     assert got == ("write", err), f"replacement under the fault: {got}"
     assert read_page(f.pool / "old") == old, "a failed replacement must keep the old page"
     assert sorted(os.listdir(f.pool)) == ["old"]
@@ -115,7 +97,7 @@ def test_fdatasync_error_with_power_durability_fails_the_close_and_commits_nothi
     f = Faulty(mount, "--page-size", "64K", "--capacity", "4M", "--durability", "power")
     write_page(f.pool / "before", b"b" * 1000)
     f.set(f"fdatasync {errno.EIO} hicache.0.bin")
-    got = attempt_write(f.pool / "p", b"p" * 5000)
+    got = try_write_page(f.pool / "p", b"p" * 5000)
     assert got == ("close", errno.EIO), f"close of a page whose fdatasync failed: {got}"
     expect_errno(errno.ENOENT, os.stat, f.pool / "p", what="a page that was not synced")
     assert f.hits() >= 1
@@ -130,7 +112,7 @@ def test_faults_on_another_pools_data_file_leave_this_pool_alone(mount):
     f = Faulty(mount, "--page-size", "64K", "--capacity", "4M")
     other = f.m.pool(0, "mamba")
     f.set(f"pwrite {errno.EIO} hicache.0.bin.mamba")
-    assert attempt_write(other / "x", b"x" * 100) == ("write", errno.EIO)
+    assert try_write_page(other / "x", b"x" * 100) == ("write", errno.EIO)
     write_page(f.pool / "fine", b"fine" * 100)
     assert read_page(f.pool / "fine") == b"fine" * 100
     FAULTS.append(f.hits())

@@ -1,7 +1,6 @@
 """The mini_3fs_metadata_server HTTP protocol (`pagefs serve-meta`, `pagefs
 mount --http`): SGLang's client flow against the FUSE tree, every route's
 error cases, the safety differences from the Python server, concurrency."""
-import json
 import os
 import threading
 import time

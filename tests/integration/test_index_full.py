@@ -8,24 +8,7 @@ import os
 
 import pytest
 
-from pagefs_helpers import close_quietly, describe, read_page, run_pagefs, write_all
-
-
-def try_page(path, data):
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    except OSError as e:
-        return ("open", e.errno)
-    try:
-        write_all(fd, data)
-    except OSError as e:
-        close_quietly(fd)
-        return ("write", e.errno)
-    try:
-        os.close(fd)
-    except OSError as e:
-        return ("close", e.errno)
-    return None
+from pagefs_helpers import describe, read_page, run_pagefs, try_write_page
 
 
 @pytest.mark.timeout_s(180)
@@ -47,7 +30,7 @@ def test_full_index_filesystem_fails_commits_with_enospc_and_loses_nothing(mount
     name_pad = "k" * 200  # long names fill the index quickly
     for i in range(20000):
         name = f"{name_pad}{i}"
-        got = try_page(pool / name, name.encode())
+        got = try_write_page(pool / name, name.encode())
         if got is None:
             committed.append(name)
         else:
@@ -63,7 +46,7 @@ def test_full_index_filesystem_fails_commits_with_enospc_and_loses_nothing(mount
     os.unlink(filler)  # space is back: no remount needed
     for i in range(3):
         name = f"after{i}"
-        assert try_page(pool / name, b"after") is None
+        assert try_write_page(pool / name, b"after") is None
         committed.append(name)
     m.umount()
     r = run_pagefs("fsck", m.backing, "--meta", m.meta, "--verify-data", timeout=120)
