@@ -164,6 +164,10 @@ void apply_record(struct meta *m, const struct rec *r, struct dropped **drops)
 			struct page *b = r->bulk->pages[i];
 			remove_other(m, b->pool, b->name, b->id, drops);
 			page_link_committed(m, b);
+			/* It appeared without a FUSE create (a key confirmed over
+			 * HTTP): the kernel may cache a miss for the name. */
+			if (m->drop_cb)
+				drops_add(drops, b);
 		}
 		break;
 	default:

@@ -115,8 +115,11 @@ void meta_close(struct meta *m);
 /* Default index path for a backing directory (user's state directory). */
 int meta_default_uri(const char *backing, char *buf, size_t len);
 
-/* Called (outside all engine locks) when the engine drops a committed
- * page by itself: eviction or a checksum failure. */
+/* Called (outside all engine locks) when a name changes without a FUSE
+ * request the kernel saw: the engine dropped a committed page by itself
+ * (eviction, checksum failure, a same-name replacement), or the key
+ * protocol published or deleted one. The kernel's cached entry for the
+ * name (positive or negative) must go. */
 typedef void (*meta_drop_cb)(void *arg, uint32_t pool_id, uint64_t page_id, const char *name);
 void meta_set_drop_cb(struct meta *m, meta_drop_cb cb, void *arg);
 

@@ -304,3 +304,36 @@ def test_concurrent_clients_never_share_a_slot(server):
     assert len(set(results.values())) == len(keys) == 8 * 8 * 32
     got = s.client.get_page_indices(0, keys)
     assert got == [results[k] for k in keys]
+
+
+def test_page_confirmed_over_http_appears_where_a_miss_was_cached(mount):
+    """A stat miss through the mount is cached by the kernel (negative
+    entry); a key confirmed over HTTP afterwards must still show up as a
+    file, because the daemon invalidates that name."""
+    port = MC.free_port()
+    m = mount("--page-size", "64K", "--http", f"127.0.0.1:{port}")
+    c = MC.MetaClient(f"http://127.0.0.1:{port}")
+    c.initialize(0, 16)
+    key = "ab" * 32 + "_Qwen-Qwen3-32B_0_2"
+    p = m.path(0, "kv", key)
+    assert not os.path.exists(p), "no such page yet"
+    assert not os.path.exists(p), "the miss is now cached by the kernel"
+    (_, idx), = c.reserve_and_allocate_page_indices(0, [[key, ""]])
+    data = os.urandom(PAGE)
+    fd = os.open(m.backing / "hicache.0.bin", os.O_WRONLY)
+    try:
+        H.write_all(fd, data, idx * PAGE)
+    finally:
+        os.close(fd)
+    c.confirm_write(0, [[key, idx]], [])
+    deadline = time.monotonic() + 2
+    while not os.path.exists(p) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert os.path.exists(p), "a page confirmed over HTTP stays invisible behind a cached miss"
+    H.assert_bytes_equal(H.read_page(p), data, "page confirmed over HTTP")
+    c.delete_keys(0, [key])
+    deadline = time.monotonic() + 2
+    while os.path.exists(p) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(p), "a key deleted over HTTP stays visible through the mount"
+    m.umount()
