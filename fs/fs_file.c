@@ -21,7 +21,8 @@
  *     can splice, see fs_main.c) rather than in readahead-sized ones.
  * Readers open with noflush: their flush would do nothing, and each
  * close() would wait for it.
- * The price: page files cannot be mmap()ed.
+ * The price: page files cannot be mmap()ed MAP_SHARED (ENODEV; the kernel
+ * still allows MAP_PRIVATE, read through its page cache).
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -214,7 +214,8 @@ static int parse_value(const char *value, size_t size, uint64_t *out)
 
 	while (size > 0 && (value[size - 1] == '\n' || value[size - 1] == '\0'))
 		size--;
-	if (size == 0 || size >= sizeof(buf))
+	/* A NUL inside the value would end the string early: "1M\0junk". */
+	if (size == 0 || size >= sizeof(buf) || memchr(value, '\0', size))
 		return -EINVAL;
 	memcpy(buf, value, size);
 	buf[size] = '\0';

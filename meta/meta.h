@@ -95,6 +95,10 @@ int meta_parse_rank(const char *s);
 int meta_check_ns(const char *s);
 /* Returns 0, -EINVAL (empty, "/", ".", "..") or -ENAMETOOLONG (>255). */
 int meta_check_name(const char *s);
+/* Returns 0 if s is a data file prefix: [A-Za-z0-9_.-]{1,128} without "..",
+ * so that "{prefix}.{rank}.bin" stays a plain file name in BACKING. */
+#define META_PREFIX_MAX 128
+int meta_check_prefix(const char *s);
 /* Parses "4096", "64K", "16M", "1G", "1T" (powers of two). 0 or -EINVAL. */
 int meta_parse_size(const char *s, uint64_t *out);
 /* Formats bytes as the shortest exact form ("16M", "1000"). */

@@ -48,6 +48,21 @@ int meta_check_name(const char *s)
 	return 0;
 }
 
+int meta_check_prefix(const char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+
+	if (n == 0 || n > META_PREFIX_MAX || strstr(s, ".."))
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '_' || c == '.' || c == '-'))
+			return -EINVAL;
+	}
+	return 0;
+}
+
 int meta_parse_size(const char *s, uint64_t *out)
 {
 	uint64_t v = 0;

@@ -391,6 +391,14 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 		         cfg->backing);
 		goto fail;
 	}
+	if (cfg->prefix && cfg->prefix[0] && meta_check_prefix(cfg->prefix) < 0) {
+		rc = -EINVAL;
+		snprintf(err, errlen,
+		         "'%s' is not a data file prefix: use 1 to %d of the characters "
+		         "A-Z a-z 0-9 _ . - (not \"..\")",
+		         cfg->prefix, META_PREFIX_MAX);
+		goto fail;
+	}
 	if ((rc = copy_config(m, cfg, db_path)) < 0) {
 		snprintf(err, errlen, "cannot resolve %s: %s", cfg->backing, strerror(-rc));
 		goto fail;

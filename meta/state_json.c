@@ -113,42 +113,49 @@ static int check_pool(const char *pkey, json_t *v, struct imp_pool *ip, char *er
 	return 0;
 }
 
-/* One key or slot twice in a pool: refused, never guessed. Keys are
- * checked with an open-addressing set of indices (a jansson object would
- * cost more than the whole store transaction). */
+/* One key or slot twice in a pool: refused, never guessed. Keys and slots
+ * are checked with open-addressing sets of key_to_index indices (a jansson
+ * object would cost more than the whole store transaction); both are sized
+ * by the keys, never by num_pages, which the file may set to anything. */
 static int check_unique(const char *pkey, const struct imp_pool *ip, char *err, size_t errlen)
 {
 	size_t n = json_array_size(ip->keys), cap = 16;
 	while (cap < 2 * n)
 		cap *= 2;
-	uint8_t *seen = calloc((ip->num_pages + 7) / 8, 1);
-	size_t *set = malloc(cap * sizeof(*set));
+	size_t *set = malloc(cap * sizeof(*set)), *slots = malloc(cap * sizeof(*slots));
 	size_t i;
 	json_t *e;
 	int rc = 0;
 
-	if (!seen || !set) {
-		free(seen);
+	if (!set || !slots) {
 		free(set);
+		free(slots);
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	memset(set, 0xff, cap * sizeof(*set));
+	memset(slots, 0xff, cap * sizeof(*slots));
 	json_array_foreach(ip->keys, i, e)
 	{
 		json_t *kj = json_array_get(e, 0);
 		const char *k = json_string_value(kj);
 		size_t klen = json_string_length(kj);
 		uint64_t s = (uint64_t)json_integer_value(json_array_get(e, 1));
-		if (seen[s / 8] & (1u << (s % 8))) {
+		size_t h = (size_t)XXH3_64bits(&s, sizeof(s)) & (cap - 1);
+		for (; slots[h] != SIZE_MAX; h = (h + 1) & (cap - 1)) {
+			json_t *o = json_array_get(json_array_get(ip->keys, slots[h]), 1);
+			if ((uint64_t)json_integer_value(o) == s)
+				break;
+		}
+		if (slots[h] != SIZE_MAX) {
 			snprintf(err, errlen,
 			         "pool '%s': page index %llu is mapped by two keys (second: '%s')",
 			         pkey, (unsigned long long)s, k);
 			rc = -EINVAL;
 			break;
 		}
-		seen[s / 8] |= (uint8_t)(1u << (s % 8));
-		size_t h = (size_t)XXH3_64bits(k, klen) & (cap - 1);
+		slots[h] = i;
+		h = (size_t)XXH3_64bits(k, klen) & (cap - 1);
 		for (; set[h] != SIZE_MAX; h = (h + 1) & (cap - 1)) {
 			json_t *o = json_array_get(json_array_get(ip->keys, set[h]), 0);
 			if (json_string_length(o) == klen &&
@@ -163,9 +170,18 @@ static int check_unique(const char *pkey, const struct imp_pool *ip, char *err, 
 		}
 		set[h] = i;
 	}
-	free(seen);
 	free(set);
+	free(slots);
 	return rc;
+}
+
+/* num_pages * slot_size must be a file size (and not wrap around). */
+static int check_pool_bytes(const char *pkey, const struct imp_pool *ip, char *err, size_t errlen)
+{
+	if (ip->num_pages > (uint64_t)INT64_MAX / ip->slot_size)
+		FAIL("pool '%s': num_pages %llu of %llu bytes is more than a data file can hold",
+		     pkey, (unsigned long long)ip->num_pages, (unsigned long long)ip->slot_size);
+	return 0;
 }
 
 /* The slot size per the import's rules; 0 or -EINVAL with a message. */
@@ -206,13 +222,13 @@ static int choose_slot_size(struct meta *m, const char *pkey, struct imp_pool *i
 			     bpp ? (unsigned long long)(size / bpp) : 0ULL, (unsigned long long)bpp,
 			     (unsigned long long)ip->num_pages);
 		ip->slot_size = bpp;
-		return 0;
+		return check_pool_bytes(pkey, ip, err, errlen);
 	}
 	if (!page_size)
 		FAIL("pool '%s': no data file %s to size its pages from; give --page-size", pkey,
 		     path);
 	ip->slot_size = page_size;
-	return 0;
+	return check_pool_bytes(pkey, ip, err, errlen);
 }
 
 /* Undoes the pool changes of a failed import. */

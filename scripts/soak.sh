@@ -9,6 +9,11 @@
 #     and while clearing a pool (tests/integration/test_crash_phases.py)
 #   - the model test with a random seed and PAGEFS_MODEL_OPS (default
 #     1,000,000) operations (tests/integration/test_model.py)
+#   - ThreadSanitizer: the concurrency and SGLang-pattern tests against a
+#     SANITIZER=thread build (build-tsan/); a race report fails the run
+#   - the libFuzzer targets (tests/fuzz/, built in build-fuzz/ with clang,
+#     ASan and UBSan) for PAGEFS_FUZZ_SECONDS (default 600) each, from and
+#     into a copy of tests/fuzz/corpus/ (SOAK_SKIP=tsan,fuzz skips parts)
 #
 # against build/pagefs (SOAK_BUILD=build-asan for the sanitizer binary).
 # Usage: scripts/soak.sh [PYTEST_ARGS...]; PAGEFS_CRASH_SEED fixes the seed.
@@ -61,4 +66,56 @@ env PAGEFS_BIN="$ROOT/$BUILD/pagefs" \
 	tests/integration/test_crash_loop.py tests/integration/test_crash_phases.py \
 	tests/integration/test_model.py "$@" 2>&1 |
 	grep -vE '^[0-9]{4}-[0-9]{2}-[0-9]{2}T' # daemon log lines of passing tests
-exit "${PIPESTATUS[0]}"
+rc=${PIPESTATUS[0]}
+skip=,${SOAK_SKIP:-},
+
+# ThreadSanitizer on the concurrency tests. The fixtures point the daemon's
+# TSan log_path into the mount's temp dir and fail the test on a report,
+# as they do for ASan.
+if [[ $skip != *,tsan,* ]]; then
+	echo "soak.sh: ThreadSanitizer (build-tsan)"
+	if BUILD_DIR=build-tsan bash scripts/build.sh thread >"$WORK/build-tsan.log" 2>&1; then
+		mkdir -p "$WORK/tmp-tsan"
+		env PAGEFS_BIN="$ROOT/build-tsan/pagefs" \
+			TMPDIR="$WORK/tmp-tsan" PAGEFS_IT_TMPDIR="$WORK/tmp-tsan" XDG_STATE_HOME="$WORK/state" \
+			PAGEFS_IT_STRESS_SECONDS="${PAGEFS_IT_STRESS_SECONDS:-60}" \
+			TSAN_OPTIONS="second_deadlock_stack=1" \
+			/usr/bin/python3 -m pytest -q -rfEs -p no:cacheprovider --basetemp="$WORK/pytest-tsan" \
+			tests/integration/test_concurrency.py tests/integration/test_sglang_pattern.py 2>&1 |
+			grep -vE '^[0-9]{4}-[0-9]{2}-[0-9]{2}T'
+		((PIPESTATUS[0] == 0)) || rc=1
+	else
+		tail -n 30 "$WORK/build-tsan.log" >&2
+		rc=1
+	fi
+fi
+
+# libFuzzer: each target for a bounded time; the corpus grows in a copy
+# (tests/fuzz/corpus/ keeps the seeds; merge new finds by hand with -merge=1).
+if [[ $skip != *,fuzz,* ]]; then
+	secs=${PAGEFS_FUZZ_SECONDS:-600}
+	echo "soak.sh: libFuzzer targets, ${secs}s each (build-fuzz)"
+	if cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DPAGEFS_FUZZ=ON \
+		-DSANITIZER=address,undefined >"$WORK/build-fuzz.log" 2>&1 &&
+		cmake --build build-fuzz -j "$(nproc)" --target fuzz_names fuzz_state_json \
+			>>"$WORK/build-fuzz.log" 2>&1; then
+		for target in fuzz_names fuzz_state_json; do
+			mkdir -p "$WORK/corpus/$target"
+			cp tests/fuzz/corpus/$target/* "$WORK/corpus/$target/"
+			if build-fuzz/$target -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=1 \
+				-artifact_prefix="$WORK/$target-" "$WORK/corpus/$target" >"$WORK/$target.log" 2>&1; then
+				echo "soak.sh: $target: $(grep -E '^stat::number_of_executed_units' "$WORK/$target.log" |
+					awk '{print $2}') runs, no finding"
+			else
+				tail -n 60 "$WORK/$target.log" >&2
+				echo "soak.sh: $target found a crash: artifacts in $WORK (kept)" >&2
+				PAGEFS_TEST_KEEP=1
+				rc=1
+			fi
+		done
+	else
+		tail -n 30 "$WORK/build-fuzz.log" >&2
+		rc=1
+	fi
+fi
+exit "$rc"

@@ -35,7 +35,6 @@
 #define DEFAULT_PAGE_SIZE (16ULL << 20)
 #define DEFAULT_CAPACITY (1ULL << 40)
 #define DEFAULT_ENTRY_TIMEOUT 3600.0
-#define PREFIX_MAX 128
 
 struct cli_mount_config {
 	char backing[PATH_MAX];       /* absolute, resolved */
@@ -159,22 +158,6 @@ static int cli_mount_parse_o(struct cli_mount_config *cfg, const char *arg)
 	}
 	free(copy);
 	return ret;
-}
-
-static int cli_mount_check_prefix(const char *p)
-{
-	size_t n = strlen(p);
-
-	if (n == 0 || n > PREFIX_MAX)
-		return -EINVAL;
-	for (size_t i = 0; i < n; i++) {
-		char c = p[i];
-
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '_' || c == '.' || c == '-'))
-			return -EINVAL;
-	}
-	return 0;
 }
 
 /* Makes `path` absolute against the current directory (no symlinks resolved:
@@ -358,12 +341,12 @@ static int cli_mount_parse(int argc, char **argv, struct cli_mount_config *cfg)
 			capacity = optarg;
 			break;
 		case OPT_PREFIX:
-			if (cli_mount_check_prefix(optarg) < 0)
+			if (meta_check_prefix(optarg) < 0)
 				return cli_usage_error(
 					CMD,
 					"--prefix '%s' is not a data file prefix: use 1 "
-					"to %d of the characters A-Z a-z 0-9 _ . -",
-					optarg, PREFIX_MAX);
+					"to %d of the characters A-Z a-z 0-9 _ . - (not \"..\")",
+					optarg, META_PREFIX_MAX);
 			cfg->prefix = optarg;
 			break;
 		case OPT_EVICT:

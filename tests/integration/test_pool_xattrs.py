@@ -45,6 +45,9 @@ def test_pool_xattr_with_a_garbage_value_fails_with_einval(mount):
     pool = m.pool(0, "kv")
     expect_errno(errno.EINVAL, os.setxattr, pool, "user.pagefs.page_size", b"abc")
     expect_errno(errno.EINVAL, os.setxattr, pool, "user.pagefs.capacity", b"-5")
+    # a NUL inside the value must not cut it short into a valid size
+    expect_errno(errno.EINVAL, os.setxattr, pool, "user.pagefs.capacity", b"2M\x00junk")
+    os.setxattr(pool, "user.pagefs.capacity", b"1M\n\x00")  # trailing newline/NUL: fine
     assert xattr_int(pool, "user.pagefs.page_size") == 65536
     assert xattr_int(pool, "user.pagefs.capacity") == 1048576
 

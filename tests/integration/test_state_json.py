@@ -112,6 +112,11 @@ def test_slot_size_from_the_data_file(work):
     ('{"x:kv": {"num_pages": 3, "free_pages": [], "key_to_index": []}}', "rank"),
     ('{"0:kv": {"free_pages": [], "key_to_index": []}}', "num_pages"),
     ('[1, 2]', "top level"),
+    # num_pages is the file's word: no memory sized by it, no wrap-around
+    ('{"0:kv": {"num_pages": 1125899906842624, "free_pages": [], '
+     '"key_to_index": [["a", 1125899906842623], ["b", 1125899906842623]]}}', "two keys"),
+    ('{"7:big": {"num_pages": 4503599627370496, "free_pages": [], '
+     '"key_to_index": [["a", 4503599627370495]]}}', "more than a data file can hold"),
 ])
 def test_malformed_files_are_refused_and_change_nothing(work, body, want):
     fixture_text()

@@ -310,3 +310,29 @@ Test(names, format_never_writes_past_the_buffer_length)
 	for (size_t i = 4; i < sizeof(buf); i++)
 		cr_assert_eq(buf[i], '#', "byte %zu past the 4-byte buffer was written", i);
 }
+
+/* ---- data file prefixes ---- */
+
+Test(names, prefix_accepts_plain_file_name_characters)
+{
+	char buf[META_PREFIX_MAX + 2];
+
+	cr_assert_eq(meta_check_prefix("hicache"), 0);
+	cr_assert_eq(meta_check_prefix("a.b-c_D9"), 0);
+	cr_assert_eq(meta_check_prefix(".hidden"), 0);
+	fill(buf, 'p', META_PREFIX_MAX);
+	cr_assert_eq(meta_check_prefix(buf), 0);
+	fill(buf, 'p', META_PREFIX_MAX + 1);
+	cr_assert_eq(meta_check_prefix(buf), -EINVAL);
+}
+
+Test(names, prefix_rejects_paths_and_dot_dot)
+{
+	const char *bad[] = {"",     "a/b",    "/abs",   "..",    "../x", "x..",
+	                     "a..b", "x/../y", "sp ace", "tab\t", "nl\n", "\xc3\xa9"};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		cr_assert_eq(meta_check_prefix(bad[i]), -EINVAL,
+		             "meta_check_prefix(\"%s\") accepted", bad[i]);
+	cr_assert_eq(meta_check_prefix(NULL), -EINVAL);
+}
