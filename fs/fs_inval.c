@@ -29,6 +29,7 @@
 
 struct inval_item {
 	struct inval_item *next;
+	uint64_t seq;    /* queue order, for fs_inval_wait */
 	uint64_t parent; /* entry: the directory; 0 for an inode */
 	uint64_t ino;    /* inode: the inode */
 	size_t namelen;
@@ -38,6 +39,9 @@ struct inval_item {
 struct fs_inval {
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
+	pthread_cond_t sent;      /* sent_seq advanced, or stop */
+	uint64_t queued_seq;      /* protected by lock */
+	uint64_t sent_seq;        /* protected by lock: every item <= it was sent */
 	struct inval_item *head;  /* protected by lock */
 	struct inval_item **tail; /* protected by lock */
 	int stop;                 /* protected by lock */
@@ -55,19 +59,22 @@ int fs_inval_new(struct fs_inval **out)
 		return -ENOMEM;
 	pthread_mutex_init(&iv->lock, NULL);
 	pthread_cond_init(&iv->wake, NULL);
+	pthread_cond_init(&iv->sent, NULL);
 	iv->tail = &iv->head;
 	*out = iv;
 	return 0;
 }
 
-static void queue(struct fs_inval *iv, uint64_t parent, uint64_t ino, const char *name)
+/* Queues one item; returns its sequence number (0 if it was dropped). */
+static uint64_t queue(struct fs_inval *iv, uint64_t parent, uint64_t ino, const char *name)
 {
 	size_t len = name ? strlen(name) : 0;
 	struct inval_item *it = malloc(sizeof(*it) + len + 1);
+	uint64_t seq;
 
 	if (!it) {
 		log_error("cannot queue a kernel cache invalidation: out of memory");
-		return;
+		return 0;
 	}
 	it->next = NULL;
 	it->parent = parent;
@@ -79,17 +86,40 @@ static void queue(struct fs_inval *iv, uint64_t parent, uint64_t ino, const char
 	if (iv->stop) {
 		pthread_mutex_unlock(&iv->lock);
 		free(it);
-		return;
+		return 0;
 	}
+	seq = it->seq = ++iv->queued_seq;
 	*iv->tail = it;
 	iv->tail = &it->next;
 	pthread_cond_signal(&iv->wake);
 	pthread_mutex_unlock(&iv->lock);
+	return seq;
 }
 
-void fs_inval_entry(struct fs_inval *iv, uint64_t parent, const char *name)
+uint64_t fs_inval_entry(struct fs_inval *iv, uint64_t parent, const char *name)
 {
-	queue(iv, parent, 0, name);
+	return queue(iv, parent, 0, name);
+}
+
+int fs_inval_wait(struct fs_inval *iv, uint64_t seq, int timeout_ms)
+{
+	struct timespec until;
+	int done;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += timeout_ms / 1000;
+	until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&iv->lock);
+	while (seq && iv->sent_seq < seq && !iv->stop &&
+	       pthread_cond_timedwait(&iv->sent, &iv->lock, &until) == 0)
+		;
+	done = !seq || iv->sent_seq >= seq;
+	pthread_mutex_unlock(&iv->lock);
+	return done ? 0 : -ETIMEDOUT;
 }
 
 void fs_inval_inode(struct fs_inval *iv, uint64_t ino)
@@ -135,8 +165,10 @@ static void *inval_main(void *arg)
 			iv->tail = &iv->head;
 		pthread_mutex_unlock(&iv->lock);
 		send_one(iv, it);
-		free(it);
 		pthread_mutex_lock(&iv->lock);
+		iv->sent_seq = it->seq;
+		pthread_cond_broadcast(&iv->sent);
+		free(it);
 	}
 	pthread_mutex_unlock(&iv->lock);
 	return NULL;
@@ -227,6 +259,7 @@ int fs_inval_stop(struct fs_inval *iv)
 
 	pthread_mutex_lock(&iv->lock);
 	iv->stop = 1;
+	pthread_cond_broadcast(&iv->sent);
 	it = iv->head;
 	iv->head = NULL;
 	iv->tail = &iv->head;
@@ -257,6 +290,7 @@ void fs_inval_free(struct fs_inval *iv)
 	if (!iv)
 		return;
 	pthread_cond_destroy(&iv->wake);
+	pthread_cond_destroy(&iv->sent);
 	pthread_mutex_destroy(&iv->lock);
 	free(iv);
 }

@@ -23,8 +23,16 @@ int fs_inval_new(struct fs_inval **out);
  * connection if the thread must be unstuck at stop). 0 or -errno.
  */
 int fs_inval_start(struct fs_inval *iv, struct fuse_session *se, const char *mountpoint);
-/* Queues dropping the kernel's dentry `name` in directory `parent`. */
-void fs_inval_entry(struct fs_inval *iv, uint64_t parent, const char *name);
+/* Queues dropping the kernel's dentry `name` in directory `parent`.
+ * Returns a ticket for fs_inval_wait (0 if nothing was queued). */
+uint64_t fs_inval_entry(struct fs_inval *iv, uint64_t parent, const char *name);
+/*
+ * Waits at most timeout_ms until the invalidation with ticket seq (and all
+ * before it) reached the kernel. A request handler may wait here: it sends
+ * nothing itself, so it cannot deadlock on a directory lock, and the bound
+ * keeps it from waiting long behind one that is blocked. 0 or -ETIMEDOUT.
+ */
+int fs_inval_wait(struct fs_inval *iv, uint64_t seq, int timeout_ms);
 /* Queues dropping the kernel's attributes and cached data of `ino`. */
 void fs_inval_inode(struct fs_inval *iv, uint64_t ino);
 /* Discards what is queued, stops and joins the thread. Call before the
