@@ -151,14 +151,22 @@ int fs_writer_flush(struct fs_mount *fs, struct fs_handle *h, pid_t tid)
 	if (ret == 0 && r.replace) {
 		struct meta_page_info p;
 
-		if (meta_page_get(fs->meta, r.page_id, &p) == 0)
+		int got = meta_page_get(fs->meta, r.page_id, &p) == 0;
+
+		if (got)
 			fs_inval_entry(fs->inval, fs_ino_pool(p.pool_id), p.name);
 		/* The old inode's cached attributes go before close() returns,
 		 * so a stat right after it sees the new version. This one is
 		 * sent from the request thread: an inode invalidation takes no
 		 * directory lock, and flush holds no lock on the inode. The
-		 * name's entry follows from the invalidation thread. */
+		 * name's entry follows from the invalidation thread, so until
+		 * then the name may still lead to the version this commit
+		 * replaced, which need not be the one this handle opened (the
+		 * name was looked up again while it was written): both go. */
 		fuse_lowlevel_notify_inval_inode(fs->se, h->ino, 0, 0);
+		if (got && p.version > 0 && fs_ino_page(r.page_id, p.version - 1) != h->ino)
+			fuse_lowlevel_notify_inval_inode(
+				fs->se, fs_ino_page(r.page_id, p.version - 1), 0, 0);
 	}
 	return killed ? 0 : ret;
 }

@@ -309,7 +309,8 @@ static void pass_pages(struct fsck *f)
 
 static void pass_shared_slots(struct fsck *f)
 {
-	qsort(f->pages, f->npages, sizeof(*f->pages), cmp_slot);
+	if (f->npages > 1) /* pages is NULL for an index without pages */
+		qsort(f->pages, f->npages, sizeof(*f->pages), cmp_slot);
 	for (size_t i = 0; i < f->npages;) {
 		size_t j = i + 1;
 		while (j < f->npages && f->pages[j].row->pool_id == f->pages[i].row->pool_id &&
