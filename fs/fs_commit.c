@@ -152,9 +152,10 @@ int fs_writer_flush(struct fs_mount *fs, struct fs_handle *h, pid_t tid)
 		struct meta_page_info p;
 
 		int got = meta_page_get(fs->meta, r.page_id, &p) == 0;
+		uint64_t ticket = 0;
 
 		if (got)
-			fs_inval_entry(fs->inval, fs_ino_pool(p.pool_id), p.name);
+			ticket = fs_inval_entry(fs->inval, fs_ino_pool(p.pool_id), p.name);
 		/* The old inode's cached attributes go before close() returns,
 		 * so a stat right after it sees the new version. This one is
 		 * sent from the request thread: an inode invalidation takes no
@@ -167,6 +168,13 @@ int fs_writer_flush(struct fs_mount *fs, struct fs_handle *h, pid_t tid)
 		if (got && p.version > 0 && fs_ino_page(r.page_id, p.version - 1) != h->ino)
 			fuse_lowlevel_notify_inval_inode(
 				fs->se, fs_ino_page(r.page_id, p.version - 1), 0, 0);
+		/* A reader of the old version pins that inode's attributes
+		 * (fs_inode.c), so a stat through the name shows the new
+		 * version only once the name leads to the new inode: close()
+		 * waits (bounded) for the entry invalidation to reach the
+		 * kernel. */
+		if (ticket && fs_inval_wait(fs->inval, ticket, 500) < 0)
+			log_debug("entry invalidation of %s still queued at close", p.name);
 	}
 	return killed ? 0 : ret;
 }
