@@ -4,19 +4,16 @@
  * Everything here is private to meta/. The whole index (pools, pages,
  * slot bitmaps, pins, LRU lists) lives in memory under one mutex,
  * meta.lock; critical sections are a few hash probes long and never do
- * I/O. The durable record is the store (store.h), written one batch at a
- * time by the journal (journal.c): by its writer thread, or by a waiting
- * submitter that leads the batch.
+ * I/O. The durable record is the store (store.h), written only by the
+ * journal's writer thread (journal.c).
  *
  * Lock order (take left before right, never the reverse):
  *
  *     store read mutex  ->  meta.lock  ->  journal.lock
  *
- * The thread writing a batch (the writer thread or a leading waiter in
- * journal_wait) takes meta.lock (to apply the durable batch) and
+ * The writer thread takes meta.lock (to apply a durable batch) and
  * journal.lock (to take work and to publish results) but never both at
- * once; so journal_wait is never called with meta.lock held. Drop
- * callbacks into fs/ run with no engine lock held.
+ * once. Drop callbacks into fs/ run with no engine lock held.
  */
 #ifndef PAGEFS_META_INTERNAL_H
 #define PAGEFS_META_INTERNAL_H
@@ -139,7 +136,7 @@ enum rec_type {
 };
 
 /* REC_BULK: the pages (allocated, not linked) and a progress callback the
- * thread writing the batch calls as rows reach the store. */
+ * writer thread calls as rows reach the store. */
 struct bulk {
 	struct page **pages;
 	size_t n;
@@ -182,13 +179,12 @@ struct rec *rec_new(enum rec_type type);
 /* Queues r; takes ownership. Caller may hold meta.lock. */
 void journal_submit(struct meta *m, struct rec *r);
 /* Waits until r (submitted with r->waited = 1) is durable and applied;
- * returns r->err and frees r. May write the queued batch itself (takes
- * meta.lock to apply it), so must not hold meta.lock. */
+ * returns r->err and frees r. Must not hold meta.lock. */
 int journal_wait(struct meta *m, struct rec *r);
 void journal_counters(struct meta *m, uint64_t *batches, uint64_t *records);
 
 /* apply.c: mirrors a durable record in memory; called with meta.lock held
- * by the thread writing the batch. Appends dropped names for the callback. */
+ * by the writer thread. Appends dropped names for the callback. */
 struct dropped {
 	struct dropped *next;
 	uint32_t pool_id;

@@ -1,20 +1,14 @@
 /*
- * journal.c - group commit of records to the store, then their application
- * to memory, in submission order.
+ * journal.c - the single writer: group commit of records to the store,
+ * then their application to memory, in submission order.
  *
  * Submitters append records under journal.lock and (for user-visible
- * changes) wait for them. One batch is written at a time (`writing`): it
- * takes everything queued, writes it in one store transaction, applies the
- * records that succeeded to memory under meta.lock, and wakes the waiters.
- * A waiter whose record is queued while no batch is being written writes
- * the batch itself (it leads), so a lone close costs no thread handoff;
- * the writer thread writes batches that no one waits for (touches, drops
- * of evicted pages). Batches are taken from the head of the queue one at a
- * time, so records reach the store and memory in submission order. Under
- * load many closes share one transaction (store_records / store_batches
- * shows how many). A record that fails in the store fails alone
- * (savepoint) and is not applied; if the whole transaction fails, every
- * record in it fails.
+ * changes) wait for them. The writer thread takes everything queued,
+ * writes it in one store transaction, applies the records that succeeded
+ * to memory under meta.lock, and wakes the waiters. Under load many
+ * closes share one transaction (store_records / store_batches shows how
+ * many). A record that fails in the store fails alone (savepoint) and is
+ * not applied; if the whole transaction fails, every record in it fails.
  */
 #include "meta/internal.h"
 #include "meta/log.h"
@@ -31,7 +25,6 @@ struct journal {
 	pthread_cond_t done;     /* a batch finished */
 	struct rec *head, *tail; /* queued records */
 	uint64_t seq;
-	int writing; /* a batch is being written: only its writer uses the store */
 	int stop;
 	uint64_t batches, records;
 	pthread_t thread;
@@ -58,45 +51,8 @@ void journal_submit(struct meta *m, struct rec *r)
 	else
 		j->head = r;
 	j->tail = r;
-	if (!r->waited)
-		pthread_cond_signal(&j->work); /* else its waiter leads (journal_wait) */
+	pthread_cond_signal(&j->work);
 	pthread_mutex_unlock(&j->lock);
-}
-
-static void write_batch(struct meta *m, struct rec *batch);
-static void run_batch(struct meta *m, struct rec *batch);
-
-/* Takes the queue as a batch; called with journal.lock held, no batch
- * being written. */
-static struct rec *take_batch(struct journal *j)
-{
-	struct rec *batch = j->head;
-
-	j->head = j->tail = NULL;
-	j->writing = 1;
-	return batch;
-}
-
-/* Publishes a written batch; called with journal.lock held. Frees the
- * records no one waits for and wakes the waiters, one of which may lead the
- * next batch; the writer thread takes it if only unwaited records are left. */
-static void finish_batch(struct journal *j, struct rec *batch)
-{
-	uint64_t n = 0;
-
-	for (struct rec *r = batch, *next; r; r = next, n++) {
-		next = r->next;
-		if (r->waited)
-			r->done = 1; /* the waiter frees it */
-		else
-			free(r);
-	}
-	j->batches++;
-	j->records += n;
-	j->writing = 0;
-	if (j->head || j->stop)
-		pthread_cond_signal(&j->work);
-	pthread_cond_broadcast(&j->done);
 }
 
 int journal_wait(struct meta *m, struct rec *r)
@@ -105,18 +61,8 @@ int journal_wait(struct meta *m, struct rec *r)
 	int err;
 
 	pthread_mutex_lock(&j->lock);
-	while (!r->done) {
-		if (!j->writing && j->head) {
-			/* Lead: r is queued (not done) and no batch is in flight. */
-			struct rec *batch = take_batch(j);
-			pthread_mutex_unlock(&j->lock);
-			run_batch(m, batch);
-			pthread_mutex_lock(&j->lock);
-			finish_batch(j, batch);
-			continue;
-		}
+	while (!r->done)
 		pthread_cond_wait(&j->done, &j->lock);
-	}
 	pthread_mutex_unlock(&j->lock);
 	err = r->err;
 	free(r);
@@ -154,38 +100,44 @@ static void write_batch(struct meta *m, struct rec *batch)
 	}
 }
 
-/* Writes a batch taken by take_batch to the store, then applies it to
- * memory under meta.lock (no journal.lock held: see the lock order). */
-static void run_batch(struct meta *m, struct rec *batch)
-{
-	struct dropped *drops = NULL;
-
-	write_batch(m, batch);
-	pthread_mutex_lock(&m->lock);
-	for (struct rec *r = batch; r; r = r->next)
-		apply_record(m, r, &drops);
-	pthread_mutex_unlock(&m->lock);
-	drops_notify(m, drops);
-}
-
 static void *writer_main(void *arg)
 {
 	struct meta *m = arg;
 	struct journal *j = m->journal;
 
-	pthread_mutex_lock(&j->lock);
 	for (;;) {
-		while (j->writing || (!j->head && !j->stop))
-			pthread_cond_wait(&j->work, &j->lock);
-		if (!j->head)
-			break; /* stop with nothing queued and nothing in flight */
-		struct rec *batch = take_batch(j);
-		pthread_mutex_unlock(&j->lock);
-		run_batch(m, batch);
 		pthread_mutex_lock(&j->lock);
-		finish_batch(j, batch);
+		while (!j->head && !j->stop)
+			pthread_cond_wait(&j->work, &j->lock);
+		struct rec *batch = j->head;
+		j->head = j->tail = NULL;
+		pthread_mutex_unlock(&j->lock);
+		if (!batch)
+			break; /* stop with nothing queued */
+
+		write_batch(m, batch);
+
+		struct dropped *drops = NULL;
+		uint64_t n = 0;
+		pthread_mutex_lock(&m->lock);
+		for (struct rec *r = batch; r; r = r->next, n++)
+			apply_record(m, r, &drops);
+		pthread_mutex_unlock(&m->lock);
+		drops_notify(m, drops);
+
+		pthread_mutex_lock(&j->lock);
+		j->batches++;
+		j->records += n;
+		for (struct rec *r = batch, *next; r; r = next) {
+			next = r->next;
+			if (r->waited)
+				r->done = 1; /* the waiter frees it */
+			else
+				free(r);
+		}
+		pthread_cond_broadcast(&j->done);
+		pthread_mutex_unlock(&j->lock);
 	}
-	pthread_mutex_unlock(&j->lock);
 	return NULL;
 }
 

@@ -2,7 +2,7 @@
  * store.h - the durable record of the index, behind the in-memory engine.
  *
  * The engine loads the store once at open and then only appends batches
- * of records to it from the journal, one batch at a time. One implementation
+ * of records to it from the journal's writer thread. One implementation
  * today (store_sqlite.c); a shared engine such as PostgreSQL implements
  * the same calls. All functions return 0 or a negative errno and, where
  * they take err, write a message that names the fix.

@@ -1,8 +1,8 @@
 /*
  * store_sqlite.c - the embedded store: one SQLite database in WAL mode.
  *
- * One write connection, used only by the thread writing a journal batch
- * (one at a time, handed over under journal.lock; after open), and one read-only connection for page iteration (readdir, export)
+ * One write connection, used only by the journal's writer thread (after
+ * open), and one read-only connection for page iteration (readdir, export)
  * behind its own mutex: a connection is never used by two threads at once,
  * and with WAL the reader never blocks the writer, so "database is locked"
  * cannot happen inside one daemon. A second daemon is kept out by the
@@ -75,7 +75,7 @@ static const char schema_sql[] =
 	" UNIQUE(pool, name), UNIQUE(pool, slot));";
 
 struct store {
-	sqlite3 *db; /* the journal's batch writer only (after open) */
+	sqlite3 *db; /* writer thread only (after open) */
 	sqlite3_stmt *st[ST_COUNT];
 	char *path;
 	int read_only;
