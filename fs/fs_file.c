@@ -201,8 +201,12 @@ static void open_read(fuse_req_t req, struct fs_mount *fs, fuse_ino_t ino, uint6
 	int verify = 0;
 	int ret = meta_page_pin(fs->meta, page_id, &p, &verify);
 
+	/* Gone since the kernel's lookup (evicted, replaced by a new page,
+	 * unlinked): for a reader that is a cache miss, ENOENT. (ESTALE would
+	 * make the kernel look again, and under churn the page it finds can be
+	 * gone too; a second ESTALE reaches the caller.) */
 	if (ret < 0)
-		return (void)fuse_reply_err(req, ret == -ENOENT ? ESTALE : -ret);
+		return (void)fuse_reply_err(req, -ret);
 	ret = stale_open(fs, ino, &p);
 	if (ret == 0)
 		ret = meta_pool_get(fs->meta, p.pool_id, &pool);
@@ -227,10 +231,11 @@ static void open_read(fuse_req_t req, struct fs_mount *fs, fuse_ino_t ino, uint6
 
 /*
  * A page that is gone (evicted, dropped, unlinked by another kernel path)
- * between the kernel's lookup and this open answers ESTALE, not ENOENT:
- * the kernel then walks the path again with a fresh lookup, so
- * open(O_CREAT) creates the name anew and a plain open gets ENOENT from
- * the lookup. ENOENT here would fail a create over a just-evicted name.
+ * between the kernel's lookup and an open for writing answers ESTALE, not
+ * ENOENT: the kernel then walks the path again with a fresh lookup, so
+ * open(O_CREAT|O_TRUNC) creates the name anew. ENOENT here would fail a
+ * create over a just-evicted name. A read-only open of a vanished page is
+ * a plain miss (ENOENT, open_read).
  */
 void pagefs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
