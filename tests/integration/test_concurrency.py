@@ -46,6 +46,9 @@ def test_concurrent_writers_readers_renamers_and_deleters_never_see_foreign_or_t
     print("stress counts:", json.dumps(counts, sort_keys=True))
     assert counts.get("read_ok", 0) >= 50, f"too few successful reads to mean anything: {counts}"
     assert counts.get("write_ok", 0) + counts.get("rename_ok", 0) >= 50, f"too few writes: {counts}"
+    opens = sum(v for k, v in counts.items() if k.startswith(("read_", "write_", "rename_")))
+    stale = counts.get("read_ESTALE", 0) + counts.get("write_open_ESTALE", 0)
+    assert stale * 100 <= opens, f"ESTALE on more than 1% of opens: {counts}"
 
     # after the load: every page left is whole and under its own name, one slot each
     listing = os.listdir(pool)
