@@ -231,4 +231,17 @@ static inline void sleep_ms(long ms)
 	nanosleep(&ts, NULL);
 }
 
+/* Pins page_id, asserting it is there and is that page; returns its info. */
+static inline struct meta_page_info pin_ok(uint64_t page_id)
+{
+	struct meta_page_info p;
+	int verify = -1;
+	int ret = meta_page_pin(fx.m, page_id, &p, &verify);
+
+	cr_assert_eq(ret, 0, "pin page %llu: %s", (unsigned long long)page_id, strerror(-ret));
+	cr_assert_eq(p.id, page_id, "pin page %llu returned page %llu", (unsigned long long)page_id,
+	             (unsigned long long)p.id);
+	return p;
+}
+
 #endif

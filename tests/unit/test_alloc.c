@@ -13,18 +13,6 @@
 TestSuite(alloc, .init = fx_setup, .fini = fx_teardown, .timeout = 30);
 TestSuite(alloc_noevict, .init = fx_setup_noevict, .fini = fx_teardown, .timeout = 30);
 
-static struct meta_page_info pin_ok(uint64_t page_id)
-{
-	struct meta_page_info p;
-	int verify = -1;
-	int ret = meta_page_pin(fx.m, page_id, &p, &verify);
-
-	cr_assert_eq(ret, 0, "pin page %llu: %s", (unsigned long long)page_id, strerror(-ret));
-	cr_assert_eq(p.id, page_id, "pin page %llu returned page %llu", (unsigned long long)page_id,
-	             (unsigned long long)p.id);
-	return p;
-}
-
 static void assert_present(const struct meta_page_info *want)
 {
 	struct meta_page_info p = lookup_ok(fx.pool, want->name);

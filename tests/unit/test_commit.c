@@ -13,16 +13,6 @@
 TestSuite(commit, .init = fx_setup, .fini = fx_teardown, .timeout = 30);
 TestSuite(commit_noevict, .init = fx_setup_noevict, .fini = fx_teardown, .timeout = 30);
 
-static struct meta_page_info pin_ok(uint64_t page_id)
-{
-	struct meta_page_info p;
-	int verify = -1;
-	int ret = meta_page_pin(fx.m, page_id, &p, &verify);
-
-	cr_assert_eq(ret, 0, "pin page %llu: %s", (unsigned long long)page_id, strerror(-ret));
-	return p;
-}
-
 static void assert_page_gone(uint64_t page_id, const char *what)
 {
 	struct meta_page_info p;
