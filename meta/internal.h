@@ -210,6 +210,9 @@ struct page *table_find_id(const struct page_table *t, uint64_t id);
 /* The committed page named so in the pool; *pending counts writers. */
 struct page *table_find_name(const struct page_table *t, uint32_t pool_id, const char *name,
                              int *pending);
+/* The same for n names at once (a NULL name finds nothing). */
+void table_find_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
+                      size_t n, struct page **out);
 
 /* page.c helpers shared with apply.c and open.c */
 struct page *page_alloc(const char *name, size_t len);

@@ -546,16 +546,36 @@ static struct page *find_key(struct meta *m, uint32_t pool_id, const char *key)
 	return table_find_name(&m->by_name, pool_id, key, NULL);
 }
 
+/* The committed pages named keys[0..n), n <= KEYS_CHUNK, NULL where none
+ * or the name is invalid. meta.lock held. */
+#define KEYS_CHUNK 128
+
+static void find_keys(struct meta *m, uint32_t pool_id, const char *const *keys, size_t n,
+                      struct page **out)
+{
+	const char *valid[KEYS_CHUNK];
+
+	for (size_t i = 0; i < n; i++)
+		valid[i] = meta_check_name(keys[i]) < 0 ? NULL : keys[i];
+	table_find_names(&m->by_name, pool_id, valid, n, out);
+}
+
 int meta_keys_exists(struct meta *m, uint32_t pool_id, const char *const *keys, size_t n,
                      uint8_t *out)
 {
+	struct page *found[KEYS_CHUNK];
+
 	pthread_mutex_lock(&m->lock);
 	if (!pool_by_id(m, pool_id)) {
 		pthread_mutex_unlock(&m->lock);
 		return -ENOENT;
 	}
-	for (size_t i = 0; i < n; i++)
-		out[i] = find_key(m, pool_id, keys[i]) != NULL;
+	for (size_t base = 0; base < n; base += KEYS_CHUNK) {
+		size_t g = n - base < KEYS_CHUNK ? n - base : KEYS_CHUNK;
+		find_keys(m, pool_id, keys + base, g, found);
+		for (size_t i = 0; i < g; i++)
+			out[base + i] = found[i] != NULL;
+	}
 	pthread_mutex_unlock(&m->lock);
 	return 0;
 }
@@ -563,20 +583,26 @@ int meta_keys_exists(struct meta *m, uint32_t pool_id, const char *const *keys, 
 int meta_keys_get(struct meta *m, uint32_t pool_id, const char *const *keys, size_t n,
                   int64_t *slot)
 {
+	struct page *found[KEYS_CHUNK];
+
 	pthread_mutex_lock(&m->lock);
 	struct pool *pool = pool_by_id(m, pool_id);
 	if (!pool) {
 		pthread_mutex_unlock(&m->lock);
 		return -ENOENT;
 	}
-	for (size_t i = 0; i < n; i++) {
-		struct page *p = find_key(m, pool_id, keys[i]);
-		slot[i] = p ? (int64_t)p->slot : -1;
-		if (p) {
-			keys_touch(m, p);
-			pool->hits++;
-		} else {
-			pool->misses++;
+	for (size_t base = 0; base < n; base += KEYS_CHUNK) {
+		size_t g = n - base < KEYS_CHUNK ? n - base : KEYS_CHUNK;
+		find_keys(m, pool_id, keys + base, g, found);
+		for (size_t i = 0; i < g; i++) {
+			struct page *p = found[i];
+			slot[base + i] = p ? (int64_t)p->slot : -1;
+			if (p) {
+				keys_touch(m, p);
+				pool->hits++;
+			} else {
+				pool->misses++;
+			}
 		}
 	}
 	pthread_mutex_unlock(&m->lock);

@@ -1,6 +1,7 @@
 /*
  * serve.c - the seven routes of SGLang's mini_3fs_metadata_server over
- * libmicrohttpd (internal thread pool) and jansson, answering from meta/.
+ * libmicrohttpd (internal thread pool) and yajl (body.c), answering from
+ * meta/.
  *
  *   POST /{rank}/initialize                        204
  *   POST /{rank}/exists                            {"exists": [bool]}
@@ -22,12 +23,12 @@
 #include "serve/serve.h"
 #include "meta/log.h"
 
+#include "serve/body.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
-#include <jansson.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,92 +45,33 @@ struct body {
 	int too_big;
 };
 
-/* A reply being built: status and JSON text. */
-struct out {
-	unsigned status;
-	char *buf;
-	size_t len, cap;
-	int oom;
-};
-
-static void out_add(struct out *o, const char *s, size_t n)
-{
-	if (o->oom)
-		return;
-	if (o->len + n + 1 > o->cap) {
-		size_t c = o->cap ? o->cap : 256;
-		while (c < o->len + n + 1)
-			c *= 2;
-		char *b = realloc(o->buf, c);
-		if (!b) {
-			o->oom = 1;
-			return;
-		}
-		o->buf = b;
-		o->cap = c;
-	}
-	memcpy(o->buf + o->len, s, n);
-	o->len += n;
-	o->buf[o->len] = '\0';
-}
-
-static void out_str(struct out *o, const char *s)
-{
-	out_add(o, s, strlen(s));
-}
-
-__attribute__((format(printf, 2, 3))) static void out_fmt(struct out *o, const char *fmt, ...)
-{
-	char tmp[64];
-	va_list ap;
-
-	va_start(ap, fmt);
-	int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
-	va_end(ap);
-	if (n > 0)
-		out_add(o, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
-}
-
-/* Appends a JSON value (escaped string etc.) via jansson. */
-static void out_json(struct out *o, const json_t *v)
-{
-	char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-	if (!s) {
-		o->oom = 1;
-		return;
-	}
-	out_str(o, s);
-	free(s);
-}
-
 /* {"detail": "text"} with a status. */
 static void out_detail(struct out *o, unsigned status, const char *text)
 {
-	json_t *t = json_string(text);
 	o->status = status;
 	o->len = 0;
 	out_str(o, "{\"detail\":");
-	if (t)
-		out_json(o, t);
-	else
-		out_str(o, "\"\"");
+	out_jstr(o, text);
 	out_str(o, "}");
-	json_decref(t);
 }
 
-/* FastAPI's 422: {"detail": [{"type", "loc": ["body", field], "msg", "input"}]} */
+/* FastAPI's 422: {"detail": [{"type", "loc": [loc0, field], "msg", "input"}]} */
 static void out_invalid(struct out *o, const char *loc0, const char *field, const char *type,
-                        const char *msg, const json_t *input)
+                        const char *msg, yajl_val input)
 {
-	json_t *d = json_pack("{s:[{s:s,s:[s,s],s:s,s:O}]}", "detail", "type", type, "loc", loc0,
-	                      field, "msg", msg, "input", input ? (json_t *)input : json_null());
 	o->status = 422;
 	o->len = 0;
-	if (d)
-		out_json(o, d);
-	else
-		o->oom = 1;
-	json_decref(d);
+	out_str(o, "{\"detail\":[{\"type\":");
+	out_jstr(o, type);
+	out_str(o, ",\"loc\":[");
+	out_jstr(o, loc0);
+	out_str(o, ",");
+	out_jstr(o, field);
+	out_str(o, "],\"msg\":");
+	out_jstr(o, msg);
+	out_str(o, ",\"input\":");
+	out_value(o, input);
+	out_str(o, "}]}");
 }
 
 static void out_not_initialized(struct out *o, long rank, const char *ns)
@@ -151,80 +93,93 @@ static void out_errno(struct out *o, int err)
 /* ---- request fields ---- */
 
 /* The namespace field: default "kv". NULL (and a 422) if not a string. */
-static const char *get_ns(json_t *data, struct out *o)
+static const char *get_ns(yajl_val data, struct out *o)
 {
-	json_t *v = json_object_get(data, "namespace");
+	yajl_val v = body_field(data, "namespace");
 	if (!v)
 		return "kv";
-	if (!json_is_string(v)) {
+	if (!YAJL_IS_STRING(v)) {
 		out_invalid(o, "body", "namespace", "string_type", "Input should be a valid string",
 		            v);
 		return NULL;
 	}
-	return json_string_value(v);
+	return YAJL_GET_STRING(v);
 }
 
-/* The empty list an optional list field defaults to: made before the
- * first server starts, only read afterwards, never freed. */
-static json_t *empty_list;
+/* The empty list an optional list field defaults to (never written). */
+static struct yajl_val_s empty_list = {.type = yajl_t_array};
+
+static size_t list_len(yajl_val v)
+{
+	return v->u.array.len;
+}
+
+static yajl_val list_at(yajl_val v, size_t i)
+{
+	return v->u.array.values[i];
+}
 
 /* A list field (required unless !required). NULL and a reply on error. */
-static json_t *get_list(json_t *data, const char *field, int required, struct out *o)
+static yajl_val get_list(yajl_val data, const char *field, int required, struct out *o)
 {
-	json_t *v = json_object_get(data, field);
+	yajl_val v = body_field(data, field);
 
 	if (!v && !required)
-		return empty_list;
+		return &empty_list;
 	if (!v) {
 		out_invalid(o, "body", field, "missing", "Field required", data);
 		return NULL;
 	}
-	if (!json_is_array(v)) {
+	if (!YAJL_IS_ARRAY(v)) {
 		out_invalid(o, "body", field, "list_type", "Input should be a valid list", v);
 		return NULL;
 	}
-	if (json_array_size(v) > SERVE_MAX_KEYS) {
+	if (list_len(v) > SERVE_MAX_KEYS) {
 		char text[160];
 		snprintf(text, sizeof(text), "%s has %zu entries; at most %u per request", field,
-		         json_array_size(v), SERVE_MAX_KEYS);
+		         list_len(v), SERVE_MAX_KEYS);
 		out_detail(o, 413, text);
 		return NULL;
 	}
 	return v;
 }
 
+/* A [a, b] pair: its two items, or 0. */
+static int pair(yajl_val e, yajl_val *a, yajl_val *b)
+{
+	if (!YAJL_IS_ARRAY(e) || list_len(e) != 2)
+		return 0;
+	*a = list_at(e, 0);
+	*b = list_at(e, 1);
+	return 1;
+}
+
 /* keys as a C array of strings; each element must be a string (or, with
  * pairs, a [key, prefix_key] pair). NULL and a reply on error. */
-static const char **get_keys(json_t *list, const char *field, int pairs, struct out *o)
+static const char **get_keys(yajl_val list, const char *field, int pairs, struct out *o)
 {
-	size_t n = json_array_size(list);
+	size_t n = list_len(list);
 	const char **keys = malloc((n ? n : 1) * sizeof(*keys));
-	json_t *e;
-	size_t i;
 
 	if (!keys) {
 		out_errno(o, -ENOMEM);
 		return NULL;
 	}
-	json_array_foreach(list, i, e)
-	{
-		json_t *k = e;
-		if (pairs) {
-			if (!json_is_array(e) || json_array_size(e) != 2) {
-				out_invalid(o, "body", field, "tuple_type",
-				            "Input should be a valid tuple [key, prefix_key]", e);
-				free(keys);
-				return NULL;
-			}
-			k = json_array_get(e, 0);
+	for (size_t i = 0; i < n; i++) {
+		yajl_val e = list_at(list, i), k = e, prefix;
+		if (pairs && !pair(e, &k, &prefix)) {
+			out_invalid(o, "body", field, "tuple_type",
+			            "Input should be a valid tuple [key, prefix_key]", e);
+			free(keys);
+			return NULL;
 		}
-		if (!json_is_string(k)) {
+		if (!YAJL_IS_STRING(k)) {
 			out_invalid(o, "body", field, "string_type",
 			            "Input should be a valid string", k);
 			free(keys);
 			return NULL;
 		}
-		keys[i] = json_string_value(k);
+		keys[i] = YAJL_GET_STRING(k);
 	}
 	return keys;
 }
@@ -234,7 +189,7 @@ static const char **get_keys(json_t *list, const char *field, int pairs, struct 
 struct route_ctx {
 	struct meta *m;
 	long rank;
-	json_t *data;
+	yajl_val data;
 	struct out *o;
 };
 
@@ -251,7 +206,7 @@ static int pool_of(struct route_ctx *c, const char *ns, uint32_t *pool_id)
 
 static void route_initialize(struct route_ctx *c)
 {
-	json_t *np = json_object_get(c->data, "num_pages");
+	yajl_val np = body_field(c->data, "num_pages");
 	const char *ns = get_ns(c->data, c->o);
 	char msg[512];
 	int differs;
@@ -260,7 +215,7 @@ static void route_initialize(struct route_ctx *c)
 		return;
 	if (!np)
 		return out_invalid(c->o, "body", "num_pages", "missing", "Field required", c->data);
-	if (!json_is_integer(np) || json_integer_value(np) <= 0)
+	if (!YAJL_IS_INTEGER(np) || YAJL_GET_INTEGER(np) <= 0)
 		return out_invalid(c->o, "body", "num_pages", "greater_than",
 		                   "Input should be a positive integer", np);
 	if (meta_check_ns(ns) < 0)
@@ -270,7 +225,7 @@ static void route_initialize(struct route_ctx *c)
 		return out_invalid(c->o, "path", "rank", "less_than_equal",
 		                   "Input should be less than or equal to 65535", NULL);
 	msg[0] = '\0';
-	int rc = meta_keys_initialize(c->m, (int)c->rank, ns, (uint64_t)json_integer_value(np),
+	int rc = meta_keys_initialize(c->m, (int)c->rank, ns, (uint64_t)YAJL_GET_INTEGER(np),
 	                              &differs, msg, sizeof(msg));
 	if (rc == -EMSGSIZE || rc == -EINVAL)
 		return out_detail(c->o, 409, msg);
@@ -281,14 +236,14 @@ static void route_initialize(struct route_ctx *c)
 
 static void route_exists(struct route_ctx *c, int get)
 {
-	json_t *list = get_list(c->data, "keys", 1, c->o);
+	yajl_val list = get_list(c->data, "keys", 1, c->o);
 	const char *ns;
 	const char **keys;
 	uint32_t pool;
 
 	if (!list || !(ns = get_ns(c->data, c->o)) || !(keys = get_keys(list, "keys", 0, c->o)))
 		return;
-	size_t n = json_array_size(list);
+	size_t n = list_len(list);
 	if (pool_of(c, ns, &pool) == 0) {
 		void *res = malloc((n ? n : 1) * (get ? sizeof(int64_t) : 1));
 		int rc = !res  ? -ENOMEM
@@ -318,14 +273,14 @@ static void route_exists(struct route_ctx *c, int get)
 
 static void route_reserve(struct route_ctx *c)
 {
-	json_t *list = get_list(c->data, "keys", 1, c->o);
+	yajl_val list = get_list(c->data, "keys", 1, c->o);
 	const char *ns;
 	const char **keys;
 	uint32_t pool;
 
 	if (!list || !(ns = get_ns(c->data, c->o)) || !(keys = get_keys(list, "keys", 1, c->o)))
 		return;
-	size_t n = json_array_size(list);
+	size_t n = list_len(list);
 	if (pool_of(c, ns, &pool) == 0) {
 		uint8_t *existed = malloc(n ? n : 1);
 		int64_t *slot = malloc((n ? n : 1) * sizeof(*slot));
@@ -349,17 +304,17 @@ static void route_reserve(struct route_ctx *c)
 
 static void route_confirm(struct route_ctx *c)
 {
-	json_t *w = get_list(c->data, "written_keys_to_confirm", 0, c->o), *rel, *e;
+	yajl_val w = get_list(c->data, "written_keys_to_confirm", 0, c->o), rel;
 	const char *ns;
 	const char **keys = NULL;
 	int64_t *slots = NULL, *release = NULL;
 	uint32_t pool;
-	size_t i, ignored;
+	size_t ignored;
 
 	if (!w || !(rel = get_list(c->data, "pages_to_release", 0, c->o)) ||
 	    !(ns = get_ns(c->data, c->o)))
 		return;
-	size_t n = json_array_size(w), nrel = json_array_size(rel);
+	size_t n = list_len(w), nrel = list_len(rel);
 	keys = malloc((n ? n : 1) * sizeof(*keys));
 	slots = malloc((n ? n : 1) * sizeof(*slots));
 	release = malloc((nrel ? nrel : 1) * sizeof(*release));
@@ -367,26 +322,24 @@ static void route_confirm(struct route_ctx *c)
 		out_errno(c->o, -ENOMEM);
 		goto out;
 	}
-	json_array_foreach(w, i, e)
-	{
-		json_t *k = json_array_get(e, 0), *s = json_array_get(e, 1);
-		if (!json_is_array(e) || json_array_size(e) != 2 || !json_is_string(k) ||
-		    !json_is_integer(s)) {
+	for (size_t i = 0; i < n; i++) {
+		yajl_val e = list_at(w, i), k, s;
+		if (!pair(e, &k, &s) || !YAJL_IS_STRING(k) || !YAJL_IS_INTEGER(s)) {
 			out_invalid(c->o, "body", "written_keys_to_confirm", "tuple_type",
 			            "Input should be a valid tuple [key, page_index]", e);
 			goto out;
 		}
-		keys[i] = json_string_value(k);
-		slots[i] = (int64_t)json_integer_value(s);
+		keys[i] = YAJL_GET_STRING(k);
+		slots[i] = (int64_t)YAJL_GET_INTEGER(s);
 	}
-	json_array_foreach(rel, i, e)
-	{
-		if (!json_is_integer(e)) {
+	for (size_t i = 0; i < nrel; i++) {
+		yajl_val e = list_at(rel, i);
+		if (!YAJL_IS_INTEGER(e)) {
 			out_invalid(c->o, "body", "pages_to_release", "int_type",
 			            "Input should be a valid integer", e);
 			goto out;
 		}
-		release[i] = (int64_t)json_integer_value(e);
+		release[i] = (int64_t)YAJL_GET_INTEGER(e);
 	}
 	if (pool_of(c, ns, &pool) == 0) {
 		int rc = meta_keys_confirm(c->m, pool, keys, slots, n, release, nrel, &ignored);
@@ -403,7 +356,7 @@ out:
 
 static void route_delete(struct route_ctx *c)
 {
-	json_t *list = get_list(c->data, "keys", 1, c->o);
+	yajl_val list = get_list(c->data, "keys", 1, c->o);
 	const char *ns;
 	const char **keys;
 	uint32_t pool;
@@ -412,7 +365,7 @@ static void route_delete(struct route_ctx *c)
 	if (!list || !(ns = get_ns(c->data, c->o)) || !(keys = get_keys(list, "keys", 0, c->o)))
 		return;
 	if (pool_of(c, ns, &pool) == 0) {
-		int rc = meta_keys_delete(c->m, pool, keys, json_array_size(list), &deleted);
+		int rc = meta_keys_delete(c->m, pool, keys, list_len(list), &deleted);
 		if (rc < 0)
 			out_errno(c->o, rc);
 		else
@@ -482,11 +435,10 @@ static void handle(struct serve *sv, const char *url, const char *method, struct
 		char in[64];
 		snprintf(in, sizeof(in), "%.*s", (int)(slash - url - 1 < 60 ? slash - url - 1 : 60),
 		         url + 1);
-		json_t *input = json_string(in);
+		struct yajl_val_s input = {.type = yajl_t_string, .u.string = in};
 		out_invalid(o, "path", "rank", "int_parsing",
 		            "Input should be a valid integer, unable to parse string as an integer",
-		            input);
-		json_decref(input);
+		            &input);
 		return;
 	}
 	if (b->too_big) {
@@ -494,21 +446,21 @@ static void handle(struct serve *sv, const char *url, const char *method, struct
 		snprintf(text, sizeof(text), "request body over %u bytes", SERVE_MAX_BODY);
 		return out_detail(o, 413, text);
 	}
-	json_error_t jerr;
-	json_t *data = json_loadb(b->buf ? b->buf : "", b->len, JSON_DECODE_ANY, &jerr);
+	char jerr[160];
+	size_t pos;
+	yajl_val data = body_parse(b->buf ? b->buf : "", b->len, jerr, sizeof(jerr), &pos);
 	if (!data) {
-		json_t *ctx = json_pack("{s:s}", "error", jerr.text);
-		json_t *d = json_pack("{s:[{s:s,s:[s,i],s:s,s:{},s:o}]}", "detail", "type",
-		                      "json_invalid", "loc", "body", jerr.position, "msg",
-		                      "JSON decode error", "input", "ctx", ctx);
 		o->status = 422;
-		out_json(o, d);
-		json_decref(d);
+		out_str(o, "{\"detail\":[{\"type\":\"json_invalid\",\"loc\":[\"body\",");
+		out_fmt(o, "%zu],", pos);
+		out_str(o, "\"msg\":\"JSON decode error\",\"input\":{},\"ctx\":{\"error\":");
+		out_jstr(o, jerr);
+		out_str(o, "}}]}");
 		return;
 	}
-	if (!json_is_object(data)) {
+	if (!YAJL_IS_OBJECT(data)) {
 		out_invalid(o, "body", "", "dict_type", "Input should be a valid dictionary", data);
-		json_decref(data);
+		yajl_tree_free(data);
 		return;
 	}
 	struct route_ctx c = {sv->m, rank, data, o};
@@ -535,7 +487,7 @@ static void handle(struct serve *sv, const char *url, const char *method, struct
 		route_exists(&c, 1);
 		break;
 	}
-	json_decref(data);
+	yajl_tree_free(data);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -562,9 +514,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			b->too_big = 1;
 			return MHD_YES;
 		}
-		if (b->len + n > b->cap) {
+		if (b->len + n + 1 > b->cap) { /* + 1: yajl_tree_parse wants a '\0' */
 			size_t c = b->cap ? b->cap : 4096;
-			while (c < b->len + n)
+			while (c < b->len + n + 1)
 				c *= 2;
 			char *nb = realloc(b->buf, c);
 			if (!nb)
@@ -574,6 +526,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		}
 		memcpy(b->buf + b->len, upload, n);
 		b->len += n;
+		b->buf[b->len] = '\0';
 		return MHD_YES;
 	}
 	handle(sv, url, method, b, &o);
@@ -659,8 +612,6 @@ int serve_start(struct meta *m, const char *addr, int port, int threads, struct 
 		return -EINVAL;
 	}
 	sv->m = m;
-	if (!empty_list)
-		empty_list = json_array();
 	sv->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, (uint16_t)port,
 	                         NULL, NULL, on_request, sv, MHD_OPTION_SOCK_ADDR, &sa,
 	                         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(threads > 0 ? threads : 2),

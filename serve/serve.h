@@ -2,7 +2,7 @@
  * serve.h - the mini_3fs_metadata_server HTTP protocol over a meta handle.
  *
  * serve/ is a front end like fs/: it parses requests (libmicrohttpd,
- * jansson), calls meta_keys_*() and turns the answers into the replies
+ * yajl), calls meta_keys_*() and turns the answers into the replies
  * SGLang's Hf3fsGlobalMetadataClient expects. It keeps no index state.
  */
 #ifndef PAGEFS_SERVE_H

@@ -149,11 +149,20 @@ def test_bad_requests_get_422_and_change_nothing(server):
         ("0/initialize", {}), ("0/initialize", {"num_pages": "8"}),
         ("0/initialize", {"num_pages": 0}), ("0/initialize", {"num_pages": 8, "namespace": "Bad/ns"}),
         ("x/exists", {"keys": []}), ("1.5/clear", {}),
+        # strict JSON, as Python's parser: no comments, no trailing text,
+        # UTF-8 only, and a key is never cut at an embedded NUL
+        ("0/delete_keys", b'/* c */ {"keys": ["a"]}'), ("0/delete_keys", b'{"keys": ["a"]} x'),
+        ("0/delete_keys", b'{"keys": ["\xff"]}'), ("0/delete_keys", b'{"keys": ["a\\u0000b"]}'),
+        ("0/delete_keys", b'{"keys": ["a",]}'), ("0/delete_keys", b'{"keys": [NaN]}'),
     ]
     for route, body in bad:
         st, js = c.raw(route, body)
         assert st == 422, f"{route} {body!r}: {st} {js}"
         assert isinstance(js["detail"], list) and js["detail"][0]["loc"], (route, js)
+    st, js = c.raw("0/exists", b'{"keys": ["a", ')
+    assert (st, js["detail"][0]["type"], js["detail"][0]["loc"]) == (422, "json_invalid", ["body", 15])
+    st, js = c.raw("0/exists", b'{"keys": 5, "keys": ["a", "zz"]}')
+    assert (st, js) == (200, {"exists": [True, False]}), "a repeated field: the last one counts"
     st, js = c.raw("0/exists", {"keys": ["k"] * 1000001})
     assert st == 413, "a huge batch is refused"
     assert snapshot(c, keys) == before

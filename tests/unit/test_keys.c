@@ -163,3 +163,44 @@ Test(keys, adopt_is_all_or_nothing)
 	cr_assert_eq(lookup_ok(p, "c").slot, 3);
 	cr_assert_eq(lookup_ok(p, "a").length, FX_SLOT_SIZE);
 }
+
+/* exists/get look keys up a group at a time (table_find_names): every
+ * answer must still be the one of its own key, across chunk boundaries,
+ * for invalid names and for the same name in another pool. */
+Test(keys, batched_lookups_answer_each_key_of_a_long_batch)
+{
+	enum { N = 300 };
+	uint32_t p = init_pool(0, "http", 512), q = init_pool(1, "http", 512);
+	static char names[N][16];
+	const char *keys[N];
+	int64_t got[N];
+	uint8_t exists[N];
+	size_t ignored, n = 0;
+
+	for (size_t i = 0; i < N; i++) {
+		snprintf(names[i], sizeof(names[i]), i % 7 == 3 ? "bad/%zu" : "k%zu", i);
+		keys[i] = names[i];
+	}
+	/* every other valid key is stored in p; all of them in q */
+	const char *stored[N];
+	for (size_t i = 0; i < N; i += 2)
+		if (i % 7 != 3)
+			stored[n++] = keys[i];
+	int64_t *ss = calloc(n, sizeof(*ss));
+	uint8_t *ex = calloc(n, 1);
+	cr_assert_eq(meta_keys_reserve(fx.m, p, stored, n, ex, ss), 0);
+	cr_assert_eq(meta_keys_confirm(fx.m, p, stored, ss, n, NULL, 0, &ignored), 0);
+	cr_assert_eq(meta_keys_exists(fx.m, q, keys, N, exists), 0);
+	for (size_t i = 0; i < N; i++)
+		cr_assert_eq(exists[i], 0, "nothing is stored in pool q yet: %s", keys[i]);
+	cr_assert_eq(meta_keys_exists(fx.m, p, keys, N, exists), 0);
+	cr_assert_eq(meta_keys_get(fx.m, p, keys, N, got), 0);
+	for (size_t i = 0, j = 0; i < N; i++) {
+		int want = i % 2 == 0 && i % 7 != 3;
+		cr_assert_eq(exists[i], want, "exists %s", keys[i]);
+		cr_assert_eq(got[i], want ? ss[j] : -1, "get %s: %lld", keys[i], (long long)got[i]);
+		j += want;
+	}
+	free(ss);
+	free(ex);
+}

@@ -1,0 +1,39 @@
+/*
+ * body.h - a request body as a JSON tree (yajl), and the JSON text of
+ * replies. serve.c asks it for fields; it knows nothing of the routes.
+ */
+#ifndef PAGEFS_SERVE_BODY_H
+#define PAGEFS_SERVE_BODY_H
+
+#include <stddef.h>
+#include <yajl/yajl_tree.h>
+
+/* A growing reply text. oom is set (and the text dropped) on ENOMEM. */
+struct out {
+	unsigned status;
+	char *buf;
+	size_t len, cap;
+	int oom;
+};
+
+void out_add(struct out *o, const char *s, size_t n);
+void out_str(struct out *o, const char *s);
+__attribute__((format(printf, 2, 3))) void out_fmt(struct out *o, const char *fmt, ...);
+/* Appends v as compact JSON (strings escaped); a NULL v is null. */
+void out_value(struct out *o, yajl_val v);
+/* Appends s as a JSON string. */
+void out_jstr(struct out *o, const char *s);
+
+/*
+ * Parses text[0..len) (text[len] must be '\0') as strict JSON: no
+ * comments, UTF-8 checked, no NUL inside strings (keys are C strings).
+ * Returns the tree (free with yajl_tree_free) or NULL with yajl's message
+ * in err and the byte offset of the error in *pos.
+ */
+yajl_val body_parse(const char *text, size_t len, char *err, size_t errlen, size_t *pos);
+
+/* The value of field in object obj (the last one if repeated, as Python's
+ * dict keeps), or NULL. */
+yajl_val body_field(yajl_val obj, const char *field);
+
+#endif
