@@ -526,10 +526,8 @@ int meta_keys_pool(struct meta *m, int rank, const char *ns, uint32_t *pool_id)
 
 /* Recency for a protocol lookup: memory at once, the store at most once a
  * minute per page (HTTP clients look keys up far more often than FUSE). */
-static void keys_touch(struct meta *m, struct page *p)
+static void keys_touch(struct meta *m, struct page *p, int64_t now)
 {
-	int64_t now = now_ns();
-
 	if (now - p->atime_saved_ns >= 60 * SEC) {
 		page_touch(m, p);
 		return;
@@ -584,6 +582,7 @@ int meta_keys_get(struct meta *m, uint32_t pool_id, const char *const *keys, siz
                   int64_t *slot)
 {
 	struct page *found[KEYS_CHUNK];
+	int64_t now = now_ns();
 
 	pthread_mutex_lock(&m->lock);
 	struct pool *pool = pool_by_id(m, pool_id);
@@ -594,11 +593,18 @@ int meta_keys_get(struct meta *m, uint32_t pool_id, const char *const *keys, siz
 	for (size_t base = 0; base < n; base += KEYS_CHUNK) {
 		size_t g = n - base < KEYS_CHUNK ? n - base : KEYS_CHUNK;
 		find_keys(m, pool_id, keys + base, g, found);
+		/* the LRU neighbours each touch relinks: their misses overlap too */
+		for (size_t i = 0; i < g; i++) {
+			if (found[i] && found[i]->lru_prev)
+				__builtin_prefetch(found[i]->lru_prev, 1);
+			if (found[i] && found[i]->lru_next)
+				__builtin_prefetch(found[i]->lru_next, 1);
+		}
 		for (size_t i = 0; i < g; i++) {
 			struct page *p = found[i];
 			slot[base + i] = p ? (int64_t)p->slot : -1;
 			if (p) {
-				keys_touch(m, p);
+				keys_touch(m, p, now);
 				pool->hits++;
 			} else {
 				pool->misses++;
@@ -658,7 +664,7 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 		if (p) {
 			existed[i] = 1;
 			slot[i] = (int64_t)p->slot;
-			keys_touch(m, p);
+			keys_touch(m, p, now_ns());
 			continue;
 		}
 		if ((prev = batch_seen(&bs, keys, i)) >= 0) {
@@ -720,7 +726,7 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 		int64_t s = slots[i];
 		struct page *old = find_key(m, pool_id, keys[i]);
 		if (old && (int64_t)old->slot == s) {
-			keys_touch(m, old); /* confirmed again: nothing changes */
+			keys_touch(m, old, now_ns()); /* confirmed again: nothing changes */
 			continue;
 		}
 		if (s < 0 || (uint64_t)s >= kp->capacity || !kp->resv[s] ||

@@ -3,24 +3,73 @@
 # protocol (pagefs serve-meta) for batches of 128 keys at 1, 4 and 16
 # clients: write (reserve_and_allocate + confirm_write), exists,
 # get_page_indices. Every confirm is durable (journal, synchronous=OFF as
-# --durability process). Usage: tests/perf/http_bench.sh [BUILD_DIR] [SECONDS]
+# --durability process).
+#
+# With SGLANG_SRC=/path/to/sglang (a checkout; never copied into pagefs),
+# SGLang's own mini_3fs_metadata_server.py runs beside it under Debian's
+# python3-fastapi and python3-uvicorn (tests/perf/py_meta_server.py) and
+# every measurement is taken on both, one after the other, with the ratio
+# of keys per CPU second.
+#
+# Usage: [SGLANG_SRC=DIR] tests/perf/http_bench.sh [BUILD_DIR] [SECONDS]
 set -euo pipefail
+cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
 SECS=${2:-5}
 DIR=$(mktemp -d /tmp/pagefs-httpbench.XXXXXX)
+PIDS=()
+cleanup() {
+	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+	rm -rf "$DIR"
+}
+trap cleanup EXIT
 mkdir "$DIR/backing"
+
+wait_port() { # FILE -> prints the port of the first "listening on ADDR:PORT"
+	for _ in $(seq 100); do
+		grep -q listening "$1" && break
+		sleep 0.1
+	done
+	sed -n 's/.*127\.0\.0\.1:\([0-9]*\).*/\1/p' "$1" | head -n 1
+}
+
 "$BUILD/pagefs" serve-meta --backing "$DIR/backing" --meta "sqlite:$DIR/index.db" \
 	--listen 127.0.0.1:0 --page-size 4K --threads 2 --log-level warn >"$DIR/out" 2>"$DIR/err" &
 PID=$!
-trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$DIR"' EXIT
-for _ in $(seq 50); do grep -q listening "$DIR/out" && break; sleep 0.1; done
-PORT=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\).*/\1/p' "$DIR/out")
-/usr/bin/python3 -c "import requests; requests.post('http://127.0.0.1:$PORT/0/initialize', json={'num_pages': 1 << 23}).raise_for_status()"
-for c in 1 4 16; do
-	"$BUILD/http_load" "$PORT" write "$c" "$SECS" "$PID"
-done
-for op in exists get; do
+PIDS+=("$PID")
+PORT=$(wait_port "$DIR/out")
+init() { /usr/bin/python3 -c "import requests; requests.post('http://127.0.0.1:$1/0/initialize', json={'num_pages': 1 << 23}).raise_for_status()"; }
+init "$PORT"
+
+PYPID= PYPORT=
+if [[ -n ${SGLANG_SRC:-} ]]; then
+	if ! /usr/bin/python3 -c "import fastapi, uvicorn" 2>/dev/null; then
+		echo "http_bench.sh: SGLANG_SRC needs Debian's python3-fastapi and python3-uvicorn" \
+			"(apt-get install -y python3-fastapi python3-uvicorn)" >&2
+		exit 2
+	fi
+	PYPORT=$(/usr/bin/python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
+	/usr/bin/python3 tests/perf/py_meta_server.py "$SGLANG_SRC" "$PYPORT" >"$DIR/pyout" 2>"$DIR/pyerr" &
+	PYPID=$!
+	PIDS+=("$PYPID")
+	wait_port "$DIR/pyout" >/dev/null
+	sleep 1
+	init "$PYPORT"
+fi
+
+field() { sed -n "s#.* $1=\([0-9.]*\).*#\1#p"; }
+for op in write exists get; do
 	for c in 1 4 16; do
-		"$BUILD/http_load" "$PORT" "$op" "$c" "$SECS" "$PID"
+		a=$("$BUILD/http_load" "$PORT" "$op" "$c" "$SECS" "$PID")
+		if [[ -z $PYPID ]]; then
+			echo "pagefs $a"
+			continue
+		fi
+		b=$("$BUILD/http_load" "$PYPORT" "$op" "$c" "$SECS" "$PYPID")
+		ka=$(field keys/cpu_s <<<"$a") kb=$(field keys/cpu_s <<<"$b")
+		printf '%-6s clients=%-2s pagefs keys/s=%-8s keys/cpu_s=%-8s python keys/s=%-8s keys/cpu_s=%-8s ratio/cpu_s=%s\n' \
+			"$op" "$c" "$(field keys/s <<<"$a")" "$ka" "$(field keys/s <<<"$b")" "$kb" \
+			"$(awk -v a="$ka" -v b="$kb" 'BEGIN { printf "%.1f", (b > 0 ? a / b : 0) }')"
 	done
 done
