@@ -25,12 +25,13 @@ void out_value(struct out *o, yajl_val v);
 void out_jstr(struct out *o, const char *s);
 
 /*
- * Parses text[0..len) (text[len] must be '\0') as strict JSON: no
- * comments, UTF-8 checked, no NUL inside strings (keys are C strings).
- * Returns the tree (free with yajl_tree_free) or NULL with yajl's message
- * in err and the byte offset of the error in *pos.
+ * Parses text[0..len) as strict JSON: no comments, UTF-8 checked, no NUL
+ * inside strings (keys are C strings). Returns the tree (free it with
+ * body_free, not yajl_tree_free) or NULL with yajl's message in err and
+ * the byte offset of the error in *pos.
  */
 yajl_val body_parse(const char *text, size_t len, char *err, size_t errlen, size_t *pos);
+void body_free(yajl_val v);
 
 /* The value of field in object obj (the last one if repeated, as Python's
  * dict keeps), or NULL. */

@@ -460,7 +460,7 @@ static void handle(struct serve *sv, const char *url, const char *method, struct
 	}
 	if (!YAJL_IS_OBJECT(data)) {
 		out_invalid(o, "body", "", "dict_type", "Input should be a valid dictionary", data);
-		yajl_tree_free(data);
+		body_free(data);
 		return;
 	}
 	struct route_ctx c = {sv->m, rank, data, o};
@@ -487,7 +487,7 @@ static void handle(struct serve *sv, const char *url, const char *method, struct
 		route_exists(&c, 1);
 		break;
 	}
-	yajl_tree_free(data);
+	body_free(data);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -514,9 +514,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			b->too_big = 1;
 			return MHD_YES;
 		}
-		if (b->len + n + 1 > b->cap) { /* + 1: yajl_tree_parse wants a '\0' */
+		if (b->len + n > b->cap) {
 			size_t c = b->cap ? b->cap : 4096;
-			while (c < b->len + n + 1)
+			while (c < b->len + n)
 				c *= 2;
 			char *nb = realloc(b->buf, c);
 			if (!nb)
@@ -526,7 +526,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		}
 		memcpy(b->buf + b->len, upload, n);
 		b->len += n;
-		b->buf[b->len] = '\0';
 		return MHD_YES;
 	}
 	handle(sv, url, method, b, &o);

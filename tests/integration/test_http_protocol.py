@@ -346,3 +346,16 @@ def test_page_confirmed_over_http_appears_where_a_miss_was_cached(mount):
         time.sleep(0.05)
     assert not os.path.exists(p), "a key deleted over HTTP stays visible through the mount"
     m.umount()
+
+
+def test_422_echoes_the_offending_value_as_sent(server):
+    """The input of a validation answer is the value the client sent, whole:
+    nested objects and arrays, numbers, booleans, null and escapes."""
+    c = server().client
+    c.initialize(0, 8)
+    value = {"a": [1, -2.5, 1e3, True, False, None, "x\"y\\z\u00e9\U0001f600", {"b": [], "c": {}}],
+             "": [[[]]], "n": 12345678901234567890}
+    st, js = c.raw("0/exists", {"keys": value})
+    assert st == 422
+    assert js["detail"][0]["type"] == "list_type"
+    assert js["detail"][0]["input"] == value
