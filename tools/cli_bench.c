@@ -68,6 +68,9 @@ static void usage(FILE *out)
 	        "  -S, --scale N         fill one pool with N pages and report mount time,\n"
 	        "                        daemon memory per page, stat/open latency, readdir\n"
 	        "                        and index size\n"
+	        "  -L, --fill HOW        --scale fills with adopt (one store transaction,\n"
+	        "                        as import-json; default) or commit (a reserve and\n"
+	        "                        commit per page from 128 threads: group commit)\n"
 	        "  -h, --help            this text\n");
 }
 
@@ -114,6 +117,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{"clients", required_argument, NULL, 'c'},
 		{"meta", required_argument, NULL, 'm'},
 		{"scale", required_argument, NULL, 'S'},
+		{"fill", required_argument, NULL, 'L'},
 		{"pages", required_argument, NULL, 'P'},
 		{"pt-cache", required_argument, NULL, 'C'},
 		{"repeat", required_argument, NULL, 'R'},
@@ -125,7 +129,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 
 	memset(o, 0, sizeof(*o));
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "qb:Fj:p:s:c:m:S:P:C:R:h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "qb:Fj:p:s:c:m:S:L:P:C:R:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'q':
 			o->quick = 1;
@@ -152,6 +156,15 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 			break;
 		case 'm':
 			o->meta_uri = optarg;
+			break;
+		case 'L':
+			if (strcmp(optarg, "adopt") == 0)
+				o->fill_commit = 0;
+			else if (strcmp(optarg, "commit") == 0)
+				o->fill_commit = 1;
+			else
+				return cli_usage_error(
+					BENCH_CMD, "--fill: '%s' is not adopt or commit", optarg);
 			break;
 		case 'S': {
 			char *end;

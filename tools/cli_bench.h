@@ -35,7 +35,8 @@ struct bench_opts {
 	int backing_fuse;    /* stack the backing on passthrough_ll */
 	const char *json;
 	const char *plot;
-	uint64_t scale; /* 0: the contender matrix */
+	uint64_t scale;  /* 0: the contender matrix */
+	int fill_commit; /* --scale fills page by page (else meta_adopt) */
 	uint64_t sizes[BENCH_MAX_LIST];
 	int nsizes;
 	long clients[BENCH_MAX_LIST];
