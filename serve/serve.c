@@ -27,6 +27,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,9 +165,15 @@ static const char *get_ns(json_t *data, struct out *o)
 	return json_string_value(v);
 }
 
-/* The empty list an optional list field defaults to: made before the
- * first server starts, only read afterwards, never freed. */
+/* The empty list an optional list field defaults to: made once (before
+ * the first request), only read afterwards, never freed. */
 static json_t *empty_list;
+static pthread_once_t empty_list_once = PTHREAD_ONCE_INIT;
+
+static void make_empty_list(void)
+{
+	empty_list = json_array();
+}
 
 /* A list field (required unless !required). NULL and a reply on error. */
 static json_t *get_list(json_t *data, const char *field, int required, struct out *o)
@@ -272,7 +279,8 @@ static void route_initialize(struct route_ctx *c)
 	msg[0] = '\0';
 	int rc = meta_keys_initialize(c->m, (int)c->rank, ns, (uint64_t)json_integer_value(np),
 	                              &differs, msg, sizeof(msg));
-	if (rc == -EMSGSIZE || rc == -EINVAL)
+	/* -EFBIG: a data file of num_pages slots is more than BACKING holds. */
+	if (rc == -EMSGSIZE || rc == -EINVAL || rc == -EFBIG)
 		return out_detail(c->o, 409, msg);
 	if (rc < 0)
 		return out_errno(c->o, rc);
@@ -462,8 +470,10 @@ static const char *const routes[] = {
 	"get_page_indices",
 };
 
-static void handle(struct serve *sv, const char *url, const char *method, struct body *b,
-                   struct out *o)
+/* Answers one request into o. body is len bytes (NULL: empty); too_big: the
+ * body was over SERVE_MAX_BODY and is not all there. */
+static void handle(struct meta *m, const char *url, const char *method, const char *body,
+                   size_t len, int too_big, struct out *o)
 {
 	const char *slash = url[0] == '/' ? strchr(url + 1, '/') : NULL;
 	int route = -1;
@@ -489,13 +499,13 @@ static void handle(struct serve *sv, const char *url, const char *method, struct
 		json_decref(input);
 		return;
 	}
-	if (b->too_big) {
+	if (too_big) {
 		char text[96];
 		snprintf(text, sizeof(text), "request body over %u bytes", SERVE_MAX_BODY);
 		return out_detail(o, 413, text);
 	}
 	json_error_t jerr;
-	json_t *data = json_loadb(b->buf ? b->buf : "", b->len, JSON_DECODE_ANY, &jerr);
+	json_t *data = json_loadb(body ? body : "", len, JSON_DECODE_ANY, &jerr);
 	if (!data) {
 		json_t *ctx = json_pack("{s:s}", "error", jerr.text);
 		json_t *d = json_pack("{s:[{s:s,s:[s,i],s:s,s:{},s:o}]}", "detail", "type",
@@ -511,7 +521,7 @@ static void handle(struct serve *sv, const char *url, const char *method, struct
 		json_decref(data);
 		return;
 	}
-	struct route_ctx c = {sv->m, rank, data, o};
+	struct route_ctx c = {m, rank, data, o};
 	switch (route) {
 	case 0:
 		route_initialize(&c);
@@ -576,7 +586,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		b->len += n;
 		return MHD_YES;
 	}
-	handle(sv, url, method, b, &o);
+	handle(sv->m, url, method, b->buf, b->len, b->too_big, &o);
 	if (o.oom) {
 		free(o.buf);
 		return MHD_NO;
@@ -611,6 +621,29 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		free(b);
 		*con_cls = NULL;
 	}
+}
+
+int serve_request(struct meta *m, const char *url, const char *method, const char *body, size_t len,
+                  unsigned *status, char **reply, size_t *reply_len)
+{
+	struct out o = {0};
+
+	pthread_once(&empty_list_once, make_empty_list);
+	handle(m, url, method, len > SERVE_MAX_BODY ? NULL : body, len > SERVE_MAX_BODY ? 0 : len,
+	       len > SERVE_MAX_BODY, &o);
+	if (o.oom || !empty_list) {
+		free(o.buf);
+		return -ENOMEM;
+	}
+	*status = o.status;
+	if (o.status == 204) {
+		free(o.buf);
+		o.buf = NULL;
+		o.len = 0;
+	}
+	*reply = o.buf;
+	*reply_len = o.len;
+	return 0;
 }
 
 int serve_parse_listen(const char *s, char *addr, size_t addrlen, int *port)
@@ -659,8 +692,7 @@ int serve_start(struct meta *m, const char *addr, int port, int threads, struct 
 		return -EINVAL;
 	}
 	sv->m = m;
-	if (!empty_list)
-		empty_list = json_array();
+	pthread_once(&empty_list_once, make_empty_list);
 	sv->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, (uint16_t)port,
 	                         NULL, NULL, on_request, sv, MHD_OPTION_SOCK_ADDR, &sa,
 	                         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(threads > 0 ? threads : 2),
