@@ -2,9 +2,10 @@
 # valgrind.sh - a short run of integration tests with the daemon under
 # valgrind memcheck (scripts/soak.sh runs it too; SOAK_SKIP=valgrind skips).
 #
-# The fixtures put PAGEFS_WRAPPER before `pagefs mount`; valgrind follows
-# the daemon through its fork (no exec: valgrind keeps tracing the child,
-# and %p gives each process its own log in the mount's temp dir). A test
+# The fixtures put PAGEFS_WRAPPER before `pagefs mount` and `pagefs
+# serve-meta`; valgrind follows the mount's daemon through its fork (no
+# exec: valgrind keeps tracing the child, and %p gives each process its
+# own log in the mount's temp dir). A test
 # fails when a log shows an error (invalid access, uninitialised value,
 # a definitely or indirectly lost block) or has no summary (the process
 # was killed before it exited). No suppressions: pagefs, libfuse, SQLite
@@ -51,12 +52,15 @@ if [[ ! -x $BUILD/pagefs ]]; then
 	}
 fi
 
-# Page writes, reads, renames, unlinks, readdir, the xattrs, statfs, a
-# remount (index load), eviction and the HTTP protocol of mount --http.
+# Page writes, reads, renames, unlinks, the xattrs, statfs, remounts (index
+# load), eviction, and the HTTP protocol (mount --http and serve-meta, with
+# its bad requests); not the tests that kill -9 the daemon (a killed
+# process leaves no summary).
 TESTS=(tests/integration/test_page_write.py tests/integration/test_rename_unlink.py
 	tests/integration/test_pool_xattrs.py tests/integration/test_page_xattrs.py
 	tests/integration/test_stat_statfs.py tests/integration/test_persistence.py
-	tests/integration/test_eviction.py)
+	tests/integration/test_eviction.py tests/integration/test_http_protocol.py
+	-k "not kill_9")
 (($# > 0)) && TESTS=("$@")
 
 mkdir -p "$WORK/tmp" "$WORK/state"

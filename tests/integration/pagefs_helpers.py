@@ -242,6 +242,26 @@ def describe(r):
     return (f"exit {r.returncode}\n--- stdout ---\n{r.stdout}\n--- stderr ---\n{r.stderr}")
 
 
+def wrapped(cmd, dir):
+    """cmd behind PAGEFS_WRAPPER, its "{dir}" made dir (where its reports go)."""
+    return [a.replace("{dir}", str(dir)) for a in WRAPPER] + list(cmd)
+
+
+def valgrind_reports(dir):
+    """valgrind logs (PAGEFS_WRAPPER) in dir, one per process, that show an
+    error or lack the summary (the process was killed before it exited)."""
+    out = []
+    for p in sorted(pathlib.Path(dir).glob("valgrind.*")):
+        try:
+            txt = p.read_text(errors="replace")
+        except OSError:
+            continue
+        if "ERROR SUMMARY: 0 errors" not in txt:
+            why = "errors" if "ERROR SUMMARY:" in txt else "no summary: killed before exit?"
+            out.append(f"=== {p.name} ({why}) ===\n{txt[-20000:]}")
+    return out
+
+
 class Mount:
     """One pagefs mount in its own temp dir: DIR/backing, DIR/mnt, DIR/index.db."""
 
@@ -280,17 +300,7 @@ class Mount:
                 continue
             if txt.strip():
                 out.append(f"=== {p.name} ===\n{txt}")
-        # valgrind (PAGEFS_WRAPPER): one log per process; an error, or a
-        # log without its summary (the process was killed first), fails.
-        for p in sorted(self.dir.glob("valgrind.*")):
-            try:
-                txt = p.read_text(errors="replace")
-            except OSError:
-                continue
-            if "ERROR SUMMARY: 0 errors" not in txt:
-                why = "errors" if "ERROR SUMMARY:" in txt else "no summary: killed before exit?"
-                out.append(f"=== {p.name} ({why}) ===\n{txt[-20000:]}")
-        return out
+        return out + valgrind_reports(self.dir)
 
     def attempt(self, backing=None, mnt=None, meta=None, opts=None, log=None):
         """Runs `pagefs mount` and returns the CompletedProcess, whatever happened."""
@@ -299,9 +309,8 @@ class Mount:
         cmd = [PAGEFS_BIN, "mount", str(backing or self.backing), str(mnt),
                "--meta", meta or self.meta, *(self.opts if opts is None else opts),
                "--log-file", str(log or self.log)]
-        wrapper = [a.replace("{dir}", str(self.dir)) for a in WRAPPER]
         try:
-            r = subprocess.run(wrapper + cmd, capture_output=True, text=True,
+            r = subprocess.run(wrapped(cmd, self.dir), capture_output=True, text=True,
                                timeout=MOUNT_TIMEOUT, env=self.env(), stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired as e:
             r = subprocess.CompletedProcess(cmd, -999, e.stdout or "", (e.stderr or "")
