@@ -40,6 +40,10 @@ foreach(src ${PAGEFS_UNIT_TESTS})
   string(REGEX REPLACE "^test_" "" name ${name})
   pagefs_add_unit_test(${name} ${src})
 endforeach()
+# The HTTP protocol's tests call serve_request() (no socket).
+if(TARGET test_serve)
+  target_link_libraries(test_serve PRIVATE pagefs_serve)
+endif()
 
 # The integration suite (pytest, tests/integration/) against this build's
 # binary; the tests read PAGEFS_BIN. Needs root or fusermount3 and /dev/fuse.

@@ -207,23 +207,6 @@ void pagefs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	reply_sized(req, list, len, size);
 }
 
-/* Parses a size value (not NUL-terminated; a trailing newline is fine). */
-static int parse_value(const char *value, size_t size, uint64_t *out)
-{
-	char buf[64];
-
-	while (size > 0 && (value[size - 1] == '\n' || value[size - 1] == '\0'))
-		size--;
-	/* A NUL inside the value would end the string early: "1M\0junk". */
-	if (size == 0 || size >= sizeof(buf) || memchr(value, '\0', size))
-		return -EINVAL;
-	memcpy(buf, value, size);
-	buf[size] = '\0';
-	if (meta_parse_size(buf, out) < 0 || *out == 0)
-		return -EINVAL;
-	return 0;
-}
-
 static int set_pool(struct fs_mount *fs, uint32_t pool_id, const char *key, const char *value,
                     size_t size)
 {
@@ -232,7 +215,7 @@ static int set_pool(struct fs_mount *fs, uint32_t pool_id, const char *key, cons
 
 	if (strcmp(key, "page_size") != 0 && strcmp(key, "capacity") != 0)
 		return -EPERM;
-	ret = parse_value(value, size, &bytes);
+	ret = meta_parse_size_value(value, size, &bytes);
 	if (ret < 0)
 		return ret;
 	if (strcmp(key, "page_size") == 0)

@@ -9,7 +9,9 @@
  *
  *  - Reservations: a slot handed to a writer before it has a name. Its
  *    bit is set in the pool's slot bitmap, so neither FUSE nor eviction
- *    can take it, and its deadline sits in resv[slot]; a writer that never
+ *    can take it, and its deadline sits in resv (by slot, in chunks made
+ *    on first use, so a pool of billions of slots costs memory only for
+ *    the regions the protocol reserves in); a writer that never
  *    confirms loses it after reserve_timeout (through the quarantine: it
  *    may still be writing). New slots come from the top of the pool down,
  *    as the Python server pops its free list from the end.
@@ -49,11 +51,14 @@ struct fifo {
 	size_t head, len, cap;
 };
 
+#define RESV_CHUNK 4096ULL /* slots per chunk of reservation deadlines */
+
 struct kpool {
 	struct kpool *next;
 	uint32_t pool_id;
 	uint64_t capacity; /* slots covered by resv */
-	int64_t *resv;     /* deadline of the reservation on a slot, 0 = none */
+	int64_t **resv;    /* chunks of RESV_CHUNK deadlines of the reservation
+	                    * on a slot (0 = none); a NULL chunk holds none */
 	uint64_t top;      /* where the downward search for a free slot starts */
 	uint64_t quarantined;
 	struct fifo resv_q, quar_q;
@@ -148,6 +153,33 @@ void meta_keys_tune(struct meta *m, const struct meta_keys_tuning *t)
 }
 
 /* The protocol's view of a pool (registered on first use). meta.lock held. */
+static uint64_t resv_chunks(uint64_t slots)
+{
+	return (slots + RESV_CHUNK - 1) / RESV_CHUNK;
+}
+
+/* The deadline of the reservation on slot s, 0 if none. */
+static int64_t resv_get(const struct kpool *kp, uint64_t s)
+{
+	const int64_t *c = s < kp->capacity ? kp->resv[s / RESV_CHUNK] : NULL;
+
+	return c ? c[s % RESV_CHUNK] : 0;
+}
+
+/* Sets (at != 0) or clears the reservation deadline of slot s < capacity.
+ * 0, or -ENOMEM when a chunk cannot be made (clearing never fails). */
+static int resv_set(struct kpool *kp, uint64_t s, int64_t at)
+{
+	int64_t **c = &kp->resv[s / RESV_CHUNK];
+
+	if (!*c && !at)
+		return 0;
+	if (!*c && !(*c = calloc(RESV_CHUNK, sizeof(**c))))
+		return -ENOMEM;
+	(*c)[s % RESV_CHUNK] = at;
+	return 0;
+}
+
 static struct kpool *kpool_get(struct meta *m, struct pool *pool)
 {
 	struct keys *k = keys_get(m);
@@ -159,17 +191,18 @@ static struct kpool *kpool_get(struct meta *m, struct pool *pool)
 		if (kp->pool_id == pool->id)
 			break;
 	if (kp && kp->capacity < pool->capacity) {
-		int64_t *r = realloc(kp->resv, pool->capacity * sizeof(*r));
+		uint64_t had = resv_chunks(kp->capacity), need = resv_chunks(pool->capacity);
+		int64_t **r = realloc(kp->resv, need * sizeof(*r));
 		if (!r)
 			return NULL;
-		memset(r + kp->capacity, 0, (pool->capacity - kp->capacity) * sizeof(*r));
+		memset(r + had, 0, (need - had) * sizeof(*r));
 		kp->resv = r;
 		kp->capacity = pool->capacity;
 	}
 	if (kp)
 		return kp;
 	if (!(kp = calloc(1, sizeof(*kp))) ||
-	    !(kp->resv = calloc(pool->capacity, sizeof(int64_t)))) {
+	    !(kp->resv = calloc(resv_chunks(pool->capacity), sizeof(*kp->resv)))) {
 		free(kp);
 		return NULL;
 	}
@@ -183,6 +216,8 @@ static struct kpool *kpool_get(struct meta *m, struct pool *pool)
 
 static void kpool_free(struct kpool *kp)
 {
+	for (uint64_t c = 0; c < resv_chunks(kp->capacity); c++)
+		free(kp->resv[c]);
 	free(kp->resv);
 	free(kp->resv_q.v);
 	free(kp->quar_q.v);
@@ -368,12 +403,12 @@ static void housekeep(struct meta *m, struct keys *k, struct drop_list *dl, stru
 			fifo_pop(&kp->quar_q);
 		}
 		while ((e = fifo_peek(&kp->resv_q)) && e->at <= now) {
-			if (e->slot < kp->capacity && kp->resv[e->slot] == e->at) {
+			if (resv_get(kp, e->slot) == e->at) {
 				log_warn(
 					"pool %u/%s: reservation of slot %llu was never confirmed; "
 					"it returns to the pool after the quarantine",
 					pool->rank, pool->ns, (unsigned long long)e->slot);
-				kp->resv[e->slot] = 0;
+				resv_set(kp, e->slot, 0);
 				quarantine(k, kp, e->slot);
 			}
 			fifo_pop(&kp->resv_q);
@@ -488,11 +523,16 @@ int meta_keys_initialize(struct meta *m, int rank, const char *ns, uint64_t num_
 			         (unsigned long long)num_pages, (unsigned long long)slot_size);
 		if (rc == -EEXIST)
 			rc = meta_pool_find(m, rank, ns, &info);
-		if (rc < 0) {
+		if (rc == -EFBIG)
+			snprintf(msg, msglen,
+			         "num_pages %llu of %llu bytes make a data file larger than the "
+			         "backing filesystem holds: ask for fewer pages",
+			         (unsigned long long)num_pages, (unsigned long long)slot_size);
+		else if (rc < 0)
 			snprintf(msg, msglen, "cannot create pool %d/%s: %s", rank, ns,
 			         strerror(-rc));
+		if (rc < 0)
 			return rc;
-		}
 	} else if (rc == 0 && info.capacity != num_pages) {
 		*differs = 1;
 		log_warn("rank %d namespace '%s' initialized with different num_pages. Existing: "
@@ -678,11 +718,11 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 			short_of_slots = 1;
 			continue;
 		}
-		if (fifo_push(&kp->resv_q, s, deadline) < 0) {
+		if (resv_set(kp, s, deadline) < 0 || fifo_push(&kp->resv_q, s, deadline) < 0) {
+			resv_set(kp, s, 0);
 			slot_release(pool, s);
 			continue;
 		}
-		kp->resv[s] = deadline;
 		slot[i] = (int64_t)s;
 	}
 	if (short_of_slots || pool->capacity - pool->nused + kp->quarantined <
@@ -729,8 +769,7 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 			keys_touch(m, old, now_ns()); /* confirmed again: nothing changes */
 			continue;
 		}
-		if (s < 0 || (uint64_t)s >= kp->capacity || !kp->resv[s] ||
-		    meta_check_name(keys[i]) < 0) {
+		if (s < 0 || !resv_get(kp, (uint64_t)s) || meta_check_name(keys[i]) < 0) {
 			log_warn("pool %u/%s: confirm of key '%.64s' at page %lld ignored: that "
 			         "page is not reserved (expired, never reserved, or taken)",
 			         pool->rank, pool->ns, keys[i], (long long)s);
@@ -745,7 +784,7 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 			rc = -ENOMEM;
 			break;
 		}
-		kp->resv[s] = 0;
+		resv_set(kp, (uint64_t)s, 0);
 		p->id = m->next_page_id++;
 		p->pool = pool;
 		p->gen = m->epoch;
@@ -758,8 +797,8 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 	}
 	for (size_t i = 0; rc == 0 && i < nrel; i++) {
 		int64_t s = release[i];
-		if (s >= 0 && (uint64_t)s < kp->capacity && kp->resv[s]) {
-			kp->resv[s] = 0;
+		if (s >= 0 && resv_get(kp, (uint64_t)s)) {
+			resv_set(kp, (uint64_t)s, 0);
 			slot_back(pool, kp, (uint64_t)s);
 		} else if (s >= 0 && (uint64_t)s < kp->capacity && bit_set(pool, (uint64_t)s)) {
 			log_warn("pool %u/%s: release of page %lld ignored: it is in use",
@@ -837,8 +876,12 @@ int meta_keys_clear(struct meta *m, uint32_t pool_id)
 	while (rc == 0 && pool->lru_tail)
 		rc = drop_page(m, pool->lru_tail, &dl, &drops);
 	for (uint64_t s = 0; s < kp->capacity; s++) {
-		if (kp->resv[s]) {
-			kp->resv[s] = 0;
+		if (!kp->resv[s / RESV_CHUNK]) {
+			s |= RESV_CHUNK - 1; /* a chunk without reservations */
+			continue;
+		}
+		if (resv_get(kp, s)) {
+			resv_set(kp, s, 0);
 			quarantine(m->keys, kp, s); /* its writer may still be writing */
 		}
 	}

@@ -101,6 +101,11 @@ int meta_check_name(const char *s);
 int meta_check_prefix(const char *s);
 /* Parses "4096", "64K", "16M", "1G", "1T" (powers of two). 0 or -EINVAL. */
 int meta_parse_size(const char *s, uint64_t *out);
+/* Parses a size sent as an xattr value: size bytes, not NUL-terminated,
+ * trailing newlines and NULs ignored (setfattr, echo -n or not). Rejects
+ * 0, a NUL inside ("1M\0junk") and anything meta_parse_size rejects.
+ * 0 or -EINVAL. */
+int meta_parse_size_value(const char *value, size_t size, uint64_t *out);
 /* Formats bytes as the shortest exact form ("16M", "1000"). */
 void meta_format_size(uint64_t bytes, char *buf, size_t len);
 
@@ -143,7 +148,8 @@ int meta_pool_get(struct meta *m, uint32_t pool_id, struct meta_pool_info *out);
 int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_size,
                      uint64_t capacity_bytes, struct meta_pool_info *out);
 /* Changes slot size (only while the pool has no pages: -EBUSY) and/or
- * capacity (not below the slots in use: -EBUSY). 0 leaves a value as is. */
+ * capacity (not below the slots in use: -EBUSY). 0 leaves a value as is.
+ * The capacity must be a whole number of slots (else -EINVAL). */
 int meta_pool_set(struct meta *m, uint32_t pool_id, uint64_t slot_size, uint64_t capacity_bytes);
 /* Removes an empty pool: 0, -ENOENT, -ENOTEMPTY. */
 int meta_pool_remove(struct meta *m, uint32_t pool_id);

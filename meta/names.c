@@ -1,6 +1,7 @@
 /*
  * names.c - validation of rank, namespace and page names, and the size
- * syntax ("4096", "64K", "16M", "1G", "1T") shared by every command.
+ * syntax ("4096", "64K", "16M", "1G", "1T") shared by every command and
+ * by the settable pool xattrs.
  */
 #include "meta/meta.h"
 
@@ -107,6 +108,22 @@ int meta_parse_size(const char *s, uint64_t *out)
 	if (shift && v > (UINT64_MAX >> shift))
 		return -EINVAL;
 	*out = v << shift;
+	return 0;
+}
+
+int meta_parse_size_value(const char *value, size_t size, uint64_t *out)
+{
+	char buf[64];
+
+	while (size > 0 && (value[size - 1] == '\n' || value[size - 1] == '\0'))
+		size--;
+	/* A NUL inside the value would end the string early: "1M\0junk". */
+	if (size == 0 || size >= sizeof(buf) || memchr(value, '\0', size))
+		return -EINVAL;
+	memcpy(buf, value, size);
+	buf[size] = '\0';
+	if (meta_parse_size(buf, out) < 0 || *out == 0)
+		return -EINVAL;
 	return 0;
 }
 

@@ -317,7 +317,8 @@ int meta_pool_set(struct meta *m, uint32_t pool_id, uint64_t slot_size, uint64_t
 	capacity_bytes = capacity_bytes ? capacity_bytes : old_cap * old_size;
 	new_cap = capacity_bytes / slot_size;
 	rc = 0;
-	if (new_cap == 0)
+	/* Whole pages only: what was set must read back as set. */
+	if (new_cap == 0 || capacity_bytes % slot_size != 0)
 		rc = -EINVAL;
 	else if (slot_size != old_size && (p->pages || p->pending || p->nused))
 		rc = -EBUSY;

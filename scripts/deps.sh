@@ -12,6 +12,7 @@ PACKAGES=(
 	python3 python3-pytest python3-requests
 	clang-format clang-tidy
 	attr gnuplot-nox
+	clang valgrind # scripts/soak.sh: libFuzzer targets, valgrind memcheck
 )
 
 # One dpkg-query for all: "name ii " per installed package.

@@ -12,8 +12,14 @@
 #   - ThreadSanitizer: the concurrency and SGLang-pattern tests against a
 #     SANITIZER=thread build (build-tsan/); a race report fails the run
 #   - the libFuzzer targets (tests/fuzz/, built in build-fuzz/ with clang,
-#     ASan and UBSan) for PAGEFS_FUZZ_SECONDS (default 600) each, from and
-#     into a copy of tests/fuzz/corpus/ (SOAK_SKIP=tsan,fuzz skips parts)
+#     ASan and UBSan: names and sizes, import-json, mount options, pool
+#     xattr values, HTTP request bodies) for PAGEFS_FUZZ_SECONDS (default
+#     600) each, from and into a copy of tests/fuzz/corpus/
+#   - valgrind memcheck: a short run of integration tests with the daemon
+#     under valgrind (scripts/valgrind.sh)
+#
+# Parts: crash (crash loop, crash phases, model), tsan, fuzz, valgrind.
+# SOAK_SKIP=tsan,fuzz skips parts; SOAK_ONLY=valgrind runs only those.
 #
 # against build/pagefs (SOAK_BUILD=build-asan for the sanitizer binary).
 # Usage: scripts/soak.sh [PYTEST_ARGS...]; PAGEFS_CRASH_SEED fixes the seed.
@@ -53,26 +59,34 @@ if [[ ! -x $BUILD/pagefs ]]; then
 	fi
 fi
 
+skip=,${SOAK_SKIP:-},
+only=,${SOAK_ONLY:-},
+part() { # NAME: run this part?
+	[[ $skip != *,$1,* && ($only == ,, || $only == *,$1,*) ]]
+}
+
+rc=0
 cycles=${PAGEFS_CRASH_CYCLES:-150}
 mkdir -p "$WORK/tmp" "$WORK/state"
-env PAGEFS_BIN="$ROOT/$BUILD/pagefs" \
-	TMPDIR="$WORK/tmp" PAGEFS_IT_TMPDIR="$WORK/tmp" XDG_STATE_HOME="$WORK/state" \
-	PAGEFS_CRASH_CYCLES="$cycles" \
-	PAGEFS_LOAD_KILLS="${PAGEFS_LOAD_KILLS:-30}" \
-	PAGEFS_MODEL_OPS="${PAGEFS_MODEL_OPS:-1000000}" \
-	PAGEFS_MODEL_SEED="${PAGEFS_MODEL_SEED:-$RANDOM$RANDOM}" \
-	ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
-	/usr/bin/python3 -m pytest -q -s -rfEs -p no:cacheprovider --basetemp="$WORK/pytest" \
-	tests/integration/test_crash_loop.py tests/integration/test_crash_phases.py \
-	tests/integration/test_model.py "$@" 2>&1 |
-	grep -vE '^[0-9]{4}-[0-9]{2}-[0-9]{2}T' # daemon log lines of passing tests
-rc=${PIPESTATUS[0]}
-skip=,${SOAK_SKIP:-},
+if part crash; then
+	env PAGEFS_BIN="$ROOT/$BUILD/pagefs" \
+		TMPDIR="$WORK/tmp" PAGEFS_IT_TMPDIR="$WORK/tmp" XDG_STATE_HOME="$WORK/state" \
+		PAGEFS_CRASH_CYCLES="$cycles" \
+		PAGEFS_LOAD_KILLS="${PAGEFS_LOAD_KILLS:-30}" \
+		PAGEFS_MODEL_OPS="${PAGEFS_MODEL_OPS:-1000000}" \
+		PAGEFS_MODEL_SEED="${PAGEFS_MODEL_SEED:-$RANDOM$RANDOM}" \
+		ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+		/usr/bin/python3 -m pytest -q -s -rfEs -p no:cacheprovider --basetemp="$WORK/pytest" \
+		tests/integration/test_crash_loop.py tests/integration/test_crash_phases.py \
+		tests/integration/test_model.py "$@" 2>&1 |
+		grep -vE '^[0-9]{4}-[0-9]{2}-[0-9]{2}T' # daemon log lines of passing tests
+	rc=${PIPESTATUS[0]}
+fi
 
 # ThreadSanitizer on the concurrency tests. The fixtures point the daemon's
 # TSan log_path into the mount's temp dir and fail the test on a report,
 # as they do for ASan.
-if [[ $skip != *,tsan,* ]]; then
+if part tsan; then
 	echo "soak.sh: ThreadSanitizer (build-tsan)"
 	if BUILD_DIR=build-tsan bash scripts/build.sh thread >"$WORK/build-tsan.log" 2>&1; then
 		mkdir -p "$WORK/tmp-tsan"
@@ -92,20 +106,29 @@ fi
 
 # libFuzzer: each target for a bounded time; the corpus grows in a copy
 # (tests/fuzz/corpus/ keeps the seeds; merge new finds by hand with -merge=1).
-if [[ $skip != *,fuzz,* ]]; then
+# The targets that run command-line and HTTP code discard its stderr
+# (-close_fd_mask=3); their checks still report (tests/fuzz/fuzz_index.h).
+if part fuzz; then
 	secs=${PAGEFS_FUZZ_SECONDS:-600}
+	targets=(fuzz_names fuzz_state_json fuzz_options fuzz_xattr fuzz_serve)
 	echo "soak.sh: libFuzzer targets, ${secs}s each (build-fuzz)"
 	if cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DPAGEFS_FUZZ=ON \
 		-DSANITIZER=address,undefined >"$WORK/build-fuzz.log" 2>&1 &&
-		cmake --build build-fuzz -j "$(nproc)" --target fuzz_names fuzz_state_json \
+		cmake --build build-fuzz -j "$(nproc)" --target "${targets[@]}" \
 			>>"$WORK/build-fuzz.log" 2>&1; then
-		for target in fuzz_names fuzz_state_json; do
+		for target in "${targets[@]}"; do
+			mask=0
+			[[ $target == fuzz_options || $target == fuzz_xattr || $target == fuzz_serve ]] && mask=3
 			mkdir -p "$WORK/corpus/$target"
 			cp tests/fuzz/corpus/$target/* "$WORK/corpus/$target/"
-			if build-fuzz/$target -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=1 \
-				-artifact_prefix="$WORK/$target-" "$WORK/corpus/$target" >"$WORK/$target.log" 2>&1; then
+			t0=$(date +%s)
+			if /usr/bin/time -f '%U %S' -o "$WORK/$target.cpu" \
+				build-fuzz/$target -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=1 \
+				-close_fd_mask=$mask -artifact_prefix="$WORK/$target-" "$WORK/corpus/$target" \
+				>"$WORK/$target.log" 2>&1; then
+				read -r user sys <"$WORK/$target.cpu"
 				echo "soak.sh: $target: $(grep -E '^stat::number_of_executed_units' "$WORK/$target.log" |
-					awk '{print $2}') runs, no finding"
+					awk '{print $2}') runs in $(($(date +%s) - t0)) s (CPU ${user}s user + ${sys}s sys), corpus $(ls "$WORK/corpus/$target" | wc -l) inputs, no finding"
 			else
 				tail -n 60 "$WORK/$target.log" >&2
 				echo "soak.sh: $target found a crash: artifacts in $WORK (kept)" >&2
@@ -117,5 +140,11 @@ if [[ $skip != *,fuzz,* ]]; then
 		tail -n 30 "$WORK/build-fuzz.log" >&2
 		rc=1
 	fi
+fi
+
+# valgrind memcheck of the daemon on a short run of integration tests.
+if part valgrind; then
+	echo "soak.sh: valgrind memcheck (scripts/valgrind.sh)"
+	bash scripts/valgrind.sh || rc=1
 fi
 exit "$rc"

@@ -227,7 +227,8 @@ static void route_initialize(struct route_ctx *c)
 	msg[0] = '\0';
 	int rc = meta_keys_initialize(c->m, (int)c->rank, ns, (uint64_t)YAJL_GET_INTEGER(np),
 	                              &differs, msg, sizeof(msg));
-	if (rc == -EMSGSIZE || rc == -EINVAL)
+	/* -EFBIG: a data file of num_pages slots is more than BACKING holds. */
+	if (rc == -EMSGSIZE || rc == -EINVAL || rc == -EFBIG)
 		return out_detail(c->o, 409, msg);
 	if (rc < 0)
 		return out_errno(c->o, rc);
@@ -415,8 +416,10 @@ static const char *const routes[] = {
 	"get_page_indices",
 };
 
-static void handle(struct serve *sv, const char *url, const char *method, struct body *b,
-                   struct out *o)
+/* Answers one request into o. body is len bytes (NULL: empty); too_big: the
+ * body was over SERVE_MAX_BODY and is not all there. */
+static void handle(struct meta *m, const char *url, const char *method, const char *body,
+                   size_t len, int too_big, struct out *o)
 {
 	const char *slash = url[0] == '/' ? strchr(url + 1, '/') : NULL;
 	int route = -1;
@@ -441,14 +444,14 @@ static void handle(struct serve *sv, const char *url, const char *method, struct
 		            &input);
 		return;
 	}
-	if (b->too_big) {
+	if (too_big) {
 		char text[96];
 		snprintf(text, sizeof(text), "request body over %u bytes", SERVE_MAX_BODY);
 		return out_detail(o, 413, text);
 	}
 	char jerr[160];
 	size_t pos;
-	yajl_val data = body_parse(b->buf ? b->buf : "", b->len, jerr, sizeof(jerr), &pos);
+	yajl_val data = body_parse(body ? body : "", len, jerr, sizeof(jerr), &pos);
 	if (!data) {
 		o->status = 422;
 		out_str(o, "{\"detail\":[{\"type\":\"json_invalid\",\"loc\":[\"body\",");
@@ -463,7 +466,7 @@ static void handle(struct serve *sv, const char *url, const char *method, struct
 		body_free(data);
 		return;
 	}
-	struct route_ctx c = {sv->m, rank, data, o};
+	struct route_ctx c = {m, rank, data, o};
 	switch (route) {
 	case 0:
 		route_initialize(&c);
@@ -528,7 +531,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		b->len += n;
 		return MHD_YES;
 	}
-	handle(sv, url, method, b, &o);
+	handle(sv->m, url, method, b->buf, b->len, b->too_big, &o);
 	if (o.oom) {
 		free(o.buf);
 		return MHD_NO;
@@ -563,6 +566,28 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		free(b);
 		*con_cls = NULL;
 	}
+}
+
+int serve_request(struct meta *m, const char *url, const char *method, const char *body, size_t len,
+                  unsigned *status, char **reply, size_t *reply_len)
+{
+	struct out o = {0};
+
+	handle(m, url, method, len > SERVE_MAX_BODY ? NULL : body, len > SERVE_MAX_BODY ? 0 : len,
+	       len > SERVE_MAX_BODY, &o);
+	if (o.oom) {
+		free(o.buf);
+		return -ENOMEM;
+	}
+	*status = o.status;
+	if (o.status == 204) {
+		free(o.buf);
+		o.buf = NULL;
+		o.len = 0;
+	}
+	*reply = o.buf;
+	*reply_len = o.len;
+	return 0;
 }
 
 int serve_parse_listen(const char *s, char *addr, size_t addrlen, int *port)

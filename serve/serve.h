@@ -31,6 +31,15 @@ int serve_parse_listen(const char *s, char *addr, size_t addrlen, int *port);
  */
 int serve_start(struct meta *m, const char *addr, int port, int threads, struct serve **out,
                 int *bound, char *err, size_t errlen);
+/*
+ * Answers one request as the server would, without a socket (tests and
+ * fuzz_serve call it): url such as "/0/exists", method such as "POST",
+ * body of len bytes (not NUL-terminated; NULL with len 0 is an empty
+ * body). Sets *status and *reply to a malloc'd JSON text of *reply_len
+ * bytes that the caller frees (NULL for 204). 0, or -ENOMEM (no reply).
+ */
+int serve_request(struct meta *m, const char *url, const char *method, const char *body, size_t len,
+                  unsigned *status, char **reply, size_t *reply_len);
 /* Stops accepting, finishes requests in flight, frees the server. */
 void serve_stop(struct serve *s);
 

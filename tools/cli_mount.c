@@ -9,6 +9,8 @@
  * not). The daemon leaves the terminal (stdio to /dev/null, cwd "/") only
  * after it reported success, so setup errors still reach the user.
  */
+#include "tools/cli_mount.h"
+
 #include "tools/cli_common.h"
 
 #include "fs/fs.h"
@@ -35,28 +37,6 @@
 #define DEFAULT_PAGE_SIZE (16ULL << 20)
 #define DEFAULT_CAPACITY (1ULL << 40)
 #define DEFAULT_ENTRY_TIMEOUT 3600.0
-
-struct cli_mount_config {
-	char backing[PATH_MAX];       /* absolute, resolved */
-	char mountpoint[PATH_MAX];    /* absolute, resolved */
-	char meta_uri[PATH_MAX + 16]; /* sqlite:ABSOLUTE or another scheme */
-	const char *meta_arg;         /* --meta as given, NULL: default */
-	uint64_t page_size;
-	uint64_t capacity;
-	const char *prefix;
-	enum meta_evict evict;
-	enum meta_verify verify;
-	enum meta_durability durability;
-	int threads; /* 0: libfuse default */
-	int allow_other;
-	int read_only;
-	int log_level; /* enum log_level */
-	char log_file[PATH_MAX];
-	int foreground;
-	int debug;
-	double entry_timeout;
-	const char *http; /* --http ADDR:PORT: serve the 3FS metadata protocol too */
-};
 
 /* What the ready callback needs; lives on the serving process's stack. */
 struct cli_mount_ready_ctx {
@@ -300,8 +280,7 @@ static int cli_mount_check_mountpoint(struct cli_mount_config *cfg, const char *
 	return 0;
 }
 
-/* Parses argv into cfg. 0 or an exit code (help printed: -1). */
-static int cli_mount_parse(int argc, char **argv, struct cli_mount_config *cfg)
+int cli_mount_parse(int argc, char **argv, struct cli_mount_config *cfg)
 {
 	const char *page_size = NULL, *capacity = NULL, *log_file = NULL;
 	int ret, c;

@@ -92,8 +92,8 @@ class Server:
             if "log_path" not in cur:
                 env[var] = (cur + ":" if cur else "") + f"log_path={os.path.join(dir, stem)}"
         self.proc = subprocess.Popen(
-            [H.PAGEFS_BIN, "serve-meta", "--backing", self.backing, "--meta", self.meta,
-             "--listen", "127.0.0.1:0", *opts],
+            H.wrapped([H.PAGEFS_BIN, "serve-meta", "--backing", self.backing, "--meta",
+                       self.meta, "--listen", "127.0.0.1:0", *opts], dir),
             stdout=subprocess.PIPE, stderr=self.log, text=True, stdin=subprocess.DEVNULL, env=env)
         line = self.proc.stdout.readline()
         if "listening on http://" not in line:
@@ -117,13 +117,13 @@ class Server:
                     txt = f.read()
                 if txt.strip():
                     out.append(f"=== {name} ===\n{txt}")
-        return out
+        return out + H.valgrind_reports(self.dir)
 
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(30)
+                self.proc.wait(max(30, H.EXIT_WAIT))
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)

@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import pathlib
+import shlex
 import signal
 import stat
 import subprocess
@@ -19,6 +20,13 @@ PAGEFS_BIN = os.environ.get("PAGEFS_BIN", "/work/main/build/pagefs")
 PYTHON = sys.executable
 
 MOUNT_TIMEOUT = float(os.environ.get("PAGEFS_IT_MOUNT_TIMEOUT", "60"))
+# A command put before PAGEFS_BIN for `pagefs mount` (the daemon is its
+# fork), e.g. valgrind (scripts/valgrind.sh); "{dir}" in it becomes the
+# mount's temp dir, where reports are looked for (valgrind.PID).
+WRAPPER = shlex.split(os.environ.get("PAGEFS_WRAPPER", ""))
+# How long teardown waits for a daemon to exit after its unmount before
+# SIGKILL (valgrind's leak check at exit needs more than the default).
+EXIT_WAIT = float(os.environ.get("PAGEFS_IT_EXIT_WAIT", "5"))
 
 # Every Mount and child process alive in this session; the watchdog and the
 # teardowns kill what is left here.
@@ -234,6 +242,26 @@ def describe(r):
     return (f"exit {r.returncode}\n--- stdout ---\n{r.stdout}\n--- stderr ---\n{r.stderr}")
 
 
+def wrapped(cmd, dir):
+    """cmd behind PAGEFS_WRAPPER, its "{dir}" made dir (where its reports go)."""
+    return [a.replace("{dir}", str(dir)) for a in WRAPPER] + list(cmd)
+
+
+def valgrind_reports(dir):
+    """valgrind logs (PAGEFS_WRAPPER) in dir, one per process, that show an
+    error or lack the summary (the process was killed before it exited)."""
+    out = []
+    for p in sorted(pathlib.Path(dir).glob("valgrind.*")):
+        try:
+            txt = p.read_text(errors="replace")
+        except OSError:
+            continue
+        if "ERROR SUMMARY: 0 errors" not in txt:
+            why = "errors" if "ERROR SUMMARY:" in txt else "no summary: killed before exit?"
+            out.append(f"=== {p.name} ({why}) ===\n{txt[-20000:]}")
+    return out
+
+
 class Mount:
     """One pagefs mount in its own temp dir: DIR/backing, DIR/mnt, DIR/index.db."""
 
@@ -272,7 +300,7 @@ class Mount:
                 continue
             if txt.strip():
                 out.append(f"=== {p.name} ===\n{txt}")
-        return out
+        return out + valgrind_reports(self.dir)
 
     def attempt(self, backing=None, mnt=None, meta=None, opts=None, log=None):
         """Runs `pagefs mount` and returns the CompletedProcess, whatever happened."""
@@ -282,8 +310,8 @@ class Mount:
                "--meta", meta or self.meta, *(self.opts if opts is None else opts),
                "--log-file", str(log or self.log)]
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=MOUNT_TIMEOUT,
-                               env=self.env(), stdin=subprocess.DEVNULL)
+            r = subprocess.run(wrapped(cmd, self.dir), capture_output=True, text=True,
+                               timeout=MOUNT_TIMEOUT, env=self.env(), stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired as e:
             r = subprocess.CompletedProcess(cmd, -999, e.stdout or "", (e.stderr or "")
                                             + f"\n[test] mount did not return in {MOUNT_TIMEOUT}s")
@@ -329,7 +357,7 @@ class Mount:
             assert r.returncode == 0, f"pagefs umount {self.mnt} failed: {describe(r)}"
             assert not is_mounted(self.mnt), f"pagefs umount returned 0 but {self.mnt} is still mounted"
         if self.pid:
-            gone = wait_pid_gone(self.pid, 15)
+            gone = wait_pid_gone(self.pid, max(15, EXIT_WAIT))
             if check:
                 assert gone, f"daemon pid {self.pid} still alive 15 s after pagefs umount"
         self.mounted = is_mounted(self.mnt)
@@ -448,7 +476,7 @@ class MountFactory:
             for pid in set(m.pids) | set(pids_with_arg(m.mnt)):
                 self.pids.add(pid)
         for pid in self.pids:
-            if pid_alive(pid) and not wait_pid_gone(pid, 5):
+            if pid_alive(pid) and not wait_pid_gone(pid, EXIT_WAIT):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:

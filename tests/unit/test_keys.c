@@ -124,6 +124,36 @@ Test(keys, deleted_slot_is_not_handed_out_during_the_quarantine)
 		cr_assert_neq(t[i], s[0], "slot %lld reused at once", (long long)s[0]);
 }
 
+/* Reservation deadlines live in chunks of 4096 slots made on first use
+ * (fuzz_serve: initialize with 4 billion pages made the server calloc
+ * 32 GiB at once). Slots 4097, 4096 and 4095 sit in two chunks. */
+Test(keys, reservations_in_two_chunks_confirm_release_and_clear)
+{
+	uint32_t p = init_pool(0, "http", 4098);
+	const char *keys[] = {"a", "b", "c"};
+	int64_t s[3], got[3], rel[1];
+	size_t ignored;
+
+	reserve(p, keys, 3, s);
+	cr_assert(s[0] == 4097 && s[1] == 4096 && s[2] == 4095, "got %lld %lld %lld",
+	          (long long)s[0], (long long)s[1], (long long)s[2]);
+	rel[0] = s[2];
+	cr_assert_eq(meta_keys_confirm(fx.m, p, keys, s, 2, rel, 1, &ignored), 0);
+	cr_assert_eq(ignored, 0, "%zu entries ignored", ignored);
+	cr_assert_eq(meta_keys_confirm(fx.m, p, keys + 2, s + 2, 1, NULL, 0, &ignored), 0);
+	cr_assert_eq(ignored, 1, "a confirm of a released slot is ignored");
+	cr_assert_eq(meta_keys_get(fx.m, p, keys, 3, got), 0);
+	cr_assert(got[0] == 4097 && got[1] == 4096 && got[2] == -1, "get: %lld %lld %lld",
+	          (long long)got[0], (long long)got[1], (long long)got[2]);
+	reserve(p, keys + 2, 1, s + 2);
+	cr_assert_eq(meta_keys_clear(fx.m, p), 0);
+	cr_assert_eq(meta_keys_confirm(fx.m, p, keys + 2, s + 2, 1, NULL, 0, &ignored), 0);
+	cr_assert_eq(ignored, 1, "clear dropped the reservation of slot %lld", (long long)s[2]);
+	cr_assert_eq(meta_keys_get(fx.m, p, keys, 3, got), 0);
+	cr_assert(got[0] == -1 && got[1] == -1 && got[2] == -1, "after clear: %lld %lld %lld",
+	          (long long)got[0], (long long)got[1], (long long)got[2]);
+}
+
 Test(keys, initialize_with_another_size_keeps_the_pool)
 {
 	char msg[256];

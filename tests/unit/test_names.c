@@ -336,3 +336,19 @@ Test(names, prefix_rejects_paths_and_dot_dot)
 		             "meta_check_prefix(\"%s\") accepted", bad[i]);
 	cr_assert_eq(meta_check_prefix(NULL), -EINVAL);
 }
+
+Test(names, xattr_size_value_ignores_trailing_newlines_and_nuls_only)
+{
+	uint64_t v = 0;
+
+	cr_assert_eq(meta_parse_size_value("64K", 3, &v), 0);
+	cr_assert_eq(v, 65536);
+	cr_assert_eq(meta_parse_size_value("1M\n\0", 4, &v), 0);
+	cr_assert_eq(v, 1 << 20);
+	cr_assert_eq(meta_parse_size_value("4096junk", 4, &v), 0, "only size bytes are read");
+	cr_assert_eq(v, 4096);
+	cr_assert_eq(meta_parse_size_value("2M\0junk", 7, &v), -EINVAL, "NUL inside");
+	cr_assert_eq(meta_parse_size_value("0", 1, &v), -EINVAL, "zero");
+	cr_assert_eq(meta_parse_size_value("\n\0", 2, &v), -EINVAL, "nothing but padding");
+	cr_assert_eq(meta_parse_size_value(" 1M", 3, &v), -EINVAL, "leading space");
+}

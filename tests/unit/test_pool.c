@@ -305,6 +305,25 @@ Test(pool, capacity_cannot_drop_below_the_slots_in_use)
 	             (unsigned long long)pool_info(fx.pool).capacity);
 }
 
+/* Found by fuzz_xattr: setfattr capacity=6K on a pool of 4K pages was
+ * accepted and read back as 4096. */
+Test(pool, settings_that_are_not_whole_pages_are_refused_and_change_nothing)
+{
+	int ret = meta_pool_set(fx.m, fx.pool, 0, FX_SLOT_SIZE + FX_SLOT_SIZE / 2);
+
+	cr_assert_eq(ret, -EINVAL, "capacity of 1.5 slots: %d, want -EINVAL", ret);
+	ret = meta_pool_set(fx.m, fx.pool, 3 * FX_SLOT_SIZE, 0);
+	cr_assert_eq(ret, -EINVAL, "slot of 3x4096 in a capacity of 16x4096: %d, want -EINVAL",
+	             ret);
+	struct meta_pool_info pi = pool_info(fx.pool);
+	cr_assert(pi.slot_size == FX_SLOT_SIZE && pi.capacity == FX_SLOTS,
+	          "pool changed to %llu slots of %llu", (unsigned long long)pi.capacity,
+	          (unsigned long long)pi.slot_size);
+	ret = meta_pool_set(fx.m, fx.pool, 3 * FX_SLOT_SIZE, 9 * FX_SLOT_SIZE);
+	cr_assert_eq(ret, 0, "3 slots of 3x4096: %s", strerror(-ret));
+	cr_assert_eq(pool_info(fx.pool).capacity, 3);
+}
+
 Test(pool_noevict, growing_capacity_makes_room_in_a_full_pool)
 {
 	put_pages(fx.pool, FX_SLOTS, NULL);

@@ -1,0 +1,130 @@
+/*
+ * fuzz_serve.c - libFuzzer target for the request handling of the 3FS
+ * metadata protocol (serve/serve.c): the route and rank of the URL and
+ * the JSON bodies of the seven routes, answered in-process by
+ * serve_request() from a real index in a temporary directory, no socket.
+ *
+ * An input is one or more requests separated by NUL bytes, each "URL\n
+ * BODY" ("GET URL\nBODY" for another method); without a newline the whole
+ * request is the URL and the body is empty. The index lives across inputs
+ * (pool 0:kv of 16 slots exists from the start) and is replaced by an
+ * empty one every RESET_EVERY inputs, so state stays small.
+ *
+ * Every reply must be one the protocol allows: 204 without a body, 200
+ * with the route's JSON (one answer per key), or a 4xx with a JSON
+ * "detail"; never a 5xx (an index error on a well-formed request).
+ */
+#define FUZZ_NAME "fuzz_serve"
+#include "tests/fuzz/fuzz_index.h"
+
+#include "serve/serve.h"
+
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RESET_EVERY 2000
+
+static struct fuzz_index fi;
+static unsigned long inputs;
+
+static void setup(void)
+{
+	unsigned status = 0;
+	char *reply = NULL;
+	size_t len = 0;
+	const char *init = "{\"num_pages\": 16}";
+
+	fuzz_index_open(&fi);
+	CHECK(serve_request(fi.m, "/0/initialize", "POST", init, strlen(init), &status, &reply,
+	                    &len) == 0 &&
+	              status == 204,
+	      "initializing 0:kv: %u", status);
+	free(reply);
+}
+
+/* The number of entries of the request's list field, or -1. */
+static long request_keys(const char *body, size_t len, const char *field)
+{
+	json_t *root = json_loadb(body, len, JSON_DECODE_ANY, NULL);
+	json_t *list = json_object_get(root, field);
+	long n = json_is_array(list) ? (long)json_array_size(list) : -1;
+
+	json_decref(root);
+	return n;
+}
+
+static void check_reply(const char *url, const char *body, size_t blen, unsigned status,
+                        const char *reply, size_t rlen)
+{
+	const char *route = strrchr(url, '/');
+	json_t *root, *v;
+
+	CHECK(status == 200 || status == 204 || (status >= 400 && status < 500),
+	      "%s answered %u: %.*s", url, status, (int)rlen, reply ? reply : "");
+	if (status == 204) {
+		CHECK(!reply && rlen == 0, "%s: 204 with a body", url);
+		return;
+	}
+	CHECK(reply && strlen(reply) == rlen, "%s: %u reply is not text", url, status);
+	root = json_loadb(reply, rlen, 0, NULL);
+	CHECK(json_is_object(root), "%s: %u reply is not a JSON object: %s", url, status, reply);
+	if (status != 200) {
+		CHECK(json_object_get(root, "detail"), "%s: %u without detail: %s", url, status,
+		      reply);
+		json_decref(root);
+		return;
+	}
+	route = route ? route + 1 : "";
+	if (strcmp(route, "exists") == 0)
+		v = json_object_get(root, "exists");
+	else
+		v = json_object_get(root, "indices");
+	CHECK(json_is_array(v), "%s: 200 without its list: %s", url, reply);
+	CHECK((long)json_array_size(v) == request_keys(body, blen, "keys"),
+	      "%s: %zu answers for %ld keys", url, json_array_size(v),
+	      request_keys(body, blen, "keys"));
+	json_decref(root);
+}
+
+static void one_request(const char *req, size_t len)
+{
+	const char *nl = memchr(req, '\n', len), *method = "POST";
+	size_t ulen = nl ? (size_t)(nl - req) : len;
+	const char *body = nl ? nl + 1 : NULL;
+	size_t blen = nl ? len - ulen - 1 : 0;
+	char url[512], *reply = NULL;
+	unsigned status = 0;
+	size_t rlen = 0;
+
+	if (ulen >= sizeof(url))
+		ulen = sizeof(url) - 1;
+	memcpy(url, req, ulen);
+	url[ulen] = '\0';
+	if (strncmp(url, "GET ", 4) == 0) {
+		method = "GET";
+		memmove(url, url + 4, ulen - 3);
+	}
+	if (serve_request(fi.m, url, method, body, blen, &status, &reply, &rlen) < 0)
+		return; /* out of memory: nothing to check */
+	check_reply(url, body, blen, status, reply, rlen);
+	free(reply);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	const char *p = (const char *)data, *end = p + size;
+
+	if (!fi.m || ++inputs % RESET_EVERY == 0)
+		setup();
+	while (p < end) {
+		const char *nul = memchr(p, '\0', (size_t)(end - p));
+		size_t n = nul ? (size_t)(nul - p) : (size_t)(end - p);
+
+		one_request(p, n);
+		p += n + 1;
+	}
+	return 0;
+}
