@@ -217,8 +217,10 @@ void table_find_names(const struct page_table *t, uint32_t pool_id, const char *
 /* page.c helpers shared with apply.c and open.c */
 struct page *page_alloc(const char *name, size_t len);
 void page_link_committed(struct meta *m, struct page *p);   /* tables + LRU + counts */
+void page_link_loaded(struct meta *m, struct page *p);      /* the same, no LRU */
 void page_unlink_committed(struct meta *m, struct page *p); /* reverse; keeps slot bit */
 void lru_touch(struct pool *p, struct page *pg);
+void lru_push_head(struct pool *p, struct page *pg); /* as the most recent */
 /* lru_touch plus atime, persisted at most once a second per page. */
 void page_touch(struct meta *m, struct page *p);
 int64_t now_ns(void);

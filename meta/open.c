@@ -212,10 +212,19 @@ static int check_owner(struct meta *m, char *err, size_t errlen)
 	return rc;
 }
 
+/* A loaded page waiting for its place in its pool's LRU. */
+struct lru_ent {
+	int64_t atime;
+	uint64_t id;
+	struct page *p;
+};
+
 struct loader {
 	struct meta *m;
 	char *err;
 	size_t errlen;
+	struct lru_ent *lru; /* pages as loaded, ordered by (atime, id) at the end */
+	size_t n, cap;
 };
 
 static int load_rank(void *arg, int rank)
@@ -296,10 +305,49 @@ static int load_page(void *arg, const struct rec *row)
 	p->atime_ns = p->atime_saved_ns = row->atime_ns;
 	p->gen = row->gen;
 	p->name_hash = name_hash(pool->id, p->name, p->name_len);
-	page_link_committed(m, p); /* oldest first: the newest ends at the head */
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 4096;
+		struct lru_ent *e = realloc(l->lru, cap * sizeof(*e));
+		if (!e) {
+			free(p);
+			return -ENOMEM;
+		}
+		l->lru = e;
+		l->cap = cap;
+	}
+	l->lru[l->n++] = (struct lru_ent){p->atime_ns, p->id, p};
+	page_link_loaded(m, p); /* the LRU is built once all are in: lru_build */
 	if (p->id >= m->next_page_id)
 		m->next_page_id = p->id + 1;
 	return 0;
+}
+
+static int cmp_lru(const void *a, const void *b)
+{
+	const struct lru_ent *x = a, *y = b;
+
+	if (x->atime != y->atime)
+		return x->atime < y->atime ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/*
+ * Links the loaded pages into their pools' LRU lists, least recently used
+ * first so that the most recent ends at the head. The store hands pages
+ * over in its own order (SQLite: by id, a plain scan): sorting them here,
+ * on a compact array that is usually sorted already, replaced an ORDER BY
+ * whose sorter was a third of the load time.
+ */
+static void lru_build(struct loader *l)
+{
+	size_t i = 1;
+
+	while (i < l->n && cmp_lru(&l->lru[i - 1], &l->lru[i]) <= 0)
+		i++;
+	if (i < l->n)
+		qsort(l->lru, l->n, sizeof(*l->lru), cmp_lru);
+	for (i = 0; i < l->n; i++)
+		lru_push_head(l->lru[i].p->pool, l->lru[i].p);
 }
 
 static void reverse_pools(struct meta *m)
@@ -403,7 +451,14 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 		snprintf(err, errlen, "cannot resolve %s: %s", cfg->backing, strerror(-rc));
 		goto fail;
 	}
-	if ((rc = table_init(&m->by_name, 1024)) < 0 || (rc = table_init(&m->by_id, 1024)) < 0)
+	/* Tables sized for the pages the index probably holds (a page row
+	 * takes about 256 bytes): growing them step by step while loading
+	 * rehashed every page many times. */
+	struct stat dbst;
+	uint64_t est = stat(m->db_path, &dbst) == 0 ? (uint64_t)dbst.st_size / 256 : 0;
+	if (est > (1ULL << 30))
+		est = 1ULL << 30;
+	if ((rc = table_init(&m->by_name, est)) < 0 || (rc = table_init(&m->by_id, est)) < 0)
 		goto fail;
 	if ((rc = index_lock(m->db_path, &m->lock_fd, err, errlen)) < 0)
 		goto fail;
@@ -414,9 +469,11 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 	if ((rc = check_prefix(m, err, errlen)) < 0 || (rc = bump_epoch(m, err, errlen)) < 0)
 		goto fail;
 	{
-		struct loader l = {m, err, errlen};
+		struct loader l = {m, err, errlen, NULL, 0, 0};
 		struct store_load_cb cb = {&l, load_rank, load_pool, load_page};
 		rc = store_load(m->store, &cb, err, errlen);
+		lru_build(&l);
+		free(l.lru);
 		reverse_pools(m);
 		for (struct pool *p = m->pools; p && rc == 0; p = p->next) {
 			if (p->data_missing && p->pages) {

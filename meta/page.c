@@ -52,7 +52,7 @@ static void lru_remove(struct pool *pool, struct page *p)
 	p->lru_prev = p->lru_next = NULL;
 }
 
-static void lru_push_head(struct pool *pool, struct page *p)
+void lru_push_head(struct pool *pool, struct page *p)
 {
 	p->lru_prev = NULL;
 	p->lru_next = pool->lru_head;
@@ -71,14 +71,19 @@ void lru_touch(struct pool *pool, struct page *p)
 	lru_push_head(pool, p);
 }
 
-void page_link_committed(struct meta *m, struct page *p)
+void page_link_loaded(struct meta *m, struct page *p)
 {
 	p->committed = 1;
 	table_add_name(&m->by_name, p);
 	table_add_id(&m->by_id, p);
-	lru_push_head(p->pool, p);
 	p->pool->pages++;
 	p->pool->bytes += p->length;
+}
+
+void page_link_committed(struct meta *m, struct page *p)
+{
+	page_link_loaded(m, p);
+	lru_push_head(p->pool, p);
 }
 
 void page_unlink_committed(struct meta *m, struct page *p)

@@ -25,7 +25,8 @@ struct store_load_cb {
 	void *arg;
 	int (*rank)(void *arg, int rank);
 	int (*pool)(void *arg, const struct store_pool_row *row);
-	/* Pages arrive oldest use first. name is not NUL-terminated. */
+	/* Pages arrive in any order (the engine orders its LRU by atime,
+	 * then id). */
 	int (*page)(void *arg, const struct rec *row);
 };
 

@@ -368,9 +368,9 @@ int store_load(struct store *s, const struct store_load_cb *cb, char *err, size_
 		return -ENOMEM;
 	rc = sqlite3_prepare_v2(
 		s->db,
-		"SELECT id,pool,name,slot,length,checksum,mtime,atime,gen FROM pages"
-		" ORDER BY atime, id",
-		-1, &st, NULL);
+		/* rowid order: a plain scan (the engine sorts its LRU itself) */
+		"SELECT id,pool,name,slot,length,checksum,mtime,atime,gen FROM pages", -1, &st,
+		NULL);
 	while (rc == SQLITE_OK && ret == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
 		int n = sqlite3_column_bytes(st, 2);
 		rc = SQLITE_OK;

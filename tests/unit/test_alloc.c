@@ -345,6 +345,44 @@ Test(alloc, evictions_follow_the_order_of_last_use)
 	cr_assert_eq(pool_info(fx.pool).evictions, FX_SLOTS, "evictions counter");
 }
 
+/* The LRU is rebuilt from the stored atimes at open (the store hands
+ * pages over by id): recency persisted before a reopen still decides. */
+Test(alloc, evictions_after_reopen_follow_the_stored_order_of_last_use)
+{
+	struct meta_page_info p[FX_SLOTS];
+	int gone[FX_SLOTS] = {0};
+	static const int touched[] = {9, 5, 0, 12}; /* then the rest, by id */
+
+	put_pages(fx.pool, FX_SLOTS, p);
+	usleep(1100 * 1000); /* atime reaches the store at most once a second */
+	for (size_t t = 0; t < sizeof(touched) / sizeof(touched[0]); t++)
+		lookup_ok(fx.pool, p[touched[t]].name);
+	fx_reopen();
+	for (size_t k = 0; k < 4; k++) {
+		char name[32];
+		int want = (int)k + 1; /* 1, 2, 3, 4: the oldest untouched */
+		snprintf(name, sizeof(name), "new-%02zu", k);
+		struct meta_resv r = reserve_ok(fx.pool, name, 0);
+		int g = find_gone(p, FX_SLOTS, gone);
+		cr_assert_eq(g, want, "eviction %zu took %s, want %s", k,
+		             g < 0 ? "nothing" : p[g].name, p[want].name);
+		gone[g] = 1;
+		commit_ok(&r, name, 1, 1);
+	}
+	/* the touched pages are the most recent: 9 goes before 5, 0 and 12 */
+	int rest[] = {6, 7, 8, 10, 11, 13, 14, 15, 9, 5, 0, 12};
+	for (size_t k = 0; k < sizeof(rest) / sizeof(rest[0]); k++) {
+		char name[32];
+		snprintf(name, sizeof(name), "later-%02zu", k);
+		struct meta_resv r = reserve_ok(fx.pool, name, 0);
+		int g = find_gone(p, FX_SLOTS, gone);
+		cr_assert_eq(g, rest[k], "eviction %zu took %s, want %s", k + 4,
+		             g < 0 ? "nothing" : p[g].name, p[rest[k]].name);
+		gone[g] = 1;
+		commit_ok(&r, name, 1, 1);
+	}
+}
+
 Test(alloc, truncate_replace_in_a_full_pool_evicts_another_page)
 {
 	struct meta_page_info p[FX_SLOTS];
