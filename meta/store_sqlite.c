@@ -366,6 +366,10 @@ int store_load(struct store *s, const struct store_load_cb *cb, char *err, size_
 	struct rec *row = rec_new(REC_COMMIT);
 	if (!row)
 		return -ENOMEM;
+	/* The scan reads the whole file: mapped, it costs no read() per 4 KiB
+	 * page (a fifth of the load time). Only for the load: a mapping turns
+	 * an I/O error into SIGBUS, which the daemon must not risk later. */
+	exec(s, "PRAGMA mmap_size=1099511627776");
 	rc = sqlite3_prepare_v2(
 		s->db,
 		/* rowid order: a plain scan (the engine sorts its LRU itself) */
@@ -396,6 +400,7 @@ int store_load(struct store *s, const struct store_load_cb *cb, char *err, size_
 		ret = cb->page(cb->arg, row);
 	}
 	sqlite3_finalize(st);
+	exec(s, "PRAGMA mmap_size=0");
 	free(row);
 	if (ret)
 		return ret;
