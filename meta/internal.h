@@ -181,6 +181,9 @@ void journal_submit(struct meta *m, struct rec *r);
 /* Waits until r (submitted with r->waited = 1) is durable and applied;
  * returns r->err and frees r. Must not hold meta.lock. */
 int journal_wait(struct meta *m, struct rec *r);
+/* Notes that the page's atime is to be written, within seconds, in the
+ * background (no record, no wait). Caller may hold meta.lock. */
+void journal_touch(struct meta *m, uint64_t page_id);
 void journal_counters(struct meta *m, uint64_t *batches, uint64_t *records);
 
 /* apply.c: mirrors a durable record in memory; called with meta.lock held

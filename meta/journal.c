@@ -18,15 +18,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+/* Recency reaches the store in the background: a lookup only notes the
+ * page id, and the writer writes the atimes of the noted pages every
+ * TOUCH_FLUSH_NS (sooner when TOUCH_MAX are waiting), in id order, in
+ * one transaction. A crash forgets at most that much recency; a lookup
+ * never waits for, nor competes with, a store write of its own. */
+#define TOUCH_FLUSH_NS (5 * 1000000000LL)
+#define TOUCH_MAX 65536
 
 struct journal {
 	pthread_mutex_t lock;    /* protects the fields below */
-	pthread_cond_t work;     /* queue not empty, or stop */
+	pthread_cond_t work;     /* queue not empty, touches due, or stop */
 	pthread_cond_t done;     /* a batch finished */
 	struct rec *head, *tail; /* queued records */
 	uint64_t seq;
 	int stop;
 	uint64_t batches, records;
+	uint64_t *touch; /* page ids whose atime is to be written */
+	size_t ntouch, touch_cap;
 	pthread_t thread;
 };
 
@@ -52,6 +63,27 @@ void journal_submit(struct meta *m, struct rec *r)
 		j->head = r;
 	j->tail = r;
 	pthread_cond_signal(&j->work);
+	pthread_mutex_unlock(&j->lock);
+}
+
+void journal_touch(struct meta *m, uint64_t page_id)
+{
+	struct journal *j = m->journal;
+
+	pthread_mutex_lock(&j->lock);
+	if (j->ntouch == j->touch_cap) {
+		size_t cap = j->touch_cap ? j->touch_cap * 2 : 1024;
+		uint64_t *t = realloc(j->touch, cap * sizeof(*t));
+		if (!t) { /* recency is a hint: this one is forgotten */
+			pthread_mutex_unlock(&j->lock);
+			return;
+		}
+		j->touch = t;
+		j->touch_cap = cap;
+	}
+	j->touch[j->ntouch++] = page_id;
+	if (j->ntouch == TOUCH_MAX)
+		pthread_cond_signal(&j->work);
 	pthread_mutex_unlock(&j->lock);
 }
 
@@ -100,20 +132,92 @@ static void write_batch(struct meta *m, struct rec *batch)
 	}
 }
 
+static int cmp_id(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Writes the atimes of the noted pages that still exist, TOUCH_CHUNK
+ * rows a transaction (ids: taken from the journal, freed here). Called by
+ * the writer thread only. */
+#define TOUCH_CHUNK 4096
+
+static void write_touches(struct meta *m, uint64_t *ids, size_t n)
+{
+	struct rec *recs = n ? calloc(n < TOUCH_CHUNK ? n : TOUCH_CHUNK, sizeof(*recs)) : NULL;
+
+	if (recs)
+		qsort(ids, n, sizeof(*ids), cmp_id); /* neighbouring rows share pages */
+	for (size_t i = 0; recs && i < n;) {
+		struct rec *head = NULL, **tail = &head;
+		size_t k = 0;
+		pthread_mutex_lock(&m->lock);
+		for (; i < n && k < TOUCH_CHUNK; i++) {
+			struct page *p =
+				i && ids[i] == ids[i - 1] ? NULL : table_find_id(&m->by_id, ids[i]);
+			if (!p || !p->committed)
+				continue;
+			memset(&recs[k], 0, sizeof(recs[k]));
+			recs[k].type = REC_TOUCH;
+			recs[k].page_id = p->id;
+			recs[k].atime_ns = p->atime_ns;
+			*tail = &recs[k++];
+			tail = &(*tail)->next;
+		}
+		pthread_mutex_unlock(&m->lock);
+		if (!head)
+			continue;
+		write_batch(m, head);
+		pthread_mutex_lock(&m->journal->lock);
+		m->journal->batches++;
+		m->journal->records += k;
+		pthread_mutex_unlock(&m->journal->lock);
+	}
+	free(recs);
+	free(ids);
+}
+
 static void *writer_main(void *arg)
 {
 	struct meta *m = arg;
 	struct journal *j = m->journal;
+	struct timespec due;
 
+	clock_gettime(CLOCK_MONOTONIC, &due);
+	due.tv_sec += TOUCH_FLUSH_NS / 1000000000LL;
 	for (;;) {
 		pthread_mutex_lock(&j->lock);
-		while (!j->head && !j->stop)
-			pthread_cond_wait(&j->work, &j->lock);
+		int rc = 0;
+		while (!j->head && !j->stop && j->ntouch < TOUCH_MAX && rc != ETIMEDOUT)
+			rc = pthread_cond_timedwait(&j->work, &j->lock, &due);
+		(void)rc; /* a timeout shows as `late` below */
 		struct rec *batch = j->head;
+		uint64_t *touch = NULL;
+		size_t ntouch = 0;
 		j->head = j->tail = NULL;
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		int late = now.tv_sec > due.tv_sec ||
+		           (now.tv_sec == due.tv_sec && now.tv_nsec >= due.tv_nsec);
+		if (j->stop || j->ntouch >= TOUCH_MAX || late) {
+			touch = j->touch;
+			ntouch = j->ntouch;
+			j->touch = NULL;
+			j->ntouch = j->touch_cap = 0;
+		}
 		pthread_mutex_unlock(&j->lock);
-		if (!batch)
-			break; /* stop with nothing queued */
+		if (touch || late) {
+			write_touches(m, touch, ntouch);
+			clock_gettime(CLOCK_MONOTONIC, &due);
+			due.tv_sec += TOUCH_FLUSH_NS / 1000000000LL;
+		}
+		if (!batch) {
+			if (j->stop)
+				break; /* stop with nothing queued (touches written above) */
+			continue;
+		}
 
 		write_batch(m, batch);
 
@@ -150,8 +254,12 @@ int journal_start(struct meta *m, char *err, size_t errlen)
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_mutex_init(&j->lock, NULL);
-	pthread_cond_init(&j->work, NULL);
+	pthread_cond_init(&j->work, &ca);
+	pthread_condattr_destroy(&ca);
 	pthread_cond_init(&j->done, NULL);
 	m->journal = j;
 	rc = pthread_create(&j->thread, NULL, writer_main, m);
@@ -178,6 +286,7 @@ void journal_stop(struct meta *m)
 	pthread_cond_destroy(&j->work);
 	pthread_cond_destroy(&j->done);
 	pthread_mutex_destroy(&j->lock);
+	free(j->touch);
 	free(j);
 	m->journal = NULL;
 }

@@ -120,13 +120,8 @@ void page_touch(struct meta *m, struct page *p)
 	lru_touch(p->pool, p);
 	if (m->cfg.read_only || p->atime_ns - p->atime_saved_ns < TOUCH_PERSIST_NS)
 		return;
-	struct rec *r = rec_new(REC_TOUCH);
-	if (!r)
-		return;
-	r->page_id = p->id;
-	r->atime_ns = p->atime_ns;
 	p->atime_saved_ns = p->atime_ns;
-	journal_submit(m, r);
+	journal_touch(m, p->id);
 }
 
 int meta_page_lookup(struct meta *m, uint32_t pool_id, const char *name, struct meta_page_info *out,

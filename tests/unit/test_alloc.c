@@ -383,6 +383,25 @@ Test(alloc, evictions_after_reopen_follow_the_stored_order_of_last_use)
 	}
 }
 
+/* A lookup only notes recency: no store record is written for it at
+ * once (the journal writes noted atimes every few seconds and at close;
+ * the reopen test above shows they arrive). */
+Test(alloc, lookups_write_no_store_record_at_once)
+{
+	struct meta_page_info p[4];
+	struct meta_stats before, after;
+
+	put_pages(fx.pool, 4, p);
+	usleep(1100 * 1000); /* an atime older than a second is due for the store */
+	meta_get_stats(fx.m, &before);
+	for (int i = 0; i < 4; i++)
+		lookup_ok(fx.pool, p[i].name);
+	meta_get_stats(fx.m, &after);
+	cr_assert_eq(after.store_records, before.store_records,
+	             "lookups wrote %llu records at once",
+	             (unsigned long long)(after.store_records - before.store_records));
+}
+
 Test(alloc, truncate_replace_in_a_full_pool_evicts_another_page)
 {
 	struct meta_page_info p[FX_SLOTS];
