@@ -309,8 +309,11 @@ int pagefs_serve(const struct pagefs_mount_opts *o,
 		ready(arg, ret, "cannot start the invalidation thread");
 		goto out_unmount;
 	}
-	log_info("serving %s (index %s) on %s", o->meta.backing ? o->meta.backing : "?",
-	         o->meta.uri ? o->meta.uri : "default", o->mountpoint);
+	char meta_name[1024] = "default";
+	if (o->meta.uri)
+		meta_uri_display(o->meta.uri, meta_name, sizeof(meta_name));
+	log_info("serving %s (index %s) on %s", o->meta.backing ? o->meta.backing : "?", meta_name,
+	         o->mountpoint);
 	ready(arg, 0, NULL);
 
 	status = serve(&fs);

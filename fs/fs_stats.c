@@ -128,7 +128,9 @@ char *fs_stats_json(struct fs_mount *fs)
 	json_object_set_new(doc, "pid", json_integer(fs->pid));
 	json_object_set_new(doc, "mountpoint", jstr(fs->opts->mountpoint));
 	json_object_set_new(doc, "backing", jstr(cfg->backing));
-	json_object_set_new(doc, "meta", jstr(cfg->uri));
+	char meta_name[1024];
+	meta_uri_display(cfg->uri, meta_name, sizeof(meta_name));
+	json_object_set_new(doc, "meta", jstr(meta_name));
 	json_object_set_new(doc, "uptime_s",
 	                    json_real((double)(now.tv_sec - fs->mounted.tv_sec) +
 	                              (double)(now.tv_nsec - fs->mounted.tv_nsec) / 1e9));

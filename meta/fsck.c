@@ -422,26 +422,24 @@ int meta_fsck(const struct meta_fsck_opts *o, struct meta_fsck_result *res, char
               size_t errlen)
 {
 	struct fsck f = {.o = o, .res = res};
-	const char *db_path;
-	int lock_fd = -1, rc;
+	struct store_uri u;
+	int rc;
 
 	*res = (struct meta_fsck_result){0};
 	f.fixes_tail = &f.fixes;
 	err[0] = '\0';
-	if ((rc = index_uri_path(o->uri, err, errlen, &db_path)) < 0)
+	if ((rc = store_parse_uri(o->uri, &u, err, errlen)) < 0)
 		return rc;
-	if (access(db_path, F_OK) < 0) {
-		snprintf(err, errlen, "index %s does not exist; check --meta", db_path);
+	if (u.engine == STORE_SQLITE && access(u.target, F_OK) < 0) {
+		snprintf(err, errlen, "index %s does not exist; check --meta", u.target);
 		return -ENOENT;
 	}
 	if (!realpath(o->backing, f.backing)) {
 		snprintf(err, errlen, "backing directory %s: %s", o->backing, strerror(errno));
 		return -ENOENT;
 	}
-	if ((rc = index_lock(db_path, &lock_fd, err, errlen)) < 0)
-		return rc;
-	rc = store_open(db_path, 0, !o->repair, &f.store, err, errlen);
-	if (rc < 0)
+	rc = store_open(o->uri, 0, !o->repair, &f.store, err, errlen);
+	if (rc < 0 || (rc = store_lock(f.store, err, errlen)) < 0)
 		goto out;
 	if (store_get_setting(f.store, "prefix", f.prefix, sizeof(f.prefix)) < 0)
 		snprintf(f.prefix, sizeof(f.prefix), "hicache");
@@ -459,7 +457,6 @@ int meta_fsck(const struct meta_fsck_opts *o, struct meta_fsck_result *res, char
 	if (o->repair && f.fixes)
 		rc = apply_fixes(&f, err, errlen);
 out:
-	fsck_free(&f);
-	close(lock_fd);
+	fsck_free(&f); /* closes the store and its lock */
 	return rc;
 }

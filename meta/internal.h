@@ -98,7 +98,8 @@ struct page_table {
 struct meta {
 	pthread_mutex_t lock;   /* protects everything below but cfg */
 	struct meta_config cfg; /* immutable after open; strings owned */
-	char *uri, *backing, *prefix, *db_path;
+	char *uri, *backing, *prefix;
+	char *db_path; /* the index as messages name it (no password) */
 
 	struct pool *pools;
 	uint32_t next_pool_id;
@@ -115,7 +116,6 @@ struct meta {
 	struct store *store;
 	struct journal *journal;
 	struct keys *keys; /* key/slot protocol state (keys.c); NULL until used */
-	int lock_fd;       /* flock on the index */
 };
 
 /* ---- records the journal makes durable, in submission order ---- */
@@ -250,8 +250,8 @@ void slots_free(struct pool *p);
 
 /* open.c helpers shared with fsck.c */
 #define OWNER_FILE ".pagefs-owner"
-int index_uri_path(const char *uri, char *err, size_t errlen, const char **path);
-/* Takes the index's exclusive lock (INDEX.lock); -EBUSY names the holder. */
+/* Takes an SQLite index's exclusive lock (INDEX.lock); -EBUSY names the
+ * holder. store_sqlite.c's store_lock. */
 int index_lock(const char *db_path, int *fd, char *err, size_t errlen);
 int index_read_owner(const char *backing, char *id, size_t len);
 int index_write_owner(const char *backing, const char *uri, const char *id);

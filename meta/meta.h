@@ -34,7 +34,7 @@ enum meta_durability { META_DURABLE_PROCESS = 0, META_DURABLE_POWER = 1 };
 struct meta; /* opaque engine handle */
 
 struct meta_config {
-	const char *uri;            /* "sqlite:PATH" (or a bare path) */
+	const char *uri;            /* "sqlite:PATH" (or a bare path), "postgres://..." */
 	const char *backing;        /* backing directory holding the data files */
 	const char *prefix;         /* data file prefix, e.g. "hicache" */
 	uint64_t default_slot_size; /* bytes, for pools created without one */
@@ -120,6 +120,10 @@ void meta_format_size(uint64_t bytes, char *buf, size_t len);
 int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_t errlen);
 /* Flushes the writer, closes the store, frees everything. NULL is fine. */
 void meta_close(struct meta *m);
+
+/* The URI as messages, logs and status show it: a PostgreSQL password
+ * (user:PASS@ or password=) is masked as "***"; other URIs are copied. */
+void meta_uri_display(const char *uri, char *buf, size_t len);
 
 /* Default index path for a backing directory (user's state directory). */
 int meta_default_uri(const char *backing, char *buf, size_t len);

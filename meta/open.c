@@ -70,25 +70,6 @@ int meta_default_uri(const char *backing, char *buf, size_t len)
 	return rc < 0 || (size_t)rc >= len ? -ENAMETOOLONG : 0;
 }
 
-/* "sqlite:PATH" or a bare path -> PATH. */
-int index_uri_path(const char *uri, char *err, size_t errlen, const char **path)
-{
-	if (strncmp(uri, "sqlite:", 7) == 0) {
-		*path = uri + 7;
-	} else if (strstr(uri, "://")) {
-		snprintf(err, errlen,
-		         "metadata URI '%s' is not supported by this build; use sqlite:PATH", uri);
-		return -EPROTONOSUPPORT;
-	} else {
-		*path = uri;
-	}
-	if (!**path) {
-		snprintf(err, errlen, "metadata URI '%s' names no file; use sqlite:PATH", uri);
-		return -EINVAL;
-	}
-	return 0;
-}
-
 int index_lock(const char *db_path, int *fd, char *err, size_t errlen)
 {
 	char path[PATH_MAX + 8], pid[32] = "";
@@ -205,7 +186,10 @@ static int check_owner(struct meta *m, char *err, size_t errlen)
 			return rc;
 		}
 	}
-	rc = index_write_owner(m->backing, m->uri, mine);
+	char uri[1100]; /* the mark names the index without its password */
+	snprintf(uri, sizeof(uri), "%s%s", m->store->engine == STORE_SQLITE ? "sqlite:" : "",
+	         m->db_path);
+	rc = index_write_owner(m->backing, uri, mine);
 	if (rc < 0)
 		snprintf(err, errlen, "cannot write %s/%s: %s", m->backing, OWNER_FILE,
 		         strerror(-rc));
@@ -420,18 +404,17 @@ static int copy_config(struct meta *m, const struct meta_config *cfg, const char
 int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_t errlen)
 {
 	struct meta *m = calloc(1, sizeof(*m));
-	const char *db_path;
+	struct store_uri u;
 	struct stat st;
 	int rc;
 
 	err[0] = '\0';
 	if (!m)
 		return -ENOMEM;
-	m->lock_fd = -1;
 	m->next_page_id = 1;
 	m->next_pool_id = 1;
 	pthread_mutex_init(&m->lock, NULL);
-	if ((rc = index_uri_path(cfg->uri, err, errlen, &db_path)) < 0)
+	if ((rc = store_parse_uri(cfg->uri, &u, err, errlen)) < 0)
 		goto fail;
 	if (stat(cfg->backing, &st) < 0 || !S_ISDIR(st.st_mode)) {
 		rc = -ENOTDIR;
@@ -447,7 +430,7 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 		         cfg->prefix, META_PREFIX_MAX);
 		goto fail;
 	}
-	if ((rc = copy_config(m, cfg, db_path)) < 0) {
+	if ((rc = copy_config(m, cfg, u.display)) < 0) {
 		snprintf(err, errlen, "cannot resolve %s: %s", cfg->backing, strerror(-rc));
 		goto fail;
 	}
@@ -460,11 +443,9 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 		est = 1ULL << 30;
 	if ((rc = table_init(&m->by_name, est)) < 0 || (rc = table_init(&m->by_id, est)) < 0)
 		goto fail;
-	if ((rc = index_lock(m->db_path, &m->lock_fd, err, errlen)) < 0)
-		goto fail;
-	rc = store_open(m->db_path, cfg->durability == META_DURABLE_POWER, cfg->read_only,
-	                &m->store, err, errlen);
-	if (rc < 0)
+	rc = store_open(m->uri, cfg->durability == META_DURABLE_POWER, cfg->read_only, &m->store,
+	                err, errlen);
+	if (rc < 0 || (rc = store_lock(m->store, err, errlen)) < 0)
 		goto fail;
 	if ((rc = check_prefix(m, err, errlen)) < 0 || (rc = bump_epoch(m, err, errlen)) < 0)
 		goto fail;
@@ -531,9 +512,7 @@ void meta_close(struct meta *m)
 		m->pools = p->next;
 		pool_free(p);
 	}
-	store_close(m->store);
-	if (m->lock_fd >= 0)
-		close(m->lock_fd); /* releases the flock */
+	store_close(m->store); /* releases the daemon lock */
 	pthread_mutex_destroy(&m->lock);
 	free(m->uri);
 	free(m->backing);

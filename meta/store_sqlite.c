@@ -5,8 +5,8 @@
  * open), and one read-only connection for page iteration (readdir, export)
  * behind its own mutex: a connection is never used by two threads at once,
  * and with WAL the reader never blocks the writer, so "database is locked"
- * cannot happen inside one daemon. A second daemon is kept out by the
- * index lock in open.c, not by SQLite.
+ * cannot happen inside one daemon. A second daemon is kept out by
+ * store_lock (flock on PATH.lock, open.c's index_lock), not by SQLite.
  *
  * Durability: synchronous=OFF for --durability process (a committed WAL
  * frame is in the kernel's page cache and survives a crash of the
@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum stmt_id {
 	ST_COMMIT_DEL,
@@ -74,14 +75,19 @@ static const char schema_sql[] =
 	" mtime INTEGER NOT NULL, atime INTEGER NOT NULL, gen INTEGER NOT NULL,"
 	" UNIQUE(pool, name), UNIQUE(pool, slot));";
 
-struct store {
-	sqlite3 *db; /* writer thread only (after open) */
+struct sqlite_store {
+	struct store base; /* first: a struct store * points here */
+	sqlite3 *db;       /* writer thread only (after open) */
 	sqlite3_stmt *st[ST_COUNT];
 	char *path;
 	int read_only;
 	pthread_mutex_t read_lock; /* protects rdb */
 	sqlite3 *rdb;
+	int lock_fd; /* flock on PATH.lock (store_lock), or -1 */
 };
+
+static int sq_get_setting(struct store *base, const char *key, char *buf, size_t len);
+static const struct store_ops sqlite_ops;
 
 /* Maps an SQLite result code to a negative errno. */
 static int sql_errno(int rc)
@@ -112,12 +118,12 @@ static int sql_errno(int rc)
 	}
 }
 
-static int exec(struct store *s, const char *sql)
+static int exec(struct sqlite_store *s, const char *sql)
 {
 	return sql_errno(sqlite3_exec(s->db, sql, NULL, NULL, NULL));
 }
 
-static sqlite3_stmt *stmt(struct store *s, enum stmt_id id)
+static sqlite3_stmt *stmt(struct sqlite_store *s, enum stmt_id id)
 {
 	if (!s->st[id] && sqlite3_prepare_v3(s->db, stmt_sql[id], -1, SQLITE_PREPARE_PERSISTENT,
 	                                     &s->st[id], NULL))
@@ -134,13 +140,13 @@ static int step_done(sqlite3_stmt *st)
 	return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : sql_errno(rc);
 }
 
-static int run0(struct store *s, enum stmt_id id)
+static int run0(struct sqlite_store *s, enum stmt_id id)
 {
 	sqlite3_stmt *st = stmt(s, id);
 	return st ? step_done(st) : sql_errno(sqlite3_errcode(s->db));
 }
 
-static int table_exists(struct store *s, const char *name, int *yes)
+static int table_exists(struct sqlite_store *s, const char *name, int *yes)
 {
 	sqlite3_stmt *st;
 	int rc = sqlite3_prepare_v2(s->db, "SELECT count(*) FROM sqlite_master WHERE name=?1", -1,
@@ -154,7 +160,7 @@ static int table_exists(struct store *s, const char *name, int *yes)
 	return rc == SQLITE_ROW ? SQLITE_OK : rc;
 }
 
-static int count_tables(struct store *s, int *n)
+static int count_tables(struct sqlite_store *s, int *n)
 {
 	sqlite3_stmt *st;
 	int rc = sqlite3_prepare_v2(s->db, "SELECT count(*) FROM sqlite_master", -1, &st, NULL);
@@ -168,7 +174,7 @@ static int count_tables(struct store *s, int *n)
 
 /* Creates the schema in a new database, or checks the version of an
  * existing one. */
-static int check_schema(struct store *s, char *err, size_t errlen)
+static int check_schema(struct sqlite_store *s, char *err, size_t errlen)
 {
 	int has_settings = 0, ntables = 0, rc;
 	char ver[32];
@@ -208,7 +214,7 @@ static int check_schema(struct store *s, char *err, size_t errlen)
 		}
 		return 0;
 	}
-	rc = store_get_setting(s, "schema_version", ver, sizeof(ver));
+	rc = sq_get_setting(&s->base, "schema_version", ver, sizeof(ver));
 	if (rc < 0 || atoi(ver) <= 0) {
 		snprintf(err, errlen, "index %s has no schema version; run 'pagefs fsck' on it",
 		         s->path);
@@ -224,57 +230,9 @@ static int check_schema(struct store *s, char *err, size_t errlen)
 	return 0;
 }
 
-int store_open(const char *path, int power, int read_only, struct store **out, char *err,
-               size_t errlen)
+static void sq_close(struct store *base)
 {
-	struct store *s = calloc(1, sizeof(*s));
-	int flags =
-		(read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
-		SQLITE_OPEN_NOMUTEX;
-	int rc;
-
-	if (!s || !(s->path = strdup(path))) {
-		free(s);
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
-	s->read_only = read_only;
-	pthread_mutex_init(&s->read_lock, NULL);
-	rc = sqlite3_open_v2(path, &s->db, flags, NULL);
-	if (rc != SQLITE_OK) {
-		snprintf(err, errlen, "cannot open index %s: %s", path,
-		         s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
-		rc = sql_errno(rc);
-		goto fail;
-	}
-	sqlite3_extended_result_codes(s->db, 0);
-	sqlite3_busy_timeout(s->db, 5000);
-	if (!read_only) {
-		rc = exec(s, "PRAGMA journal_mode=WAL");
-		if (rc < 0) {
-			snprintf(err, errlen,
-			         "index %s cannot be opened (%s); if it is damaged run 'pagefs "
-			         "fsck', "
-			         "or move it away to start a new index",
-			         path, sqlite3_errmsg(s->db));
-			goto fail;
-		}
-		exec(s, power ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=OFF");
-		exec(s, "PRAGMA cache_size=-65536");
-		exec(s, "PRAGMA temp_store=MEMORY");
-	}
-	rc = check_schema(s, err, errlen);
-	if (rc < 0)
-		goto fail;
-	*out = s;
-	return 0;
-fail:
-	store_close(s);
-	return rc < 0 ? rc : -EIO;
-}
-
-void store_close(struct store *s)
-{
+	struct sqlite_store *s = (struct sqlite_store *)base;
 	if (!s)
 		return;
 	for (int i = 0; i < ST_COUNT; i++)
@@ -284,12 +242,15 @@ void store_close(struct store *s)
 	if (s->db)
 		sqlite3_close(s->db);
 	pthread_mutex_destroy(&s->read_lock);
+	if (s->lock_fd >= 0)
+		close(s->lock_fd); /* releases the flock */
 	free(s->path);
 	free(s);
 }
 
-int store_get_setting(struct store *s, const char *key, char *buf, size_t len)
+static int sq_get_setting(struct store *base, const char *key, char *buf, size_t len)
 {
+	struct sqlite_store *s = (struct sqlite_store *)base;
 	sqlite3_stmt *st;
 	int rc =
 		sqlite3_prepare_v2(s->db, "SELECT value FROM settings WHERE key=?1", -1, &st, NULL);
@@ -309,8 +270,9 @@ int store_get_setting(struct store *s, const char *key, char *buf, size_t len)
 	return rc;
 }
 
-int store_set_setting(struct store *s, const char *key, const char *value)
+static int sq_set_setting(struct store *base, const char *key, const char *value)
 {
+	struct sqlite_store *s = (struct sqlite_store *)base;
 	sqlite3_stmt *st = stmt(s, ST_SETTING);
 
 	if (!st)
@@ -320,15 +282,16 @@ int store_set_setting(struct store *s, const char *key, const char *value)
 	return step_done(st);
 }
 
-static int load_error(struct store *s, int rc, char *err, size_t errlen)
+static int load_error(struct sqlite_store *s, int rc, char *err, size_t errlen)
 {
 	snprintf(err, errlen, "cannot read index %s (%s); run 'pagefs fsck' on it", s->path,
 	         sqlite3_errmsg(s->db));
 	return sql_errno(rc) ? sql_errno(rc) : -EIO;
 }
 
-int store_load(struct store *s, const struct store_load_cb *cb, char *err, size_t errlen)
+static int sq_load(struct store *base, const struct store_load_cb *cb, char *err, size_t errlen)
 {
+	struct sqlite_store *s = (struct sqlite_store *)base;
 	sqlite3_stmt *st = NULL;
 	int rc, ret = 0;
 
@@ -409,18 +372,21 @@ int store_load(struct store *s, const struct store_load_cb *cb, char *err, size_
 	return 0;
 }
 
-int store_begin(struct store *s)
+static int sq_begin(struct store *base)
 {
+	struct sqlite_store *s = (struct sqlite_store *)base;
 	return exec(s, "BEGIN IMMEDIATE");
 }
 
-int store_commit(struct store *s)
+static int sq_commit(struct store *base)
 {
+	struct sqlite_store *s = (struct sqlite_store *)base;
 	return exec(s, "COMMIT");
 }
 
-void store_rollback(struct store *s)
+static void sq_rollback(struct store *base)
 {
+	struct sqlite_store *s = (struct sqlite_store *)base;
 	exec(s, "ROLLBACK");
 }
 
@@ -441,7 +407,7 @@ static void bind_page(sqlite3_stmt *st, const struct rec *r)
 }
 
 /* Binds (pool, name, id) as ?1 ?2 ?3 and runs statement id. */
-static int run_pool_name_id(struct store *s, enum stmt_id id, const struct rec *r)
+static int run_pool_name_id(struct sqlite_store *s, enum stmt_id id, const struct rec *r)
 {
 	sqlite3_stmt *st = stmt(s, id);
 	if (!st)
@@ -452,7 +418,7 @@ static int run_pool_name_id(struct store *s, enum stmt_id id, const struct rec *
 	return step_done(st);
 }
 
-static int run_id(struct store *s, enum stmt_id id, int64_t a, int64_t b, int nargs)
+static int run_id(struct sqlite_store *s, enum stmt_id id, int64_t a, int64_t b, int nargs)
 {
 	sqlite3_stmt *st = stmt(s, id);
 	if (!st)
@@ -464,7 +430,7 @@ static int run_id(struct store *s, enum stmt_id id, int64_t a, int64_t b, int na
 }
 
 /* REC_BULK: one row per page; the caller's savepoint makes it all or nothing. */
-static int apply_bulk(struct store *s, const struct rec *r)
+static int apply_bulk(struct sqlite_store *s, const struct rec *r)
 {
 	const struct bulk *b = r->bulk;
 	sqlite3_stmt *st = stmt(s, ST_COMMIT_PUT);
@@ -506,7 +472,7 @@ static int apply_bulk(struct store *s, const struct rec *r)
 	return rc;
 }
 
-static int apply_one(struct store *s, struct rec *r)
+static int apply_one(struct sqlite_store *s, struct rec *r)
 {
 	sqlite3_stmt *st;
 	int rc;
@@ -547,7 +513,7 @@ static int apply_one(struct store *s, struct rec *r)
 	case REC_POOL_DEL:
 		return run_id(s, ST_POOL_DEL, r->pool_id, 0, 1);
 	case REC_SETTING:
-		return store_set_setting(s, r->key, r->value);
+		return sq_set_setting(&s->base, r->key, r->value);
 	case REC_BULK:
 		return apply_bulk(s, r);
 	case REC_CHECKSUM:
@@ -561,8 +527,9 @@ static int apply_one(struct store *s, struct rec *r)
 	return -EINVAL;
 }
 
-int store_apply(struct store *s, struct rec *r)
+static int sq_apply(struct store *base, struct rec *r)
 {
+	struct sqlite_store *s = (struct sqlite_store *)base;
 	int rc = run0(s, ST_SAVEPOINT);
 
 	if (rc < 0)
@@ -574,8 +541,10 @@ int store_apply(struct store *s, struct rec *r)
 	return rc;
 }
 
-int store_iter_pages(struct store *s, uint32_t pool_id, uint64_t after, meta_page_cb cb, void *arg)
+static int sq_iter_pages(struct store *base, uint32_t pool_id, uint64_t after, meta_page_cb cb,
+                         void *arg)
 {
+	struct sqlite_store *s = (struct sqlite_store *)base;
 	sqlite3_stmt *st = NULL;
 	int rc, ret = 0;
 
@@ -627,4 +596,80 @@ int store_iter_pages(struct store *s, uint32_t pool_id, uint64_t after, meta_pag
 	if (ret)
 		return ret;
 	return rc == SQLITE_DONE || rc == SQLITE_OK ? 0 : sql_errno(rc);
+}
+
+/* The daemon lock: flock on PATH.lock (open.c's index_lock), released by
+ * the kernel when the process dies. */
+static int sq_lock(struct store *base, char *err, size_t errlen)
+{
+	struct sqlite_store *s = (struct sqlite_store *)base;
+
+	if (s->lock_fd >= 0)
+		return 0;
+	return index_lock(s->path, &s->lock_fd, err, errlen);
+}
+
+static const struct store_ops sqlite_ops = {
+	.close = sq_close,
+	.lock = sq_lock,
+	.get_setting = sq_get_setting,
+	.set_setting = sq_set_setting,
+	.load = sq_load,
+	.begin = sq_begin,
+	.apply = sq_apply,
+	.commit = sq_commit,
+	.rollback = sq_rollback,
+	.iter_pages = sq_iter_pages,
+};
+
+int store_sqlite_open(const char *path, int power, int read_only, struct store **out, char *err,
+                      size_t errlen)
+{
+	struct sqlite_store *s = calloc(1, sizeof(*s));
+	int flags =
+		(read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
+		SQLITE_OPEN_NOMUTEX;
+	int rc;
+
+	if (!s || !(s->path = strdup(path))) {
+		free(s);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	s->base.ops = &sqlite_ops;
+	s->base.engine = STORE_SQLITE;
+	s->read_only = read_only;
+	s->lock_fd = -1;
+	pthread_mutex_init(&s->read_lock, NULL);
+	rc = sqlite3_open_v2(path, &s->db, flags, NULL);
+	if (rc != SQLITE_OK) {
+		snprintf(err, errlen, "cannot open index %s: %s", path,
+		         s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+		rc = sql_errno(rc);
+		goto fail;
+	}
+	sqlite3_extended_result_codes(s->db, 0);
+	sqlite3_busy_timeout(s->db, 5000);
+	if (!read_only) {
+		rc = exec(s, "PRAGMA journal_mode=WAL");
+		if (rc < 0) {
+			snprintf(err, errlen,
+			         "index %s cannot be opened (%s); if it is damaged run 'pagefs "
+			         "fsck', "
+			         "or move it away to start a new index",
+			         path, sqlite3_errmsg(s->db));
+			goto fail;
+		}
+		exec(s, power ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=OFF");
+		exec(s, "PRAGMA cache_size=-65536");
+		exec(s, "PRAGMA temp_store=MEMORY");
+	}
+	rc = check_schema(s, err, errlen);
+	if (rc < 0)
+		goto fail;
+	*out = &s->base;
+	return 0;
+fail:
+	sq_close(&s->base);
+	return rc < 0 ? rc : -EIO;
 }

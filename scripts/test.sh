@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # test.sh - everything CI checks, in one run (.ci/run calls this).
 #
-#   1. dependencies (scripts/deps.sh)
+#   1. dependencies (scripts/deps.sh), and a private PostgreSQL server
+#      (scripts/pg_test.sh: a Unix socket in a temporary directory) whose URI
+#      is exported as PAGEFS_TEST_PG_URI for the unit and integration tests
 #   2. two builds: build/ (plain) and build-asan/ (SANITIZER=address,undefined)
 #   3. Criterion unit tests through ctest (label "unit") in both builds
 #   4. the pytest integration suite (tests/integration) against the ASan
@@ -11,13 +13,14 @@
 #   (PAGEFS_TIDY=1 adds clang-tidy over the same C files.)
 #
 # Ends with "N passed, N failed, N skipped"; exits non-zero on any failure.
-# Everything mounted under its temporary directory is unmounted on exit,
-# even when interrupted. Set PAGEFS_TEST_KEEP=1 to keep the logs.
+# Everything mounted under its temporary directory is unmounted and the
+# PostgreSQL server stopped on exit, even when interrupted. Set PAGEFS_TEST_KEEP=1 to keep the logs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 WORK=$(mktemp -d /tmp/pagefs-test.XXXXXX) || exit 1
+PG_DIR="" # the private PostgreSQL server's directory, once started
 PASSED=0
 FAILED=0
 SKIPPED=0
@@ -55,6 +58,10 @@ cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
 	unmount_all
+	if [[ -n $PG_DIR ]]; then
+		bash scripts/pg_test.sh stop "$PG_DIR"
+		rm -rf "$PG_DIR"
+	fi
 	if [[ -n $(mounts_under) ]]; then
 		# Never rm -rf across a mount: it would delete through it.
 		echo "test.sh: mounts remain under $WORK; not removing it" >&2
@@ -145,6 +152,19 @@ section "dependencies"
 if ! bash scripts/deps.sh; then
 	echo "test.sh: installing dependencies failed; run scripts/deps.sh as root" >&2
 	exit 1
+fi
+
+section "PostgreSQL (private test server)"
+# Its own directory, outside $WORK (mode 0700): as root the server runs as
+# the postgres user, which must reach its socket and data directory.
+PG_DIR=$(mktemp -d /tmp/pagefs-pg.XXXXXX) || exit 1
+if PAGEFS_TEST_PG_URI=$(bash scripts/pg_test.sh start "$PG_DIR"); then
+	export PAGEFS_TEST_PG_URI
+	echo "PAGEFS_TEST_PG_URI=$PAGEFS_TEST_PG_URI"
+	record "postgres server" 1 0 0
+else
+	echo "test.sh: the private PostgreSQL server did not start (log above)" >&2
+	record "postgres server" 0 1 0 "scripts/pg_test.sh start failed"
 fi
 if [[ ! -c /dev/fuse ]]; then
 	echo "test.sh: /dev/fuse is missing: integration tests need FUSE (in a container: --device /dev/fuse --cap-add SYS_ADMIN)" >&2

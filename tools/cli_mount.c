@@ -92,7 +92,8 @@ static void cli_mount_usage(FILE *out)
 	        "\n"
 	        "Options:\n"
 	        "      --meta URI             index: sqlite:PATH (default: a file in the user's\n"
-	        "                             state directory, printed at mount)\n"
+	        "                             state directory, printed at mount), or\n"
+	        "                             postgres://USER@HOST/DB (a PostgreSQL database)\n"
 	        "      --page-size SIZE       slot size of pools created without one (16M)\n"
 	        "      --capacity SIZE        capacity of pools created without one (1T)\n"
 	        "      --prefix NAME          data file prefix on BACKING (hicache)\n"
@@ -448,9 +449,11 @@ int cli_mount_parse(int argc, char **argv, struct cli_mount_config *cfg)
 
 static void cli_mount_print_mounted(const struct cli_mount_config *cfg)
 {
-	printf("pagefs: index: %s\n", cfg->meta_uri);
-	printf("pagefs: mounted %s on %s (index %s)\n", cfg->backing, cfg->mountpoint,
-	       cfg->meta_uri);
+	char name[sizeof(cfg->meta_uri)];
+
+	meta_uri_display(cfg->meta_uri, name, sizeof(name));
+	printf("pagefs: index: %s\n", name);
+	printf("pagefs: mounted %s on %s (index %s)\n", cfg->backing, cfg->mountpoint, name);
 	fflush(stdout);
 }
 

@@ -14,7 +14,7 @@
 struct cli_mount_config {
 	char backing[PATH_MAX];       /* absolute, resolved */
 	char mountpoint[PATH_MAX];    /* absolute, resolved */
-	char meta_uri[PATH_MAX + 16]; /* sqlite:ABSOLUTE or another scheme */
+	char meta_uri[PATH_MAX + 16]; /* sqlite:ABSOLUTE or postgres://... as given */
 	const char *meta_arg;         /* --meta as given, NULL: default */
 	uint64_t page_size;
 	uint64_t capacity;

@@ -111,7 +111,9 @@ int cli_serve_main(int argc, char **argv)
 		meta_close(m);
 		return cli_fail(CMD, "%s", err);
 	}
-	printf("pagefs serve-meta: listening on http://%s:%d (index %s)\n", addr, bound, io.uri);
+	char meta_name[sizeof(io.uri)];
+	meta_uri_display(io.uri, meta_name, sizeof(meta_name));
+	printf("pagefs serve-meta: listening on http://%s:%d (index %s)\n", addr, bound, meta_name);
 	fflush(stdout);
 	sigwait(&set, &sig);
 	serve_stop(sv);

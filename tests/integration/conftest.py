@@ -9,6 +9,12 @@ wrote a report. The daemon log is attached to every failed test's report.
 
 A watchdog per test (marker `timeout_s`, default 120 s) kills the daemons if
 a test hangs, so a wedged FUSE request can never hang the suite.
+
+Engines: a module marked `pytestmark = pytest.mark.engines` runs each of its
+tests twice, engine=sqlite and engine=postgres; under postgres every mount
+without an explicit meta= gets a fresh PostgreSQL index (its own schema on
+the server PAGEFS_TEST_PG_URI names; scripts/test.sh starts one). Without
+PAGEFS_TEST_PG_URI the postgres variants are skipped with that reason.
 """
 import faulthandler
 import os
@@ -26,6 +32,22 @@ DEFAULT_TIMEOUT = float(os.environ.get("PAGEFS_IT_TEST_TIMEOUT", "120"))
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "timeout_s(seconds): per-test watchdog limit")
+    config.addinivalue_line("markers", "engines: run each test against SQLite and PostgreSQL")
+
+
+def pytest_generate_tests(metafunc):
+    if "engine" in metafunc.fixturenames and metafunc.definition.get_closest_marker("engines"):
+        metafunc.parametrize("engine", ["sqlite", "postgres"], indirect=True)
+
+
+@pytest.fixture
+def engine(request):
+    """The index engine of the `mount` fixture: sqlite unless parametrized."""
+    name = getattr(request, "param", "sqlite")
+    if name == "postgres" and not H.PG_URI:
+        pytest.skip("PAGEFS_TEST_PG_URI is unset: no PostgreSQL server (scripts/test.sh "
+                    "starts one)")
+    return name
 
 
 @pytest.fixture(scope="session")
@@ -72,11 +94,12 @@ def _watchdog(request):
 
 
 @pytest.fixture
-def mount(request, tmp_root):
-    factory = H.MountFactory(tmp_root, request.node)
+def mount(request, tmp_root, engine):
+    factory = H.MountFactory(tmp_root, request.node, engine=engine)
     request.node._pagefs_factory = factory
     yield factory
     problems = factory.cleanup()
+    problems += factory.drop_pg_schemas()
     reports = []
     for m in factory.mounts:
         reports += m.sanitizer_reports()

@@ -27,6 +27,8 @@ WRAPPER = shlex.split(os.environ.get("PAGEFS_WRAPPER", ""))
 # How long teardown waits for a daemon to exit after its unmount before
 # SIGKILL (valgrind's leak check at exit needs more than the default).
 EXIT_WAIT = float(os.environ.get("PAGEFS_IT_EXIT_WAIT", "5"))
+# A PostgreSQL server for engine=postgres tests (scripts/pg_test.sh prints one).
+PG_URI = os.environ.get("PAGEFS_TEST_PG_URI", "")
 
 # Every Mount and child process alive in this session; the watchdog and the
 # teardowns kill what is left here.
@@ -420,12 +422,36 @@ class Mount:
         return s.f_bfree * s.f_frsize, s.f_blocks * s.f_frsize
 
 
-class MountFactory:
-    """The `mount` fixture: call it to get a mounted Mount in a fresh temp dir."""
+def psql(sql, uri=None, timeout=60):
+    """Runs SQL with psql on the test server (or uri); returns stdout, asserts success."""
+    r = subprocess.run(["psql", uri or PG_URI, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1",
+                        "-c", sql], capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, f"psql {sql!r} failed: {r.stderr}"
+    return r.stdout.strip()
 
-    def __init__(self, root, item):
+
+def pg_schema_uri(schema):
+    """The test server's URI with search_path set to schema."""
+    sep = "&" if "?" in PG_URI else "?"
+    return f"{PG_URI}{sep}options=-csearch_path%3D{schema}"
+
+
+def new_pg_index(tag):
+    """A fresh PostgreSQL index: a new schema on the test server. (schema, uri)."""
+    schema = f"it_{tag}_{os.getpid()}_{time.monotonic_ns()}"
+    psql(f"CREATE SCHEMA {schema}")
+    return schema, pg_schema_uri(schema)
+
+
+class MountFactory:
+    """The `mount` fixture: call it to get a mounted Mount in a fresh temp dir.
+    engine="postgres" gives each Mount without meta= its own PostgreSQL index."""
+
+    def __init__(self, root, item, engine="sqlite"):
         self.root = pathlib.Path(root)
         self.item = item
+        self.engine = engine
+        self.pg_schemas = []
         self.mounts = []
         self.mountpoints = []
         self.tmpfs = []
@@ -439,7 +465,25 @@ class MountFactory:
         d.mkdir(parents=True)
         return d
 
+    def pg_index(self):
+        """A new PostgreSQL index URI, dropped at teardown."""
+        schema, uri = new_pg_index(self.n)
+        self.pg_schemas.append(schema)
+        return uri
+
+    def drop_pg_schemas(self):
+        problems = []
+        for schema in self.pg_schemas:
+            try:
+                psql(f"SET client_min_messages=warning; DROP SCHEMA {schema} CASCADE")
+            except (AssertionError, subprocess.TimeoutExpired) as e:
+                problems.append(f"cannot drop schema {schema}: {e}")
+        self.pg_schemas.clear()
+        return problems
+
     def __call__(self, *opts, backing=None, meta=None, start=True):
+        if meta is None and self.engine == "postgres":
+            meta = self.pg_index()
         m = Mount(self, self.new_dir(), opts, backing=backing, meta=meta)
         self.mounts.append(m)
         if start:

@@ -5,12 +5,17 @@ import os
 import stat
 import time
 
+import pytest
+
 from pagefs_helpers import (assert_bytes_equal, close_quietly, ename, expect_errno, listdir_elsewhere, opened,
                             read_all, read_elsewhere, read_page, stat_elsewhere, write_all,
                             write_page)
 
 SMALL = ("--page-size", "64K", "--capacity", "1M")
 MEDIUM = ("--page-size", "1M", "--capacity", "64M")
+
+# Contract tests of the core: each runs against SQLite and PostgreSQL.
+pytestmark = pytest.mark.engines
 
 
 def test_page_written_in_one_open_write_close_reads_back(mount):

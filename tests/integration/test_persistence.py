@@ -12,6 +12,9 @@ import pageformat as PF
 from pagefs_helpers import (PYTHON, WORKLOAD, assert_bytes_equal, describe, expect_errno,
                             read_page, run_pagefs, spawn, wait_until, write_page, xattr_int)
 
+# Contract tests of the core: each runs against SQLite and PostgreSQL.
+pytestmark = pytest.mark.engines
+
 
 def test_pages_survive_umount_and_mount_with_names_bytes_sizes_and_inodes(mount):
     m = mount("--page-size", "64K", "--capacity", "4M")

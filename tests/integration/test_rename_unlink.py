@@ -3,6 +3,8 @@ import ctypes
 import errno
 import os
 
+import pytest
+
 from pagefs_helpers import (assert_bytes_equal, expect_errno, opened, read_all, read_page,
                             write_page)
 
@@ -11,6 +13,9 @@ SMALL = ("--page-size", "64K", "--capacity", "1M")
 _libc = ctypes.CDLL(None, use_errno=True)
 AT_FDCWD = -100
 RENAME_NOREPLACE = 1
+
+# Contract tests of the core: each runs against SQLite and PostgreSQL.
+pytestmark = pytest.mark.engines
 
 
 def renameat2(old, new, flags):

@@ -6,6 +6,9 @@ import pytest
 
 from pagefs_helpers import expect_errno, read_page, write_page, assert_bytes_equal
 
+# Contract tests of the core: each runs against SQLite and PostgreSQL.
+pytestmark = pytest.mark.engines
+
 
 def test_mkdir_creates_ranks_and_pools_and_ls_lists_them(mount):
     m = mount()

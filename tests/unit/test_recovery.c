@@ -504,9 +504,9 @@ Test(recovery, unsupported_uri_is_refused_with_a_message)
 {
 	char err[1024];
 
-	fx.cfg.uri = "postgres://db.example/pagefs";
+	fx.cfg.uri = "mysql://db.example/pagefs";
 	open_fails(err, sizeof(err));
-	assert_mentions(err, "postgres://db.example/pagefs");
+	assert_mentions(err, "mysql://db.example/pagefs");
 }
 
 Test(recovery, missing_backing_directory_is_refused_naming_it)

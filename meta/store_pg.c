@@ -1,0 +1,658 @@
+/*
+ * store_pg.c - the shared store: one PostgreSQL database (or schema)
+ * through libpq. Connections, the schema and its migrations, the
+ * daemon lock, and the journal's transactions. Rows: store_pg_rows.c.
+ *
+ * One write connection (the journal's writer thread after open) and one
+ * read connection for page iteration behind its own mutex, as with
+ * SQLite. Tables are prefixed pagefs_ so the index can share a database
+ * with other applications; two indexes on one server use two databases,
+ * or two schemas chosen with ?options=-csearch_path%3DNAME in the URI.
+ *
+ * Durability: --durability process sets synchronous_commit=off (a
+ * committed transaction is in the server's WAL buffers: it survives a
+ * crash of pagefs, not of the server), power sets it on.
+ *
+ * A lost connection fails the transaction in flight with -EIO; the next
+ * begin reconnects (and retakes the lock). A COMMIT cut off on the wire
+ * has an unknown outcome: commit asks txid_status() over a new
+ * connection for up to PG_RESOLVE_MS. Still unknown, the batch fails
+ * and the doubt is resolved at the next reconnect; if it turns out to
+ * have committed, memory no longer mirrors the index and the store
+ * refuses further writes until a remount reloads it (logged).
+ */
+#include "meta/store_pg.h"
+#include "meta/log.h"
+
+#include <endian.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PG_SCHEMA_VERSION 1
+/* Advisory lock keys: (PG_LOCK_CLASS, hash of the schema). */
+#define PG_LOCK_CLASS 1885824627 /* "pgfs" */
+#define PG_SCHEMA_LOCK_CLASS 1885824628
+#define PG_RESOLVE_MS 3000
+
+static const char *const stmt_sql[PG_STMT_COUNT] = {
+	[PG_COMMIT_DEL] = "DELETE FROM pagefs_pages WHERE pool=$1 AND name=$2 AND id<>$3",
+	[PG_COMMIT_PUT] = "INSERT INTO pagefs_pages(id,pool,name,slot,length,checksum,mtime,atime,"
+			  "gen) VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9) ON CONFLICT(id) DO UPDATE SET"
+			  " name=excluded.name, slot=excluded.slot, length=excluded.length,"
+			  " checksum=excluded.checksum, mtime=excluded.mtime, atime=excluded.atime",
+	[PG_DELETE] = "DELETE FROM pagefs_pages WHERE id=$1",
+	[PG_RENAME_DEL] = "DELETE FROM pagefs_pages WHERE pool=$1 AND name=$2 AND id<>$3"
+			  " AND EXISTS(SELECT 1 FROM pagefs_pages WHERE id=$3)",
+	[PG_RENAME] = "UPDATE pagefs_pages SET name=$2 WHERE id=$1",
+	[PG_TOUCH] = "UPDATE pagefs_pages SET atime=$2 WHERE id=$1 AND atime<$2",
+	[PG_RANK_PUT] = "INSERT INTO pagefs_ranks(rank) VALUES($1) ON CONFLICT DO NOTHING",
+	[PG_POOL_PUT] = "INSERT INTO pagefs_pools(id,rank,ns,slot_size,capacity)"
+			" VALUES($1,$2,$3,$4,$5) ON CONFLICT(id) DO UPDATE SET"
+			" slot_size=excluded.slot_size, capacity=excluded.capacity",
+	[PG_POOL_DEL] = "DELETE FROM pagefs_pools WHERE id=$1",
+	[PG_RANK_DEL] = "DELETE FROM pagefs_ranks WHERE rank=$1",
+	[PG_SETTING] = "INSERT INTO pagefs_settings(key,value) VALUES($1,$2)"
+		       " ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+	[PG_GET_SETTING] = "SELECT value FROM pagefs_settings WHERE key=$1",
+	[PG_CHECKSUM] = "UPDATE pagefs_pages SET checksum=$3 WHERE id=$1 AND slot=$2"
+			" AND checksum IS NULL",
+};
+
+/* Version 1. Later versions add steps to migrate[] rather than edit this. */
+static const char schema_sql[] =
+	"CREATE TABLE pagefs_settings(key text PRIMARY KEY, value text NOT NULL);"
+	"CREATE TABLE pagefs_ranks(rank bigint PRIMARY KEY);"
+	"CREATE TABLE pagefs_pools(id bigint PRIMARY KEY, rank bigint NOT NULL, ns text NOT NULL,"
+	" slot_size bigint NOT NULL, capacity bigint NOT NULL, UNIQUE(rank, ns));"
+	"CREATE TABLE pagefs_pages(id bigint PRIMARY KEY, pool bigint NOT NULL,"
+	" name bytea NOT NULL, slot bigint NOT NULL, length bigint NOT NULL, checksum bigint,"
+	" mtime bigint NOT NULL, atime bigint NOT NULL, gen bigint NOT NULL,"
+	" UNIQUE(pool, name), UNIQUE(pool, slot));"
+	"CREATE INDEX pagefs_pages_pool_id ON pagefs_pages(pool, id);";
+
+/* migrate[v]: the SQL that takes a version-v schema to v + 1. */
+static const char *const migrate[PG_SCHEMA_VERSION + 1] = {NULL};
+
+/* ---- arguments and results ---- */
+
+void pg_arg_i64(struct pg_args *a, int64_t v)
+{
+	a->be[a->n] = htobe64((uint64_t)v);
+	a->val[a->n] = (const char *)&a->be[a->n];
+	a->len[a->n] = 8;
+	a->fmt[a->n++] = 1;
+}
+
+void pg_arg_bytes(struct pg_args *a, const void *p, int len)
+{
+	a->val[a->n] = p;
+	a->len[a->n] = len;
+	a->fmt[a->n++] = 1;
+}
+
+void pg_arg_text(struct pg_args *a, const char *str)
+{
+	a->val[a->n] = str;
+	a->len[a->n] = 0;
+	a->fmt[a->n++] = 0;
+}
+
+void pg_arg_null(struct pg_args *a)
+{
+	a->val[a->n] = NULL;
+	a->len[a->n] = 0;
+	a->fmt[a->n++] = 1;
+}
+
+int64_t pg_col_i64(const PGresult *res, int row, int col)
+{
+	const char *v = PQgetvalue(res, row, col);
+	uint64_t u = 0;
+
+	if (PQgetlength(res, row, col) == 8) {
+		memcpy(&u, v, 8);
+		return (int64_t)be64toh(u);
+	}
+	if (PQgetlength(res, row, col) == 4) {
+		uint32_t w;
+		memcpy(&w, v, 4);
+		return (int32_t)be32toh(w);
+	}
+	return 0;
+}
+
+/* SQLSTATE classes to errno. */
+static int state_errno(const char *state)
+{
+	if (!state)
+		return -EIO;
+	if (strncmp(state, "23", 2) == 0)
+		return -EEXIST; /* integrity: unique, foreign key, check */
+	if (strcmp(state, "53100") == 0)
+		return -ENOSPC;
+	if (strcmp(state, "53200") == 0)
+		return -ENOMEM;
+	if (strcmp(state, "25006") == 0)
+		return -EROFS;
+	if (strcmp(state, "42501") == 0 || strncmp(state, "28", 2) == 0)
+		return -EACCES;
+	return -EIO; /* connection (08), shutdown (57P), anything else */
+}
+
+int pg_error(PGconn *c, const PGresult *res, const char *what)
+{
+	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	const char *msg = res ? PQresultErrorMessage(res) : PQerrorMessage(c);
+
+	if (!msg || !*msg)
+		msg = PQerrorMessage(c);
+	log_warn("index (PostgreSQL) %.80s failed: %.*s", what, (int)strcspn(msg, "\n"), msg);
+	if (PQstatus(c) != CONNECTION_OK)
+		return -EIO;
+	return state_errno(state);
+}
+
+/* ---- connections ---- */
+
+/* Server notices go to the log, not to stderr. */
+static void notice(void *arg, const char *msg)
+{
+	(void)arg;
+	log_debug("PostgreSQL: %.*s", (int)strcspn(msg, "\n"), msg);
+}
+
+PGconn *pg_connect(struct pg_store *s)
+{
+	char app[64], host[40] = "";
+
+	gethostname(host, sizeof(host) - 1);
+	snprintf(app, sizeof(app), "pagefs pid %d on %s", (int)getpid(), host);
+	/* Later keywords win: the URI (dbname, expanded) overrides these. */
+	const char *keys[] = {"connect_timeout",
+	                      "keepalives_idle",
+	                      "keepalives_interval",
+	                      "keepalives_count",
+	                      "tcp_user_timeout",
+	                      "application_name",
+	                      "dbname",
+	                      NULL};
+	const char *vals[] = {"5", "10", "3", "3", "15000", app, s->uri, NULL};
+	PGconn *c = PQconnectdbParams(keys, vals, 1);
+
+	if (c)
+		PQsetNoticeProcessor(c, notice, NULL);
+	return c;
+}
+
+/* Runs a simple command; 0 or a negative errno. */
+static int pg_exec(struct pg_store *s, const char *sql)
+{
+	PGresult *res = PQexec(s->conn, sql);
+	int rc = 0;
+
+	if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK)
+		rc = pg_error(s->conn, res, sql);
+	PQclear(res);
+	return rc;
+}
+
+/* Session settings, on every (re)connect. */
+static int pg_session(struct pg_store *s)
+{
+	int rc = pg_exec(s,
+	                 s->power ? "SET synchronous_commit = on" : "SET synchronous_commit = off");
+	if (rc == 0 && s->read_only)
+		rc = pg_exec(s, "SET default_transaction_read_only = on");
+	return rc;
+}
+
+int pg_run(struct pg_store *s, enum pg_stmt id, const struct pg_args *a, PGresult **out)
+{
+	char name[16];
+	PGresult *res;
+	int rc = 0;
+
+	snprintf(name, sizeof(name), "pagefs%d", (int)id);
+	if (!s->prepared[id]) {
+		res = PQprepare(s->conn, name, stmt_sql[id], 0, NULL);
+		if (PQresultStatus(res) != PGRES_COMMAND_OK)
+			rc = pg_error(s->conn, res, "prepare");
+		PQclear(res);
+		if (rc < 0)
+			return rc;
+		s->prepared[id] = 1;
+	}
+	res = PQexecPrepared(s->conn, name, a->n, a->val, a->len, a->fmt, 1);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK) {
+		rc = pg_error(s->conn, res, stmt_sql[id]);
+		PQclear(res);
+		return rc;
+	}
+	if (out)
+		*out = res;
+	else
+		PQclear(res);
+	return 0;
+}
+
+/* Asks (over the current connection) whether transaction xid committed:
+ * 1 yes, 0 no (aborted), -EAGAIN still running, -EIO unknown. */
+static int xid_outcome(struct pg_store *s, int64_t xid)
+{
+	char sql[96];
+	int rc = -EIO;
+
+	snprintf(sql, sizeof(sql), "SELECT txid_status(%lld)", (long long)xid);
+	PGresult *res = PQexec(s->conn, sql);
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+	    !PQgetisnull(res, 0, 0)) {
+		const char *v = PQgetvalue(res, 0, 0);
+		rc = strcmp(v, "committed") == 0 ? 1 : strcmp(v, "aborted") == 0 ? 0 : -EAGAIN;
+	}
+	PQclear(res);
+	return rc;
+}
+
+static int take_lock(struct pg_store *s, int *got)
+{
+	PGresult *res = PQexec(
+		s->conn, "SELECT pg_try_advisory_lock(" PG_STR(
+				 PG_LOCK_CLASS) ", hashtext(coalesce(current_schema(), '')))");
+	int rc = 0;
+
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+		rc = pg_error(s->conn, res, "pg_try_advisory_lock");
+	else
+		*got = PQgetvalue(res, 0, 0)[0] == 't';
+	PQclear(res);
+	return rc;
+}
+
+/* A new write connection after a loss; resolves a doubtful commit. */
+static int reconnect(struct pg_store *s)
+{
+	int got = 0, rc;
+
+	PQfinish(s->conn);
+	memset(s->prepared, 0, sizeof(s->prepared));
+	s->conn = pg_connect(s);
+	if (!s->conn || PQstatus(s->conn) != CONNECTION_OK)
+		return pg_error(s->conn, NULL, "reconnect");
+	if ((rc = pg_session(s)) < 0)
+		return rc;
+	if (s->locked) {
+		if ((rc = take_lock(s, &got)) < 0)
+			return rc;
+		if (!got) {
+			log_error("index %s: another pagefs daemon took the index while this one "
+			          "was disconnected; this daemon writes nothing more (unmount it)",
+			          s->display);
+			s->broken = 1;
+			return -EIO;
+		}
+	}
+	log_warn("index %s: reconnected to PostgreSQL", s->display);
+	if (s->doubt_xid) {
+		rc = xid_outcome(s, s->doubt_xid);
+		if (rc == 1) {
+			log_error("index %s: a transaction reported as failed did commit; memory "
+			          "no longer mirrors the index: writes are refused until a "
+			          "remount ('pagefs umount', then mount again)",
+			          s->display);
+			s->broken = 1;
+			return -EIO;
+		}
+		if (rc < 0)
+			return -EIO;
+		s->doubt_xid = 0;
+	}
+	return 0;
+}
+
+static int ensure_conn(struct pg_store *s)
+{
+	if (s->broken)
+		return -EIO;
+	if (s->conn && PQstatus(s->conn) == CONNECTION_OK && !s->doubt_xid)
+		return 0;
+	return reconnect(s);
+}
+
+/* ---- schema ---- */
+
+static int schema_error(struct pg_store *s, char *err, size_t errlen, const char *what)
+{
+	snprintf(err, errlen, "index %s: %s: %s", s->display, what,
+	         PQerrorMessage(s->conn)[0] ? PQerrorMessage(s->conn) : "unknown error");
+	err[strcspn(err, "\n")] = '\0';
+	return PQstatus(s->conn) == CONNECTION_OK ? -EIO : -ECONNREFUSED;
+}
+
+static int get_version(struct pg_store *s, int *version)
+{
+	char ver[32];
+	int rc = s->base.ops->get_setting(&s->base, "schema_version", ver, sizeof(ver));
+
+	*version = rc == 0 ? atoi(ver) : 0;
+	return rc;
+}
+
+/* Creates the schema in an empty database, or checks and migrates an
+ * existing one, under a transaction-scoped advisory lock so that
+ * several daemons starting at once do it once. */
+static int check_schema(struct pg_store *s, char *err, size_t errlen)
+{
+	int version = 0, exists, rc;
+	char sql[128];
+
+	if (pg_exec(s, "BEGIN") < 0 ||
+	    pg_exec(s,
+	            "SELECT pg_advisory_xact_lock(" PG_STR(
+			    PG_SCHEMA_LOCK_CLASS) ", hashtext(coalesce(current_schema(), '')))") <
+	            0)
+		return schema_error(s, err, errlen, "cannot lock the schema");
+	PGresult *res = PQexec(s->conn, "SELECT to_regclass('pagefs_settings') IS NOT NULL,"
+	                                " current_schema() IS NULL");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+		PQclear(res);
+		rc = schema_error(s, err, errlen, "cannot read the catalog");
+		goto fail;
+	}
+	exists = PQgetvalue(res, 0, 0)[0] == 't';
+	int no_schema = PQgetvalue(res, 0, 1)[0] == 't';
+	PQclear(res);
+	if (!exists) {
+		if (no_schema) {
+			snprintf(err, errlen,
+			         "index %s: the search_path names no existing schema; create it "
+			         "(CREATE SCHEMA) or fix options=-csearch_path in the URI",
+			         s->display);
+			rc = -ENOENT;
+			goto fail;
+		}
+		if (s->read_only) {
+			snprintf(err, errlen,
+			         "index %s has no pagefs tables and the open is read-only; mount "
+			         "it read-write once to create them",
+			         s->display);
+			rc = -EROFS;
+			goto fail;
+		}
+		snprintf(sql, sizeof(sql),
+		         "INSERT INTO pagefs_settings VALUES('schema_version','%d')",
+		         PG_SCHEMA_VERSION);
+		if (pg_exec(s, schema_sql) < 0 || pg_exec(s, sql) < 0) {
+			rc = schema_error(s, err, errlen, "cannot create the pagefs tables");
+			goto fail;
+		}
+		log_info("index %s: created the pagefs tables (schema version %d)", s->display,
+		         PG_SCHEMA_VERSION);
+	} else if (get_version(s, &version) < 0 || version <= 0) {
+		snprintf(err, errlen,
+		         "index %s has pagefs tables but no schema version; check it with "
+		         "'pagefs fsck'",
+		         s->display);
+		rc = -EIO;
+		goto fail;
+	} else if (version > PG_SCHEMA_VERSION) {
+		snprintf(err, errlen,
+		         "index %s has schema version %d, newer than this pagefs understands "
+		         "(%d): another node upgraded it; upgrade pagefs on this node",
+		         s->display, version, PG_SCHEMA_VERSION);
+		rc = -EPROTO;
+		goto fail;
+	} else if (version < PG_SCHEMA_VERSION) {
+		if (s->read_only) {
+			snprintf(err, errlen,
+			         "index %s has schema version %d and needs migrating to %d; "
+			         "open it read-write once",
+			         s->display, version, PG_SCHEMA_VERSION);
+			rc = -EROFS;
+			goto fail;
+		}
+		for (int v = version; v < PG_SCHEMA_VERSION; v++) {
+			if (!migrate[v] || pg_exec(s, migrate[v]) < 0) {
+				rc = schema_error(s, err, errlen, "migration failed");
+				goto fail;
+			}
+		}
+		snprintf(sql, sizeof(sql),
+		         "UPDATE pagefs_settings SET value='%d' WHERE key='schema_version'",
+		         PG_SCHEMA_VERSION);
+		if (pg_exec(s, sql) < 0) {
+			rc = schema_error(s, err, errlen, "migration failed");
+			goto fail;
+		}
+		log_info("index %s: migrated schema %d -> %d", s->display, version,
+		         PG_SCHEMA_VERSION);
+	}
+	if (pg_exec(s, "COMMIT") < 0)
+		return schema_error(s, err, errlen, "cannot commit the schema");
+	return 0;
+fail:
+	pg_exec(s, "ROLLBACK");
+	return rc;
+}
+
+/* ---- the engine's calls ---- */
+
+static void pg_close(struct store *base)
+{
+	struct pg_store *s = (struct pg_store *)base;
+
+	PQfinish(s->conn); /* ends the session: releases the advisory lock */
+	PQfinish(s->rconn);
+	pthread_mutex_destroy(&s->read_lock);
+	free(s->uri);
+	free(s->display);
+	free(s);
+}
+
+static int pg_lock(struct store *base, char *err, size_t errlen)
+{
+	struct pg_store *s = (struct pg_store *)base;
+	char owner[512] = "unknown", host[64] = "";
+	int got = 0, rc;
+
+	if (s->locked)
+		return 0;
+	if ((rc = take_lock(s, &got)) < 0) {
+		snprintf(err, errlen, "index %s: cannot take the daemon lock", s->display);
+		return rc;
+	}
+	if (!got) {
+		base->ops->get_setting(base, "owner", owner, sizeof(owner));
+		snprintf(err, errlen,
+		         "index %s is in use by another pagefs daemon (%s); unmount that mount "
+		         "first ('pagefs umount'), or give this one its own --meta (another "
+		         "database, or schema: ?options=-csearch_path%%3DNAME). Several daemons "
+		         "on one PostgreSQL index are not supported yet",
+		         s->display, owner);
+		return -EBUSY;
+	}
+	s->locked = 1;
+	if (!s->read_only) {
+		time_t now = time(NULL);
+		struct tm tm;
+		gethostname(host, sizeof(host) - 1);
+		gmtime_r(&now, &tm);
+		snprintf(owner, sizeof(owner), "pid %d on %s since %04d-%02d-%02dT%02d:%02d:%02dZ",
+		         (int)getpid(), host, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+		         tm.tm_hour, tm.tm_min, tm.tm_sec);
+		if ((rc = base->ops->set_setting(base, "owner", owner)) < 0) {
+			snprintf(err, errlen, "index %s: cannot record the owner: %s", s->display,
+			         strerror(-rc));
+			return rc;
+		}
+	}
+	return 0;
+}
+
+static int pg_get_setting(struct store *base, const char *key, char *buf, size_t len)
+{
+	struct pg_store *s = (struct pg_store *)base;
+	struct pg_args a = {0};
+	PGresult *res;
+	int rc;
+
+	pg_arg_text(&a, key);
+	if ((rc = pg_run(s, PG_GET_SETTING, &a, &res)) < 0)
+		return rc;
+	if (PQntuples(res) == 1)
+		snprintf(buf, len, "%.*s", PQgetlength(res, 0, 0), PQgetvalue(res, 0, 0));
+	else
+		rc = -ENOENT;
+	PQclear(res);
+	return rc;
+}
+
+static int pg_set_setting(struct store *base, const char *key, const char *value)
+{
+	struct pg_args a = {0};
+
+	pg_arg_text(&a, key);
+	pg_arg_text(&a, value);
+	return pg_run((struct pg_store *)base, PG_SETTING, &a, NULL);
+}
+
+static int pg_begin(struct store *base)
+{
+	struct pg_store *s = (struct pg_store *)base;
+	int rc = -EIO;
+
+	/* A connection that died while idle fails BEGIN: nothing was sent
+	 * for this batch yet, so reconnect and try once more. */
+	for (int attempt = 0; attempt < 2; attempt++) {
+		if ((rc = ensure_conn(s)) < 0)
+			return rc;
+		PGresult *res = PQexec(s->conn, "BEGIN; SELECT txid_current()");
+		if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
+			s->xid = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+			PQclear(res);
+			return 0;
+		}
+		rc = pg_error(s->conn, res, "BEGIN");
+		PQclear(res);
+		if (PQstatus(s->conn) == CONNECTION_OK)
+			return rc;
+	}
+	return rc;
+}
+
+/* A COMMIT cut off on the wire: asks a new connection what happened,
+ * for up to PG_RESOLVE_MS. 0 committed, -EIO otherwise. */
+static int resolve_commit(struct pg_store *s)
+{
+	struct timespec pause = {0, 100 * 1000 * 1000};
+
+	s->doubt_xid = s->xid;
+	for (int waited = 0; waited < PG_RESOLVE_MS; waited += 100) {
+		PQfinish(s->conn);
+		memset(s->prepared, 0, sizeof(s->prepared));
+		s->conn = pg_connect(s);
+		if (s->conn && PQstatus(s->conn) == CONNECTION_OK) {
+			int rc = xid_outcome(s, s->xid);
+			if (rc == 1 || rc == 0) {
+				/* Known: the next begin retakes the lock and session. */
+				s->doubt_xid = 0;
+				PQfinish(s->conn);
+				s->conn = NULL;
+				log_warn("index %s: the interrupted commit %s", s->display,
+				         rc ? "had committed" : "was rolled back");
+				return rc == 1 ? 0 : -EIO;
+			}
+		}
+		nanosleep(&pause, NULL);
+	}
+	log_error("index %s: the outcome of an interrupted commit is unknown; it is checked "
+	          "again at the next reconnect",
+	          s->display);
+	return -EIO;
+}
+
+static int pg_commit(struct store *base)
+{
+	struct pg_store *s = (struct pg_store *)base;
+	PGresult *res = PQexec(s->conn, "COMMIT");
+	int rc = 0;
+
+	if (PQresultStatus(res) == PGRES_COMMAND_OK) {
+		/* COMMIT of a failed transaction reports ROLLBACK. */
+		if (strcmp(PQcmdStatus(res), "COMMIT") != 0)
+			rc = -EIO;
+	} else if (PQstatus(s->conn) != CONNECTION_OK) {
+		pg_error(s->conn, res, "COMMIT");
+		rc = resolve_commit(s);
+	} else {
+		rc = pg_error(s->conn, res, "COMMIT");
+	}
+	PQclear(res);
+	return rc;
+}
+
+static void pg_rollback(struct store *base)
+{
+	struct pg_store *s = (struct pg_store *)base;
+
+	if (s->conn && PQstatus(s->conn) == CONNECTION_OK &&
+	    PQtransactionStatus(s->conn) != PQTRANS_IDLE)
+		PQclear(PQexec(s->conn, "ROLLBACK"));
+}
+
+static const struct store_ops pg_ops = {
+	.close = pg_close,
+	.lock = pg_lock,
+	.get_setting = pg_get_setting,
+	.set_setting = pg_set_setting,
+	.load = pg_load,
+	.begin = pg_begin,
+	.apply = pg_apply,
+	.commit = pg_commit,
+	.rollback = pg_rollback,
+	.iter_pages = pg_iter_pages,
+};
+
+int store_pg_open(const char *uri, const char *display, int power, int read_only,
+                  struct store **out, char *err, size_t errlen)
+{
+	struct pg_store *s = calloc(1, sizeof(*s));
+	int rc;
+
+	if (!s || !(s->uri = strdup(uri)) || !(s->display = strdup(display))) {
+		if (s)
+			free(s->uri);
+		free(s);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	s->base.ops = &pg_ops;
+	s->base.engine = STORE_PG;
+	s->power = power;
+	s->read_only = read_only;
+	pthread_mutex_init(&s->read_lock, NULL);
+	s->conn = pg_connect(s);
+	if (!s->conn || PQstatus(s->conn) != CONNECTION_OK) {
+		const char *msg = s->conn ? PQerrorMessage(s->conn) : "out of memory";
+		snprintf(err, errlen,
+		         "cannot connect to index %s: %.*s; check that the server runs and the "
+		         "URI (host, port, user, database)",
+		         display, (int)strcspn(msg, "\n"), msg);
+		rc = -ECONNREFUSED;
+		goto fail;
+	}
+	if ((rc = pg_session(s)) < 0) {
+		snprintf(err, errlen, "index %s: cannot set up the session", display);
+		goto fail;
+	}
+	if ((rc = check_schema(s, err, errlen)) < 0)
+		goto fail;
+	*out = &s->base;
+	return 0;
+fail:
+	pg_close(&s->base);
+	return rc;
+}

@@ -1,0 +1,86 @@
+/*
+ * store_pg.h - private to the PostgreSQL store (store_pg.c: connections,
+ * schema, lock, transactions; store_pg_rows.c: rows in and out).
+ */
+#ifndef PAGEFS_META_STORE_PG_H
+#define PAGEFS_META_STORE_PG_H
+
+#include "meta/store.h"
+
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#define PG_STR_(x) #x
+#define PG_STR(x) PG_STR_(x) /* a number macro as an SQL literal */
+
+/* Prepared statements of the write connection. */
+enum pg_stmt {
+	PG_COMMIT_DEL,
+	PG_COMMIT_PUT,
+	PG_DELETE,
+	PG_RENAME_DEL,
+	PG_RENAME,
+	PG_TOUCH,
+	PG_RANK_PUT,
+	PG_POOL_PUT,
+	PG_POOL_DEL,
+	PG_RANK_DEL,
+	PG_SETTING,
+	PG_GET_SETTING,
+	PG_CHECKSUM,
+	PG_STMT_COUNT
+};
+
+struct pg_store {
+	struct store base; /* first: a struct store * points here */
+	char *uri;         /* libpq URI, with any password: never logged */
+	char *display;     /* the URI as messages show it */
+	int power, read_only;
+
+	/* The write connection: the opening thread, then only the journal's
+	 * writer thread. */
+	PGconn *conn;
+	uint8_t prepared[PG_STMT_COUNT];
+	int locked;        /* holds the daemon's advisory lock (retaken on reconnect) */
+	int64_t xid;       /* the open transaction's id */
+	int64_t doubt_xid; /* a COMMIT whose outcome is not known yet, or 0 */
+	int broken;        /* memory and index may disagree: writes refused */
+
+	pthread_mutex_t read_lock; /* protects rconn */
+	PGconn *rconn;             /* page iteration (readdir, export) */
+};
+
+/* Parameters of one statement, binary except text. */
+#define PG_MAX_ARGS 10
+struct pg_args {
+	int n;
+	const char *val[PG_MAX_ARGS];
+	int len[PG_MAX_ARGS];
+	int fmt[PG_MAX_ARGS];
+	uint64_t be[PG_MAX_ARGS];
+};
+
+void pg_arg_i64(struct pg_args *a, int64_t v);
+void pg_arg_bytes(struct pg_args *a, const void *p, int len);
+void pg_arg_text(struct pg_args *a, const char *s);
+void pg_arg_null(struct pg_args *a);
+/* A bigint (or int4) column of a binary result. */
+int64_t pg_col_i64(const PGresult *res, int row, int col);
+
+/* Runs prepared statement id on the write connection (preparing it
+ * first on this connection). Returns 0 or a negative errno; *out (may
+ * be NULL) gets the binary result, owned by the caller. */
+int pg_run(struct pg_store *s, enum pg_stmt id, const struct pg_args *a, PGresult **out);
+/* Maps a failed result (or connection) to a negative errno and logs it. */
+int pg_error(PGconn *c, const PGresult *res, const char *what);
+/* Connects with pagefs's defaults (timeouts, keepalives, application
+ * name) under the URI's own settings. NULL only on out of memory. */
+PGconn *pg_connect(struct pg_store *s);
+
+/* store_pg_rows.c: the engine's row calls. */
+int pg_load(struct store *base, const struct store_load_cb *cb, char *err, size_t errlen);
+int pg_apply(struct store *base, struct rec *r);
+int pg_iter_pages(struct store *base, uint32_t pool_id, uint64_t after, meta_page_cb cb, void *arg);
+
+#endif

@@ -1,0 +1,347 @@
+/*
+ * store_pg_rows.c - rows of the PostgreSQL store: loading the index,
+ * applying the journal's records, iterating a pool's pages.
+ *
+ * The statements do exactly what store_sqlite.c's do (apply.c mirrors
+ * them in memory). Each record runs in its own savepoint so one bad
+ * record fails alone. Loading streams rows (single-row mode), so a large
+ * index is never held twice in memory; iteration reads a pool in id
+ * order in chunks of PG_ITER_CHUNK rows on its own connection.
+ */
+#include "meta/log.h"
+#include "meta/store_pg.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PG_ITER_CHUNK 256
+
+/* ---- load ---- */
+
+/* Streams the rows of a query to row_cb; 0, row_cb's error, or -EIO. */
+static int stream(struct pg_store *s, const char *sql, int (*row_cb)(void *, const PGresult *),
+                  void *arg, char *err, size_t errlen)
+{
+	PGresult *res;
+	int ret = 0, failed = 0;
+
+	if (!PQsendQueryParams(s->conn, sql, 0, NULL, NULL, NULL, NULL, 1) ||
+	    !PQsetSingleRowMode(s->conn)) {
+		snprintf(err, errlen, "cannot read index %s: %s", s->display,
+		         PQerrorMessage(s->conn));
+		err[strcspn(err, "\n")] = '\0';
+		while ((res = PQgetResult(s->conn)))
+			PQclear(res);
+		return -EIO;
+	}
+	while ((res = PQgetResult(s->conn))) {
+		ExecStatusType st = PQresultStatus(res);
+		if (st == PGRES_SINGLE_TUPLE && ret == 0)
+			ret = row_cb(arg, res);
+		else if (st != PGRES_SINGLE_TUPLE && st != PGRES_TUPLES_OK && !failed) {
+			failed = 1;
+			snprintf(err, errlen, "cannot read index %s (%s); run 'pagefs fsck' on it",
+			         s->display, PQresultErrorMessage(res));
+			err[strcspn(err, "\n")] = '\0';
+		}
+		PQclear(res);
+	}
+	return ret ? ret : failed ? -EIO : 0;
+}
+
+struct load_ctx {
+	const struct store_load_cb *cb;
+	struct rec *row;
+};
+
+static int load_rank(void *arg, const PGresult *res)
+{
+	struct load_ctx *l = arg;
+
+	return l->cb->rank(l->cb->arg, (int)pg_col_i64(res, 0, 0));
+}
+
+static int load_pool(void *arg, const PGresult *res)
+{
+	struct load_ctx *l = arg;
+	struct store_pool_row row = {0};
+
+	row.id = (uint32_t)pg_col_i64(res, 0, 0);
+	row.rank = (uint16_t)pg_col_i64(res, 0, 1);
+	snprintf(row.ns, sizeof(row.ns), "%.*s", PQgetlength(res, 0, 2), PQgetvalue(res, 0, 2));
+	row.slot_size = (uint64_t)pg_col_i64(res, 0, 3);
+	row.capacity = (uint64_t)pg_col_i64(res, 0, 4);
+	return l->cb->pool(l->cb->arg, &row);
+}
+
+static int load_page(void *arg, const PGresult *res)
+{
+	struct load_ctx *l = arg;
+	struct rec *row = l->row;
+	int n = PQgetlength(res, 0, 2);
+	/* A name of a bad length goes on truncated, name_len saying it does
+	 * not fit: the loader refuses it, fsck reports and drops it. */
+	size_t copy = n < 0 ? 0 : n > META_NAME_MAX ? META_NAME_MAX : (size_t)n;
+
+	row->page_id = (uint64_t)pg_col_i64(res, 0, 0);
+	row->pool_id = (uint32_t)pg_col_i64(res, 0, 1);
+	memcpy(row->name, PQgetvalue(res, 0, 2), copy);
+	row->name[copy] = '\0';
+	row->name_len = (uint16_t)(n > META_NAME_MAX ? META_NAME_MAX + 1 : (int)copy);
+	row->slot = (uint64_t)pg_col_i64(res, 0, 3);
+	row->length = (uint64_t)pg_col_i64(res, 0, 4);
+	row->has_checksum = !PQgetisnull(res, 0, 5);
+	row->checksum = row->has_checksum ? (uint64_t)pg_col_i64(res, 0, 5) : 0;
+	row->mtime_ns = pg_col_i64(res, 0, 6);
+	row->atime_ns = pg_col_i64(res, 0, 7);
+	row->gen = (uint32_t)pg_col_i64(res, 0, 8);
+	return l->cb->page(l->cb->arg, row);
+}
+
+int pg_load(struct store *base, const struct store_load_cb *cb, char *err, size_t errlen)
+{
+	struct pg_store *s = (struct pg_store *)base;
+	struct load_ctx l = {cb, rec_new(REC_COMMIT)};
+	int rc;
+
+	if (!l.row)
+		return -ENOMEM;
+	rc = stream(s, "SELECT rank FROM pagefs_ranks", load_rank, &l, err, errlen);
+	if (rc == 0)
+		rc = stream(s, "SELECT id,rank,ns,slot_size,capacity FROM pagefs_pools ORDER BY id",
+		            load_pool, &l, err, errlen);
+	if (rc == 0)
+		rc = stream(s,
+		            "SELECT id,pool,name,slot,length,checksum,mtime,atime,gen"
+		            " FROM pagefs_pages ORDER BY atime, id",
+		            load_page, &l, err, errlen);
+	free(l.row);
+	return rc;
+}
+
+/* ---- records ---- */
+
+static void args_page(struct pg_args *a, const struct rec *r)
+{
+	pg_arg_i64(a, (int64_t)r->page_id);
+	pg_arg_i64(a, r->pool_id);
+	pg_arg_bytes(a, r->name, r->name_len);
+	pg_arg_i64(a, (int64_t)r->slot);
+	pg_arg_i64(a, (int64_t)r->length);
+	if (r->has_checksum)
+		pg_arg_i64(a, (int64_t)r->checksum);
+	else
+		pg_arg_null(a);
+	pg_arg_i64(a, r->mtime_ns);
+	pg_arg_i64(a, r->atime_ns);
+	pg_arg_i64(a, r->gen);
+}
+
+static int run_pool_name_id(struct pg_store *s, enum pg_stmt id, uint32_t pool, const char *name,
+                            int len, uint64_t page_id)
+{
+	struct pg_args a = {0};
+
+	pg_arg_i64(&a, pool);
+	pg_arg_bytes(&a, name, len);
+	pg_arg_i64(&a, (int64_t)page_id);
+	return pg_run(s, id, &a, NULL);
+}
+
+static int run_ids(struct pg_store *s, enum pg_stmt id, int nargs, int64_t x, int64_t y)
+{
+	struct pg_args a = {0};
+
+	pg_arg_i64(&a, x);
+	if (nargs > 1)
+		pg_arg_i64(&a, y);
+	return pg_run(s, id, &a, NULL);
+}
+
+/* REC_BULK: one row per page; the record's savepoint makes it all or nothing. */
+static int apply_bulk(struct pg_store *s, const struct rec *r)
+{
+	const struct bulk *b = r->bulk;
+	struct rec *row = rec_new(REC_COMMIT);
+	int rc = 0;
+
+	if (!row)
+		return -ENOMEM;
+	for (size_t i = 0; i < b->n && rc == 0; i++) {
+		const struct page *p = b->pages[i];
+		struct pg_args a = {0};
+		row->page_id = p->id;
+		row->pool_id = p->pool->id;
+		memcpy(row->name, p->name, p->name_len);
+		row->name_len = p->name_len;
+		row->slot = p->slot;
+		row->length = p->length;
+		row->checksum = p->checksum;
+		row->has_checksum = p->has_checksum;
+		row->mtime_ns = p->mtime_ns;
+		row->atime_ns = p->atime_ns;
+		row->gen = p->gen;
+		rc = run_pool_name_id(s, PG_COMMIT_DEL, row->pool_id, row->name, row->name_len,
+		                      row->page_id);
+		if (rc == 0) {
+			args_page(&a, row);
+			rc = pg_run(s, PG_COMMIT_PUT, &a, NULL);
+		}
+		if (b->progress && ((i + 1) % 65536 == 0 || i + 1 == b->n))
+			b->progress(b->arg, i + 1, b->n);
+	}
+	free(row);
+	return rc;
+}
+
+static int apply_one(struct pg_store *s, struct rec *r)
+{
+	struct pg_args a = {0};
+	int rc;
+
+	switch (r->type) {
+	case REC_COMMIT:
+		rc = run_pool_name_id(s, PG_COMMIT_DEL, r->pool_id, r->name, r->name_len,
+		                      r->page_id);
+		if (rc < 0)
+			return rc;
+		args_page(&a, r);
+		return pg_run(s, PG_COMMIT_PUT, &a, NULL);
+	case REC_UNLINK:
+	case REC_DROP:
+		return run_ids(s, PG_DELETE, 1, (int64_t)r->page_id, 0);
+	case REC_RENAME:
+		rc = run_pool_name_id(s, PG_RENAME_DEL, r->pool_id, r->name, r->name_len,
+		                      r->page_id);
+		if (rc < 0)
+			return rc;
+		pg_arg_i64(&a, (int64_t)r->page_id);
+		pg_arg_bytes(&a, r->name, r->name_len);
+		return pg_run(s, PG_RENAME, &a, NULL);
+	case REC_TOUCH:
+		return run_ids(s, PG_TOUCH, 2, (int64_t)r->page_id, r->atime_ns);
+	case REC_RANK_PUT:
+		return run_ids(s, PG_RANK_PUT, 1, r->rank, 0);
+	case REC_RANK_DEL:
+		return run_ids(s, PG_RANK_DEL, 1, r->rank, 0);
+	case REC_POOL_PUT:
+		if ((rc = run_ids(s, PG_RANK_PUT, 1, r->rank, 0)) < 0)
+			return rc;
+		pg_arg_i64(&a, r->pool_id);
+		pg_arg_i64(&a, r->rank);
+		pg_arg_text(&a, r->ns);
+		pg_arg_i64(&a, (int64_t)r->slot_size);
+		pg_arg_i64(&a, (int64_t)r->capacity);
+		return pg_run(s, PG_POOL_PUT, &a, NULL);
+	case REC_POOL_DEL:
+		return run_ids(s, PG_POOL_DEL, 1, r->pool_id, 0);
+	case REC_SETTING:
+		pg_arg_text(&a, r->key);
+		pg_arg_text(&a, r->value);
+		return pg_run(s, PG_SETTING, &a, NULL);
+	case REC_BULK:
+		return apply_bulk(s, r);
+	case REC_CHECKSUM:
+		pg_arg_i64(&a, (int64_t)r->page_id);
+		pg_arg_i64(&a, (int64_t)r->slot);
+		pg_arg_i64(&a, (int64_t)r->checksum);
+		return pg_run(s, PG_CHECKSUM, &a, NULL);
+	}
+	return -EINVAL;
+}
+
+static int exec_simple(struct pg_store *s, const char *sql)
+{
+	PGresult *res = PQexec(s->conn, sql);
+	int rc = PQresultStatus(res) == PGRES_COMMAND_OK ? 0 : pg_error(s->conn, res, sql);
+
+	PQclear(res);
+	return rc;
+}
+
+int pg_apply(struct store *base, struct rec *r)
+{
+	struct pg_store *s = (struct pg_store *)base;
+	int rc = exec_simple(s, "SAVEPOINT rec");
+
+	if (rc < 0)
+		return rc;
+	rc = apply_one(s, r);
+	if (rc < 0 && PQstatus(s->conn) == CONNECTION_OK)
+		exec_simple(s, "ROLLBACK TO SAVEPOINT rec");
+	if (PQstatus(s->conn) == CONNECTION_OK)
+		exec_simple(s, "RELEASE SAVEPOINT rec");
+	return rc;
+}
+
+/* ---- iteration (its own connection) ---- */
+
+static int iter_chunk(struct pg_store *s, uint32_t pool_id, uint64_t *after, meta_page_cb cb,
+                      void *arg, int *rows)
+{
+	static const char sql[] =
+		"SELECT id,name,slot,length,checksum,mtime,atime,gen"
+		" FROM pagefs_pages WHERE pool=$1 AND id>$2 ORDER BY id LIMIT " PG_STR(
+			PG_ITER_CHUNK);
+	struct pg_args a = {0};
+	int ret = 0;
+
+	pg_arg_i64(&a, pool_id);
+	pg_arg_i64(&a, (int64_t)*after);
+	PGresult *res = PQexecParams(s->rconn, sql, a.n, NULL, a.val, a.len, a.fmt, 1);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		int rc = pg_error(s->rconn, res, "page iteration");
+		PQclear(res);
+		return rc;
+	}
+	*rows = PQntuples(res);
+	for (int i = 0; i < *rows && ret == 0; i++) {
+		struct meta_page_info info = {0};
+		int n = PQgetlength(res, i, 1);
+		*after = (uint64_t)pg_col_i64(res, i, 0);
+		if (n <= 0 || n > META_NAME_MAX)
+			continue;
+		info.id = *after;
+		info.pool_id = pool_id;
+		memcpy(info.name, PQgetvalue(res, i, 1), (size_t)n);
+		info.slot = (uint64_t)pg_col_i64(res, i, 2);
+		info.length = (uint64_t)pg_col_i64(res, i, 3);
+		info.has_checksum = !PQgetisnull(res, i, 4);
+		info.checksum = info.has_checksum ? (uint64_t)pg_col_i64(res, i, 4) : 0;
+		info.mtime_ns = pg_col_i64(res, i, 5);
+		info.atime_ns = pg_col_i64(res, i, 6);
+		info.gen = (uint32_t)pg_col_i64(res, i, 7);
+		info.committed = 1;
+		ret = cb(arg, &info);
+	}
+	PQclear(res);
+	return ret;
+}
+
+int pg_iter_pages(struct store *base, uint32_t pool_id, uint64_t after, meta_page_cb cb, void *arg)
+{
+	struct pg_store *s = (struct pg_store *)base;
+	int rows = PG_ITER_CHUNK, ret = 0;
+
+	pthread_mutex_lock(&s->read_lock);
+	if (s->rconn && PQstatus(s->rconn) != CONNECTION_OK) {
+		PQfinish(s->rconn);
+		s->rconn = NULL;
+	}
+	if (!s->rconn) {
+		s->rconn = pg_connect(s);
+		if (!s->rconn || PQstatus(s->rconn) != CONNECTION_OK) {
+			pg_error(s->rconn, NULL, "connect for page iteration");
+			PQfinish(s->rconn);
+			s->rconn = NULL;
+			pthread_mutex_unlock(&s->read_lock);
+			return -EIO;
+		}
+	}
+	while (ret == 0 && rows == PG_ITER_CHUNK)
+		ret = iter_chunk(s, pool_id, &after, cb, arg, &rows);
+	pthread_mutex_unlock(&s->read_lock);
+	return ret;
+}

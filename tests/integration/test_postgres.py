@@ -1,0 +1,151 @@
+"""The PostgreSQL index (issue 5, single daemon): what differs from SQLite.
+
+The shared contract tests (test_tree, test_page_write, test_persistence,
+test_rename_unlink) already run against both engines; these cover what only
+a server has: the daemon lock in the database, schema versions, connection
+losses, other commands taking a postgres:// URI, and passwords kept out of
+every output. Needs PAGEFS_TEST_PG_URI (skipped without it).
+"""
+import errno
+import os
+import threading
+import time
+
+import pytest
+
+import pagefs_helpers as H
+from pagefs_helpers import assert_bytes_equal, describe, read_page, run_pagefs, write_page
+
+pytestmark = pytest.mark.skipif(not H.PG_URI, reason="PAGEFS_TEST_PG_URI is unset: no PostgreSQL "
+                                "server (scripts/test.sh starts one)")
+
+SMALL = ("--page-size", "64K", "--capacity", "4M")
+
+
+def pg_mount(mount, *opts):
+    """A mount on a fresh PostgreSQL index (its own schema)."""
+    factory = mount
+    return factory(*(opts or SMALL), meta=factory.pg_index())
+
+
+def terminate_backends(pid):
+    """Ends every PostgreSQL session of daemon pid; returns how many."""
+    out = H.psql("SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity"
+                 f" WHERE application_name LIKE 'pagefs pid {pid} %'")
+    return int(out or 0)
+
+
+def test_a_second_daemon_on_one_postgres_index_is_refused_naming_the_first(mount):
+    a = pg_mount(mount)
+    b = mount(*SMALL, backing=a.backing, meta=a.meta, start=False)
+    r = b.attempt()
+    assert r.returncode == 1, f"second daemon on one index: {describe(r)}"
+    assert "in use by another pagefs daemon" in r.stderr, r.stderr
+    assert f"pid {a.pid}" in r.stderr, f"the first daemon (pid {a.pid}) is not named: {r.stderr}"
+    assert not H.is_mounted(b.mnt)
+    # kill -9 of the holder ends its session: the lock is free at once.
+    a.kill9()
+    b.start()
+    write_page(b.pool() / "after", b"x")
+
+
+def test_a_newer_schema_is_refused_at_mount_naming_the_fix(mount):
+    m = pg_mount(mount)
+    write_page(m.pool() / "p", b"data")
+    m.umount()
+    H.psql("UPDATE pagefs_settings SET value='7' WHERE key='schema_version'", uri=m.meta)
+    r = m.attempt()
+    assert r.returncode == 1, describe(r)
+    assert "schema version 7" in r.stderr and "upgrade pagefs" in r.stderr, r.stderr
+    H.psql("UPDATE pagefs_settings SET value='1' WHERE key='schema_version'", uri=m.meta)
+    m.start()
+    assert read_page(m.pool() / "p") == b"data"
+
+
+@pytest.mark.timeout_s(180)
+def test_lost_connections_fail_commits_only_with_eio_and_lose_nothing_that_returned(mount):
+    m = pg_mount(mount, "--page-size", "8K", "--capacity", "256M")  # 32768 slots: no eviction
+    pool = m.pool()
+    ok, failed, other = {}, [], []
+    stop = threading.Event()
+
+    def writer():
+        i = 0
+        while not stop.is_set():
+            name = f"page-{i}"
+            data = os.urandom(1000 + i % 5000)
+            if i >= 30000:
+                break
+            try:
+                write_page(pool / name, data)
+                ok[name] = data
+            except OSError as e:
+                (failed if e.errno == errno.EIO else other).append((name, e.errno))
+            i += 1
+
+    t = threading.Thread(target=writer)
+    t.start()
+    killed = 0
+    try:
+        for _ in range(12):
+            time.sleep(0.15)
+            killed += terminate_backends(m.pid)
+    finally:
+        stop.set()
+        t.join(60)
+    assert killed >= 12, f"only {killed} sessions ended"
+    assert not other, f"errors other than EIO: {other[:5]}"
+    # The daemon reconnected by itself: new commits work.
+    for i in range(5):
+        write_page(pool / f"later-{i}", b"later %d" % i)
+    m.remount()
+    names = set(os.listdir(pool))
+    for name, data in ok.items():
+        assert name in names, f"{name} returned from close() but is gone after remount"
+        assert_bytes_equal(read_page(pool / name), data, name)
+    for name, _ in failed:
+        assert name not in names, f"{name} failed with EIO but was published"
+    assert {f"later-{i}" for i in range(5)} <= names
+    m.umount()
+    r = run_pagefs("fsck", m.backing, "--meta", m.meta, "--verify-data", timeout=120)
+    assert r.returncode == 0, describe(r)
+    print(f"{len(ok)} commits ok, {len(failed)} failed with EIO, {killed} sessions ended")
+
+
+def test_fsck_and_export_json_take_a_postgres_uri(mount):
+    m = pg_mount(mount)
+    write_page(m.pool(0, "kv") / "key-1", b"a" * 100)
+    write_page(m.pool(0, "kv") / "key-2", b"b" * 100)
+    m.umount()
+    r = run_pagefs("fsck", m.backing, "--meta", m.meta)
+    assert r.returncode == 0 and "clean" in r.stdout, describe(r)
+    out = m.dir / "state.json"
+    r = run_pagefs("export-json", "--backing", m.backing, "--meta", m.meta, "-o", out)
+    assert r.returncode == 0, describe(r)
+    text = out.read_text()
+    assert '"0:kv"' in text and '"key-1"' in text and '"key-2"' in text, text[:500]
+
+
+def test_a_password_in_the_uri_shows_in_no_output_log_status_or_mark(mount):
+    # The test server trusts local connections, so any password is accepted.
+    schema, uri = H.new_pg_index(f"pw{os.getpid()}")
+    mount.pg_schemas.append(schema)
+    secret = "s3cret-Pw-123"
+    rest = uri.split("://", 1)[1]
+    user_host, sep, tail = rest.partition("/")
+    uri_pw = f"postgresql://postgres:{secret}@{user_host}{sep}{tail}"
+    m = mount(*SMALL, meta=uri_pw)
+    write_page(m.pool() / "p", b"x")
+    seen = {
+        "mount output": "".join(r.stdout + r.stderr for _, r in m.outputs),
+        "stats xattr": os.getxattr(m.mnt, "user.pagefs.stats").decode(),
+        "status": run_pagefs("status", m.mnt).stdout,
+    }
+    m.umount()
+    seen["daemon log"] = m.log_tail()
+    seen["owner mark"] = (m.backing / ".pagefs-owner").read_text()
+    r = run_pagefs("fsck", m.backing, "--meta", "postgresql://postgres:%s@127.0.0.1:1/x" % secret)
+    seen["fsck error"] = r.stderr
+    for what, text in seen.items():
+        assert secret not in text, f"the password shows in the {what}: {text[:2000]}"
+    assert "***" in seen["owner mark"], seen["owner mark"]

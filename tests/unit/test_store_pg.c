@@ -1,0 +1,438 @@
+/*
+ * test_store_pg.c - the PostgreSQL store against a real server.
+ *
+ * Needs PAGEFS_TEST_PG_URI (scripts/test.sh starts a private server and
+ * sets it); without it every test is skipped with a message. Each test
+ * gets its own schema (CREATE SCHEMA, then ?options=-csearch_path=...),
+ * dropped at the end. Lost connections are real: an admin connection
+ * ends the store's backend with pg_terminate_backend().
+ */
+#include "fixture.h"
+#include "meta/store.h"
+
+#include <libpq-fe.h>
+#include <stdlib.h>
+
+TestSuite(store_pg, .init = fx_init_dirs, .fini = fx_teardown, .timeout = 60);
+
+static char pg_schema[64];
+static char pg_uri[1024];
+
+/* An admin connection (not named like pagefs's, so terminate spares it). */
+static PGconn *admin(void)
+{
+	const char *base = getenv("PAGEFS_TEST_PG_URI");
+	const char *keys[] = {"application_name", "options", "dbname", NULL};
+	const char *vals[] = {"pagefs-unit-admin", "-cclient_min_messages=warning", base, NULL};
+	PGconn *c = PQconnectdbParams(keys, vals, 1);
+
+	cr_assert(c && PQstatus(c) == CONNECTION_OK, "connect %s: %s", base,
+	          c ? PQerrorMessage(c) : "out of memory");
+	return c;
+}
+
+static void sql_ok(PGconn *c, const char *sql)
+{
+	PGresult *res = PQexec(c, sql);
+	ExecStatusType st = PQresultStatus(res);
+
+	cr_assert(st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK, "%s: %s", sql,
+	          PQresultErrorMessage(res));
+	PQclear(res);
+}
+
+/* Runs sql in the test's schema. */
+static void schema_sql(const char *sql)
+{
+	char buf[1024];
+	PGconn *c = admin();
+
+	snprintf(buf, sizeof(buf), "SET search_path = %s; %s", pg_schema, sql);
+	sql_ok(c, buf);
+	PQfinish(c);
+}
+
+static void pg_setup(void)
+{
+	const char *base = getenv("PAGEFS_TEST_PG_URI");
+	char sql[128];
+
+	fx_init_dirs();
+	if (!base || !*base)
+		cr_skip_test("PAGEFS_TEST_PG_URI is unset: no PostgreSQL server to test against "
+		             "(scripts/test.sh starts one)");
+	snprintf(pg_schema, sizeof(pg_schema), "unit_%d_%ld", (int)getpid(), (long)time(NULL));
+	PGconn *c = admin();
+	snprintf(sql, sizeof(sql), "CREATE SCHEMA %s", pg_schema);
+	sql_ok(c, sql);
+	PQfinish(c);
+	snprintf(pg_uri, sizeof(pg_uri), "%s%coptions=-csearch_path%%3D%s", base,
+	         strchr(base, '?') ? '&' : '?', pg_schema);
+	fx.cfg.uri = pg_uri;
+}
+
+static void pg_teardown(void)
+{
+	char sql[128];
+
+	fx_teardown();
+	if (!pg_schema[0])
+		return;
+	PGconn *c = admin();
+	snprintf(sql, sizeof(sql), "DROP SCHEMA %s CASCADE", pg_schema);
+	PQclear(PQexec(c, sql));
+	PQfinish(c);
+}
+
+/* Ends every backend this process opened; returns how many. */
+static int terminate_my_backends(void)
+{
+	char sql[256];
+	PGconn *c = admin();
+
+	snprintf(sql, sizeof(sql),
+	         "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
+	         " WHERE application_name LIKE 'pagefs pid %d %%'",
+	         (int)getpid());
+	PGresult *res = PQexec(c, sql);
+	cr_assert_eq(PQresultStatus(res), PGRES_TUPLES_OK, "%s: %s", sql,
+	             PQresultErrorMessage(res));
+	int n = PQntuples(res);
+	PQclear(res);
+	PQfinish(c);
+	return n;
+}
+
+static int count_rows(void)
+{
+	char sql[256];
+	PGconn *c = admin();
+
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM %s.pagefs_pages", pg_schema);
+	PGresult *res = PQexec(c, sql);
+	cr_assert_eq(PQresultStatus(res), PGRES_TUPLES_OK, "%s", PQresultErrorMessage(res));
+	int n = atoi(PQgetvalue(res, 0, 0));
+	PQclear(res);
+	PQfinish(c);
+	return n;
+}
+
+static int open_fails(char *err, size_t len)
+{
+	struct meta *m = NULL;
+	int ret = meta_open(&fx.cfg, &m, err, len);
+
+	if (ret == 0)
+		meta_close(m);
+	cr_assert_lt(ret, 0, "meta_open of %s succeeded, want a refusal", fx.cfg.uri);
+	cr_assert_neq(err[0], '\0', "refusal (%s) without a message", strerror(-ret));
+	return ret;
+}
+
+static void assert_mentions(const char *err, const char *what)
+{
+	cr_assert_not_null(strstr(err, what), "message does not mention \"%s\": %s", what, err);
+}
+
+/* A store-level page record. */
+static struct rec *page_rec(uint64_t id, const char *name, uint64_t slot)
+{
+	struct rec *r = rec_new(REC_COMMIT);
+
+	cr_assert_not_null(r);
+	r->pool_id = 1;
+	r->page_id = id;
+	r->slot = slot;
+	r->length = 10;
+	r->mtime_ns = r->atime_ns = (int64_t)id;
+	r->name_len = (uint16_t)snprintf(r->name, sizeof(r->name), "%s", name);
+	return r;
+}
+
+struct seen {
+	int n;
+	uint64_t ids[1200];
+	uint64_t slots[1200];
+	int stop_at;
+};
+
+static int count_page(void *arg, const struct rec *row)
+{
+	struct seen *s = arg;
+
+	s->ids[s->n] = row->page_id;
+	s->slots[s->n++] = row->slot;
+	return 0;
+}
+
+static int ignore_rank(void *arg, int rank)
+{
+	(void)arg;
+	(void)rank;
+	return 0;
+}
+
+static int ignore_pool(void *arg, const struct store_pool_row *row)
+{
+	(void)arg;
+	(void)row;
+	return 0;
+}
+
+static struct seen load_pages(struct store *s)
+{
+	static struct seen seen;
+	char err[512];
+	struct store_load_cb cb = {&seen, ignore_rank, ignore_pool, count_page};
+
+	memset(&seen, 0, sizeof(seen));
+	int ret = store_load(s, &cb, err, sizeof(err));
+	cr_assert_eq(ret, 0, "store_load: %s: %s", strerror(-ret), err);
+	return seen;
+}
+
+static struct store *store_ok(void)
+{
+	struct store *s = NULL;
+	char err[1024] = "";
+	int ret = store_open(pg_uri, 0, 0, &s, err, sizeof(err));
+
+	cr_assert_eq(ret, 0, "store_open: %s: %s", strerror(-ret), err);
+	ret = store_lock(s, err, sizeof(err));
+	cr_assert_eq(ret, 0, "store_lock: %s: %s", strerror(-ret), err);
+	return s;
+}
+
+/* Begins, applies, commits; returns the commit's result, records' in errs. */
+static int batch(struct store *s, struct rec **recs, int n, int *errs)
+{
+	int ret = store_begin(s);
+
+	for (int i = 0; i < n; i++)
+		errs[i] = ret < 0 ? ret : store_apply(s, recs[i]);
+	if (ret == 0)
+		ret = store_commit(s);
+	if (ret < 0)
+		store_rollback(s);
+	return ret;
+}
+
+/* ---- through the engine (meta.h) ---- */
+
+Test(store_pg, pages_pools_and_settings_survive_a_reopen, .init = pg_setup, .fini = pg_teardown)
+{
+	struct meta_page_info before[6];
+
+	fx_open();
+	fx_setup_pool();
+	put_pages(fx.pool, 6, before);
+	cr_assert_eq(meta_page_unlink(fx.m, fx.pool, "page-02"), 0);
+	cr_assert_eq(meta_page_rename(fx.m, fx.pool, "page-03", "renamed", 0), 0);
+	fx_reopen();
+
+	struct meta_pool_info pi = pool_info(fx.pool);
+	cr_assert_eq(pi.pages, 5, "pages after reopen: %llu, want 5", (unsigned long long)pi.pages);
+	lookup_missing(fx.pool, "page-02");
+	lookup_missing(fx.pool, "page-03");
+	struct meta_page_info r = lookup_ok(fx.pool, "renamed");
+	cr_assert_eq(r.id, before[3].id, "rename kept id %llu, now %llu",
+	             (unsigned long long)before[3].id, (unsigned long long)r.id);
+	for (int i = 0; i < 6; i++) {
+		char name[32];
+		if (i == 2 || i == 3)
+			continue;
+		page_name(name, sizeof(name), i);
+		struct meta_page_info p = lookup_ok(fx.pool, name);
+		cr_assert(p.id == before[i].id && p.slot == before[i].slot &&
+		                  p.length == before[i].length &&
+		                  p.checksum == before[i].checksum && p.has_checksum,
+		          "%s changed across the reopen", name);
+	}
+}
+
+Test(store_pg, second_open_of_one_index_is_refused_naming_the_holder, .init = pg_setup,
+     .fini = pg_teardown)
+{
+	char err[1024] = "", pid[32];
+	struct meta *first = NULL;
+
+	int ret = meta_open(&fx.cfg, &first, err, sizeof(err));
+	cr_assert_eq(ret, 0, "first open: %s", err);
+	ret = open_fails(err, sizeof(err));
+	cr_assert_eq(ret, -EBUSY, "second open: %s, want EBUSY: %s", strerror(-ret), err);
+	snprintf(pid, sizeof(pid), "pid %d", (int)getpid());
+	assert_mentions(err, pid);
+	assert_mentions(err, "in use by another pagefs daemon");
+	meta_close(first);
+	fx_open(); /* free again */
+}
+
+Test(store_pg, newer_schema_version_is_refused_naming_the_fix, .init = pg_setup,
+     .fini = pg_teardown)
+{
+	char err[1024] = "";
+
+	fx_open();
+	fx_close();
+	schema_sql("UPDATE pagefs_settings SET value='99' WHERE key='schema_version'");
+	open_fails(err, sizeof(err));
+	assert_mentions(err, "99");
+	assert_mentions(err, "upgrade pagefs");
+}
+
+Test(store_pg, read_only_open_of_an_empty_database_creates_nothing, .init = pg_setup,
+     .fini = pg_teardown)
+{
+	char err[1024] = "";
+
+	fx.cfg.read_only = 1;
+	cr_assert_eq(open_fails(err, sizeof(err)), -EROFS, "%s", err);
+	assert_mentions(err, "read-write");
+	PGconn *c = admin();
+	char sql[256];
+	snprintf(sql, sizeof(sql), "SELECT to_regclass('%s.pagefs_settings') IS NULL", pg_schema);
+	PGresult *res = PQexec(c, sql);
+	cr_assert_eq(PQgetvalue(res, 0, 0)[0], 't', "a read-only open created tables");
+	PQclear(res);
+	PQfinish(c);
+}
+
+Test(store_pg, a_missing_schema_in_the_search_path_is_named, .init = pg_setup, .fini = pg_teardown)
+{
+	char err[1024] = "", uri[1100];
+
+	snprintf(uri, sizeof(uri), "%s%coptions=-csearch_path%%3Dno_such_schema_here",
+	         getenv("PAGEFS_TEST_PG_URI"),
+	         strchr(getenv("PAGEFS_TEST_PG_URI"), '?') ? '&' : '?');
+	fx.cfg.uri = uri;
+	open_fails(err, sizeof(err));
+	assert_mentions(err, "search_path");
+}
+
+Test(store_pg, a_password_never_appears_in_messages)
+{
+	char err[1024] = "";
+
+	fx_init_dirs();
+	fx.cfg.uri = "postgresql://pagefs:s3cret-pw@127.0.0.1:1/pagefs?connect_timeout=2";
+	open_fails(err, sizeof(err));
+	cr_assert_null(strstr(err, "s3cret-pw"), "password shown: %s", err);
+	assert_mentions(err, "pagefs:***@127.0.0.1");
+	char shown[256];
+	meta_uri_display("postgres://h/db?user=a&password=hunter2&sslmode=require", shown,
+	                 sizeof(shown));
+	cr_assert_str_eq(shown, "postgres://h/db?user=a&password=***&sslmode=require");
+}
+
+Test(store_pg, an_idle_connection_lost_is_replaced_without_a_failed_commit, .init = pg_setup,
+     .fini = pg_teardown)
+{
+	char err[1024] = "";
+
+	fx_open();
+	fx_setup_pool();
+	put_page(fx.pool, "before", 1, 1);
+	cr_assert_geq(terminate_my_backends(), 1, "no backend of this process to end");
+	put_page(fx.pool, "after", 2, 2); /* asserts the commit succeeded */
+	/* The lock was retaken on the new connection. */
+	cr_assert_eq(open_fails(err, sizeof(err)), -EBUSY, "%s", err);
+	fx_reopen();
+	lookup_ok(fx.pool, "before");
+	lookup_ok(fx.pool, "after");
+}
+
+/* ---- the store itself ---- */
+
+Test(store_pg, a_connection_lost_in_a_batch_fails_it_with_eio_and_the_next_batch_reconnects,
+     .init = pg_setup, .fini = pg_teardown)
+{
+	struct store *s = store_ok();
+	struct rec *a = page_rec(1, "a", 0), *b = page_rec(2, "b", 1);
+	int errs[2];
+
+	cr_assert_eq(store_begin(s), 0);
+	cr_assert_eq(store_apply(s, a), 0);
+	cr_assert_geq(terminate_my_backends(), 1);
+	errs[1] = store_apply(s, b);
+	int ret = errs[1] < 0 ? errs[1] : store_commit(s);
+	store_rollback(s);
+	cr_assert_eq(ret, -EIO, "batch on a dead connection: %d (%s), want -EIO", ret,
+	             strerror(-ret));
+
+	/* Nothing of it is in the index; the next batch reconnects. */
+	cr_assert_eq(count_rows(), 0, "a failed batch left rows");
+	struct rec *recs[] = {b};
+	ret = batch(s, recs, 1, errs);
+	cr_assert_eq(ret, 0, "batch after the loss: %s", strerror(-ret));
+	cr_assert_eq(errs[0], 0, "record after the loss: %s", strerror(-errs[0]));
+	struct seen seen = load_pages(s);
+	cr_assert(seen.n == 1 && seen.ids[0] == 2, "rows after reconnect: %d", seen.n);
+	free(a);
+	free(b);
+	store_close(s);
+}
+
+Test(store_pg, a_record_that_breaks_a_constraint_fails_alone, .init = pg_setup, .fini = pg_teardown)
+{
+	struct store *s = store_ok();
+	/* Two names on one slot: UNIQUE(pool, slot) refuses the second. */
+	struct rec *recs[] = {page_rec(1, "a", 5), page_rec(2, "b", 5), page_rec(3, "c", 6)};
+	int errs[3];
+
+	int ret = batch(s, recs, 3, errs);
+	cr_assert_eq(ret, 0, "commit: %s", strerror(-ret));
+	cr_assert(errs[0] == 0 && errs[2] == 0, "good records failed: %d %d", errs[0], errs[2]);
+	cr_assert_eq(errs[1], -EEXIST, "second owner of slot 5: %d, want -EEXIST", errs[1]);
+	struct seen seen = load_pages(s);
+	cr_assert_eq(seen.n, 2, "rows: %d, want 2", seen.n);
+	for (int i = 0; i < seen.n; i++)
+		cr_assert_neq(seen.ids[i], 2, "the refused page was stored");
+	for (int i = 0; i < 3; i++)
+		free(recs[i]);
+	store_close(s);
+}
+
+struct iter_seen {
+	uint64_t last;
+	int n, stop_at, ordered;
+};
+
+static int iter_cb(void *arg, const struct meta_page_info *p)
+{
+	struct iter_seen *s = arg;
+
+	if (p->id <= s->last)
+		s->ordered = 0;
+	s->last = p->id;
+	return ++s->n == s->stop_at ? 42 : 0;
+}
+
+Test(store_pg, iteration_walks_a_pool_in_id_order_across_chunks_and_stops_when_asked,
+     .init = pg_setup, .fini = pg_teardown)
+{
+	struct store *s = store_ok();
+	enum { N = 700 };
+	static struct rec *recs[N];
+	static int errs[N];
+
+	for (int i = 0; i < N; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "p%d", i);
+		recs[i] = page_rec((uint64_t)(N - i) * 3, name, (uint64_t)i);
+	}
+	cr_assert_eq(batch(s, recs, N, errs), 0);
+	struct iter_seen all = {.ordered = 1};
+	int ret = store_iter_pages(s, 1, 0, iter_cb, &all);
+	cr_assert(ret == 0 && all.n == N && all.ordered, "iteration: ret %d, %d pages, ordered %d",
+	          ret, all.n, all.ordered);
+	struct iter_seen part = {.ordered = 1, .stop_at = 300};
+	ret = store_iter_pages(s, 1, 30, iter_cb, &part);
+	cr_assert_eq(ret, 42, "callback's stop value not returned: %d", ret);
+	cr_assert_eq(part.n, 300);
+	struct iter_seen other = {.ordered = 1};
+	cr_assert_eq(store_iter_pages(s, 2, 0, iter_cb, &other), 0);
+	cr_assert_eq(other.n, 0, "pages of another pool listed");
+	for (int i = 0; i < N; i++)
+		free(recs[i]);
+	store_close(s);
+}
