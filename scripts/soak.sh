@@ -14,7 +14,8 @@
 #   - the libFuzzer targets (tests/fuzz/, built in build-fuzz/ with clang,
 #     ASan and UBSan: names and sizes, import-json, mount options, pool
 #     xattr values, HTTP request bodies) for PAGEFS_FUZZ_SECONDS (default
-#     600) each, from and into a copy of tests/fuzz/corpus/
+#     600) each, on a corpus kept in build-fuzz/corpus/ across runs (seeded
+#     from tests/fuzz/corpus/)
 #   - valgrind memcheck: a short run of integration tests with the daemon
 #     under valgrind (scripts/valgrind.sh)
 #
@@ -104,8 +105,10 @@ if part tsan; then
 	fi
 fi
 
-# libFuzzer: each target for a bounded time; the corpus grows in a copy
-# (tests/fuzz/corpus/ keeps the seeds; merge new finds by hand with -merge=1).
+# libFuzzer: each target for a bounded time. The corpus grows in
+# build-fuzz/corpus/TARGET from run to run (tests/fuzz/corpus/ keeps the
+# seeds; merge finds into it with build-fuzz/TARGET -merge=1
+# tests/fuzz/corpus/TARGET build-fuzz/corpus/TARGET).
 # The targets that run command-line and HTTP code discard its stderr
 # (-close_fd_mask=3); their checks still report (tests/fuzz/fuzz_index.h).
 if part fuzz; then
@@ -119,16 +122,17 @@ if part fuzz; then
 		for target in "${targets[@]}"; do
 			mask=0
 			[[ $target == fuzz_options || $target == fuzz_xattr || $target == fuzz_serve ]] && mask=3
-			mkdir -p "$WORK/corpus/$target"
-			cp tests/fuzz/corpus/$target/* "$WORK/corpus/$target/"
+			corpus=build-fuzz/corpus/$target
+			mkdir -p "$corpus"
+			cp tests/fuzz/corpus/$target/* "$corpus/"
 			t0=$(date +%s)
 			if /usr/bin/time -f '%U %S' -o "$WORK/$target.cpu" \
 				build-fuzz/$target -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=1 \
-				-close_fd_mask=$mask -artifact_prefix="$WORK/$target-" "$WORK/corpus/$target" \
+				-close_fd_mask=$mask -artifact_prefix="$WORK/$target-" "$corpus" \
 				>"$WORK/$target.log" 2>&1; then
 				read -r user sys <"$WORK/$target.cpu"
 				echo "soak.sh: $target: $(grep -E '^stat::number_of_executed_units' "$WORK/$target.log" |
-					awk '{print $2}') runs in $(($(date +%s) - t0)) s (CPU ${user}s user + ${sys}s sys), corpus $(ls "$WORK/corpus/$target" | wc -l) inputs, no finding"
+					awk '{print $2}') runs in $(($(date +%s) - t0)) s (CPU ${user}s user + ${sys}s sys), corpus $(ls "$corpus" | wc -l) inputs, no finding"
 			else
 				tail -n 60 "$WORK/$target.log" >&2
 				echo "soak.sh: $target found a crash: artifacts in $WORK (kept)" >&2
