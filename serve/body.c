@@ -61,12 +61,32 @@ static void gen_print(void *ctx, const char *s, size_t n)
 	out_add(ctx, s, n);
 }
 
+/* A string as JSON; one that is not UTF-8 (a path segment echoed back)
+ * goes out with '?' for every byte over 0x7f: the generator refuses it
+ * whole, which would leave the reply without a value. */
+static void gen_string(yajl_gen g, const char *s)
+{
+	size_t n = strlen(s);
+
+	if (yajl_gen_string(g, (const unsigned char *)s, n) == yajl_gen_status_ok)
+		return;
+	char *ascii = malloc(n + 1);
+	if (!ascii) {
+		yajl_gen_null(g);
+		return;
+	}
+	for (size_t i = 0; i <= n; i++)
+		ascii[i] = (unsigned char)s[i] > 0x7f ? '?' : s[i];
+	yajl_gen_string(g, (const unsigned char *)ascii, n);
+	free(ascii);
+}
+
 static void gen_value(yajl_gen g, yajl_val v)
 {
 	if (!v) {
 		yajl_gen_null(g);
 	} else if (YAJL_IS_STRING(v)) {
-		yajl_gen_string(g, (const unsigned char *)v->u.string, strlen(v->u.string));
+		gen_string(g, v->u.string);
 	} else if (YAJL_IS_NUMBER(v)) {
 		yajl_gen_number(g, v->u.number.r, strlen(v->u.number.r));
 	} else if (YAJL_IS_OBJECT(v)) {
@@ -111,7 +131,7 @@ static void gen_value_cb(yajl_gen g, const void *v)
 
 static void gen_string_cb(yajl_gen g, const void *s)
 {
-	yajl_gen_string(g, s, strlen(s));
+	gen_string(g, s);
 }
 
 void out_value(struct out *o, yajl_val v)

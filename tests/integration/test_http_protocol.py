@@ -152,6 +152,8 @@ def test_bad_requests_get_422_and_change_nothing(server):
         ("0/initialize", {}), ("0/initialize", {"num_pages": "8"}),
         ("0/initialize", {"num_pages": 0}), ("0/initialize", {"num_pages": 8, "namespace": "Bad/ns"}),
         ("x/exists", {"keys": []}), ("1.5/clear", {}),
+        ("%90/exists", {"keys": []}),  # a rank that is not UTF-8 is echoed as '?'
+        ("\u00e9/exists", {"keys": []}),
         # strict JSON, as Python's parser: no comments, no trailing text,
         # UTF-8 only, and a key is never cut at an embedded NUL
         ("0/delete_keys", b'/* c */ {"keys": ["a"]}'), ("0/delete_keys", b'{"keys": ["a"]} x'),
