@@ -391,6 +391,15 @@ struct body_tree {
 
 yajl_val body_parse(const char *text, size_t len, char *err, size_t errlen, size_t *pos)
 {
+	/* yajl takes \v and \f for white space, JSON does not; inside a
+	 * string yajl refuses them as it refuses every control character. */
+	const char *vt = memchr(text, '\v', len), *ff = memchr(text, '\f', len);
+	if (vt || ff) {
+		*pos = (size_t)((vt && (!ff || vt < ff) ? vt : ff) - text);
+		snprintf(err, errlen, "lexical error: invalid char in json text");
+		return NULL;
+	}
+
 	struct tree t = {0};
 	yajl_handle h = yajl_alloc(&tree_cb, NULL, &t);
 	yajl_status st = yajl_status_error;
