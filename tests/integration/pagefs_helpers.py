@@ -21,6 +21,9 @@ PYTHON = sys.executable
 MOUNT_TIMEOUT = float(os.environ.get("PAGEFS_IT_MOUNT_TIMEOUT", "60"))
 # A PostgreSQL server for engine=postgres tests (scripts/pg_test.sh prints one).
 PG_URI = os.environ.get("PAGEFS_TEST_PG_URI", "")
+# Why the PostgreSQL tests do not run in this pass, or "" when they do.
+PG_SKIP = ("PAGEFS_TEST_PG_URI is unset: no PostgreSQL server (scripts/test.sh starts one)"
+           if not PG_URI else os.environ.get("PAGEFS_IT_PG_SKIP", ""))
 
 # Every Mount and child process alive in this session; the watchdog and the
 # teardowns kill what is left here.
