@@ -52,6 +52,8 @@ int meta_adopt(struct meta *m, const struct meta_adopt_page *in, size_t n,
 		}
 	}
 	pthread_mutex_lock(&m->lock);
+	if (id_left(&m->page_ids) < n)
+		rc = -EAGAIN; /* a shared index hands out ids in blocks */
 	for (i = 0; rc == 0 && i < n; i++) {
 		struct pool *pool = i && in[i].pool_id == in[i - 1].pool_id
 		                            ? pools[i - 1]
@@ -76,7 +78,7 @@ int meta_adopt(struct meta *m, const struct meta_adopt_page *in, size_t n,
 	}
 	for (i = 0; i < n; i++) {
 		struct page *p = pages[i];
-		p->id = m->next_page_id++;
+		p->id = id_take(&m->page_ids);
 		p->pool = pools[i];
 		p->gen = m->epoch;
 		p->slot = in[i].slot;

@@ -6,9 +6,14 @@
  * (see store_sqlite.c), so memory and store never disagree even when two
  * operations on one name race. A page that goes away frees its slot
  * through slot_put: at once, or when its last reader unpins it.
+ *
+ * On a shared index apply_remote does the same for changes other nodes
+ * made, from the page's current row in the index (the feed's order and
+ * duplicates therefore do not matter).
  */
 #include "meta/internal.h"
 #include "meta/log.h"
+#include "meta/store.h"
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -39,15 +44,25 @@ void drops_notify(struct meta *m, struct dropped *d)
 }
 
 /* Removes the committed page of that name other than keep_id, if any. */
-static void remove_other(struct meta *m, struct pool *pool, const char *name, uint64_t keep_id,
-                         struct dropped **drops)
+/* A page of this record left: its slot is free (or pinned), or, in a
+ * chunk of this node on a shared index, in its grace period from this
+ * transaction on (the change feed reports the same). */
+static void free_slot(struct pool *pool, uint64_t slot, const struct rec *r)
+{
+	slot_put(pool, slot);
+	if (pool->shared && chunk_owned(pool, chunk_of(pool, slot)))
+		grace_add(pool, slot, r->xid);
+}
+
+static void remove_other(struct meta *m, const struct rec *r, struct pool *pool, const char *name,
+                         uint64_t keep_id, struct dropped **drops)
 {
 	struct page *old = table_find_name(&m->by_name, pool->id, name, NULL);
 
 	if (!old || old->id == keep_id)
 		return;
 	page_unlink_committed(m, old);
-	slot_put(pool, old->slot);
+	free_slot(pool, old->slot, r);
 	if (drops)
 		drops_add(drops, old);
 	free(old);
@@ -60,13 +75,13 @@ static void apply_commit(struct meta *m, const struct rec *r, struct dropped **d
 
 	if (!pool)
 		return;
-	remove_other(m, pool, r->name, r->page_id, drops);
+	remove_other(m, r, pool, r->name, r->page_id, drops);
 	p = table_find_id(&m->by_id, r->page_id);
 	if (p && p->committed) {
 		/* In-place replacement (open with O_TRUNC): new slot, same id. */
 		pool->bytes -= p->length;
 		if (p->slot != r->slot)
-			slot_put(pool, p->slot);
+			free_slot(pool, p->slot, r);
 		p->version++;
 	} else if (p) {
 		/* A new page: leaves the pending state, relinked below. */
@@ -109,7 +124,7 @@ static void apply_rename(struct meta *m, const struct rec *r)
 
 	if (!pool || !p || !p->committed)
 		return;
-	remove_other(m, pool, r->name, r->page_id, NULL);
+	remove_other(m, r, pool, r->name, r->page_id, NULL);
 	q = page_alloc(r->name, r->name_len);
 	if (!q) {
 		log_error("out of memory applying a rename; restart the daemon");
@@ -121,6 +136,103 @@ static void apply_rename(struct meta *m, const struct rec *r)
 	q->name_hash = name_hash(pool->id, q->name, q->name_len);
 	free(p);
 	page_link_committed(m, q);
+}
+
+/* A chunk this node now holds: its used slots and those still in their
+ * grace period stay taken. */
+static void apply_lease(struct meta *m, const struct rec *r)
+{
+	struct pool *pool = pool_by_id(m, r->pool_id);
+
+	if (!pool || chunk_own(pool, r->chunk) < 0)
+		return;
+	uint64_t k = pool->chunk_slots;
+
+	for (uint64_t i = 0; i < k && r->chunk * k + i < pool->capacity; i++) {
+		uint64_t slot = r->chunk * k + i, bit = 1ULL << i;
+		if ((r->used_bits | r->grace_bits) & bit)
+			slot_mark(pool, slot); /* -EEXIST: the mirror knew it */
+		if (r->grace_bits & bit)
+			grace_add(pool, slot, r->grace_xid);
+	}
+}
+
+/* Drops a committed page from the mirror because the index no longer has
+ * it (under that id or that name). */
+static void remote_drop(struct meta *m, struct page *p, struct dropped **drops)
+{
+	struct pool *pool = p->pool;
+
+	page_unlink_committed(m, p);
+	slot_put(pool, p->slot);
+	drops_add(drops, p);
+	free(p);
+}
+
+void apply_remote(struct meta *m, const struct store_change *c, struct dropped **drops)
+{
+	struct pool *pool = pool_by_id(m, c->pool_id);
+	const struct rec *r = &c->row;
+	struct page *p, *o;
+
+	if (!pool)
+		return;
+	if (c->freed_slot >= 0 && chunk_owned(pool, chunk_of(pool, (uint64_t)c->freed_slot)))
+		grace_add(pool, (uint64_t)c->freed_slot, c->xid);
+	if (c->node == m->store->node_id)
+		return; /* this node's own change: memory has it already */
+	p = table_find_id(&m->by_id, c->page_id);
+	if (p && !p->committed)
+		return; /* ids are never shared between nodes */
+	if (!c->exists) {
+		if (p)
+			remote_drop(m, p, drops);
+		return;
+	}
+	if (r->pool_id != pool->id || r->slot >= pool->capacity)
+		return;
+	o = table_find_name(&m->by_name, pool->id, r->name, NULL);
+	if (o && o->id != r->page_id)
+		remote_drop(m, o, drops); /* that name is this page's now */
+	if (p && p->slot == r->slot && p->length == r->length && p->checksum == r->checksum &&
+	    p->has_checksum == r->has_checksum && p->name_len == r->name_len &&
+	    memcmp(p->name, r->name, r->name_len) == 0)
+		return; /* nothing this node does not know */
+	if (p && (p->name_len != r->name_len || memcmp(p->name, r->name, r->name_len) != 0)) {
+		remote_drop(m, p, drops); /* renamed: made again below under its new name */
+		p = NULL;
+	}
+	if (p) {
+		/* Replaced in place on another node: new slot, new version. */
+		pool->bytes -= p->length;
+		if (p->slot != r->slot) {
+			slot_put(pool, p->slot);
+			slot_mark(pool, r->slot);
+			p->version++;
+		}
+		pool->bytes += r->length;
+	} else {
+		if (!(p = page_alloc(r->name, r->name_len))) {
+			log_error(
+				"out of memory applying another node's change; restart the daemon");
+			return;
+		}
+		p->id = r->page_id;
+		p->pool = pool;
+		p->name_hash = name_hash(pool->id, p->name, p->name_len);
+		slot_mark(pool, r->slot);
+	}
+	p->slot = r->slot;
+	p->length = r->length;
+	p->checksum = r->checksum;
+	p->has_checksum = (uint8_t)r->has_checksum;
+	p->mtime_ns = r->mtime_ns;
+	p->atime_ns = p->atime_saved_ns = r->atime_ns;
+	p->gen = r->gen;
+	p->verified = 0;
+	if (!p->committed)
+		page_link_committed(m, p);
+	drops_add(drops, p);
 }
 
 void apply_record(struct meta *m, const struct rec *r, struct dropped **drops)
@@ -137,7 +249,7 @@ void apply_record(struct meta *m, const struct rec *r, struct dropped **drops)
 			          "could not record that its page was dropped",
 			          (unsigned long long)r->drop_slot, r->pool_id);
 		else if (pool && !r->handoff)
-			slot_put(pool, r->drop_slot);
+			free_slot(pool, r->drop_slot, r);
 		return;
 	}
 	if (r->err < 0)
@@ -150,19 +262,22 @@ void apply_record(struct meta *m, const struct rec *r, struct dropped **drops)
 		p = table_find_id(&m->by_id, r->page_id);
 		if (p && p->committed) {
 			page_unlink_committed(m, p);
-			slot_put(p->pool, p->slot);
+			free_slot(p->pool, p->slot, r);
 			free(p);
 		}
 		break;
 	case REC_RENAME:
 		apply_rename(m, r);
 		break;
+	case REC_LEASE:
+		apply_lease(m, r);
+		break;
 	case REC_BULK:
 		/* Oldest first: each link makes the page the most recent. As
 		 * the store did, a page replaces another of its name. */
 		for (size_t i = 0; i < r->bulk->n; i++) {
 			struct page *b = r->bulk->pages[i];
-			remove_other(m, b->pool, b->name, b->id, drops);
+			remove_other(m, r, b->pool, b->name, b->id, drops);
 			page_link_committed(m, b);
 			/* It appeared without a FUSE create (a key confirmed over
 			 * HTTP): the kernel may cache a miss for the name. */

@@ -439,7 +439,7 @@ int meta_fsck(const struct meta_fsck_opts *o, struct meta_fsck_result *res, char
 		return -ENOENT;
 	}
 	rc = store_open(o->uri, 0, !o->repair, &f.store, err, errlen);
-	if (rc < 0 || (rc = store_lock(f.store, err, errlen)) < 0)
+	if (rc < 0 || (rc = store_lock(f.store, 1, err, errlen)) < 0)
 		goto out;
 	if (store_get_setting(f.store, "prefix", f.prefix, sizeof(f.prefix)) < 0)
 		snprintf(f.prefix, sizeof(f.prefix), "hicache");

@@ -24,6 +24,9 @@
 #include <stdint.h>
 
 struct store;
+struct store_change;
+struct store_pool_row;
+struct sync;
 struct journal;
 struct keys;
 
@@ -60,6 +63,12 @@ struct pin {
 
 #define PIN_BUCKETS 64
 
+/* A freed slot of a leased chunk, reusable once every node acked xid. */
+struct grace {
+	uint64_t slot;
+	uint64_t xid;
+};
+
 struct pool {
 	struct pool *next; /* meta.pools list */
 	uint32_t id;
@@ -84,9 +93,28 @@ struct pool {
 	uint64_t hits, misses, evictions, checksum_failures;
 	uint64_t bytes_read, bytes_written;
 
+	/* Shared index only (chunks.c): the chunks of 64 slots this node
+	 * leased (allocation stays inside them) and their freed slots that
+	 * wait out a grace period. */
+	uint8_t shared;
+	uint8_t creating;     /* linked, its row not yet committed (sync.c keeps it) */
+	uint64_t created;     /* meta.pools_made when its row was committed here */
+	uint32_t chunk_slots; /* slots per chunk: pool_chunk_slots(capacity) */
+	uint64_t *chunks;
+	size_t nchunks, chunks_cap;
+	struct grace *grace;
+	size_t ngrace, grace_cap;
+
 	int fd;               /* data file, O_RDWR */
 	uint8_t data_missing; /* at load: the file had to be created */
 	char *data_path;
+};
+
+/* Ids handed out from blocks (a shared index takes them from database
+ * sequences; one daemon alone counts from the highest id it loaded). */
+struct idblock {
+	uint64_t next, end;                /* [next, end) left in this block */
+	uint64_t spare_first, spare_count; /* the next block, fetched ahead */
 };
 
 struct page_table {
@@ -102,13 +130,19 @@ struct meta {
 	char *db_path; /* the index as messages name it (no password) */
 
 	struct pool *pools;
-	uint32_t next_pool_id;
+	uint64_t pools_made; /* pools this node created (sync.c: stale reloads) */
 	uint8_t ranks[(META_RANK_MAX + 1) / 8]; /* explicitly created ranks */
 
 	struct page_table by_name; /* key: (pool id, name); chains via name_next */
 	struct page_table by_id;   /* key: page id; chains via id_next */
-	uint64_t next_page_id;
+	struct idblock page_ids, pool_ids;
 	uint32_t epoch;
+
+	/* Several daemons on one index (PostgreSQL): this is one node. */
+	int shared;
+	int fenced;          /* this node's lease was lost: no more writes */
+	uint32_t live_nodes; /* as of the last heartbeat */
+	struct sync *sync;   /* the sync thread (sync.c) */
 
 	meta_drop_cb drop_cb;
 	void *drop_arg;
@@ -133,6 +167,7 @@ enum rec_type {
 	REC_SETTING,  /* settings key = value */
 	REC_BULK,     /* many new pages of empty pools, all or nothing (import) */
 	REC_CHECKSUM, /* first checksum of a page committed without one */
+	REC_LEASE,    /* shared index: lease a chunk of 64 free slots of a pool */
 };
 
 /* REC_BULK: the pages (allocated, not linked) and a progress callback the
@@ -148,7 +183,8 @@ struct rec {
 	struct rec *next;
 	enum rec_type type;
 	uint64_t seq;
-	int err; /* set by the writer: 0 or -errno */
+	uint64_t xid; /* shared index: the store transaction that wrote it */
+	int err;      /* set by the writer: 0 or -errno */
 	int done;
 	int waited; /* a submitter waits: it frees the record */
 	/* REC_DROP: slot to free once durable; handoff = a writer took it */
@@ -167,6 +203,12 @@ struct rec {
 	char key[32];
 	char value[256];
 	struct bulk *bulk; /* REC_BULK only; owned by the submitter */
+	/* REC_LEASE: the pool's slots per chunk (set by the submitter); the
+	 * chunk leased (slots chunk * chunk_slots ...), its slots named by
+	 * pages and those freed but still in their grace period (reusable
+	 * once every node acked grace_xid), bit i = slot i of the chunk. */
+	uint64_t chunk_slots, chunk, used_bits, grace_bits, grace_xid;
+	uint64_t capacity_slots; /* REC_LEASE: the pool's capacity in slots */
 	uint16_t name_len;
 	char name[META_NAME_MAX + 1];
 };
@@ -195,8 +237,51 @@ struct dropped {
 	char name[];
 };
 void apply_record(struct meta *m, const struct rec *r, struct dropped **drops);
+/* Shared index: brings the mirror to a page's current row after another
+ * node changed it, and starts the grace period of a slot it freed in a
+ * chunk of this node. Sync thread, meta.lock held. */
+void apply_remote(struct meta *m, const struct store_change *c, struct dropped **drops);
 void drops_notify(struct meta *m, struct dropped *d);
 void drops_add(struct dropped **list, const struct page *p);
+
+/* sync.c: the sync thread of a shared index. */
+int sync_start(struct meta *m, char *err, size_t errlen);
+void sync_stop(struct meta *m);
+void sync_kick(struct meta *m); /* wakes it for a heartbeat soon */
+
+/* chunks.c (shared index; meta.lock held) */
+int chunk_owned(const struct pool *p, uint64_t chunk);
+int chunk_own(struct pool *p, uint64_t chunk);
+int chunk_take(struct pool *p, uint64_t *slot); /* 0 or -ENOSPC */
+void grace_add(struct pool *p, uint64_t slot, uint64_t xid);
+/* Frees grace slots acked by every node (xid < min_ack) that nobody pins
+ * here or in pins[] (pool id, slot). */
+void grace_release(struct pool *p, uint64_t min_ack, const uint64_t (*pins)[2], size_t npins);
+/* Slots pinned by readers whose page is gone: writes up to max (pool id,
+ * slot) pairs to out (NULL: counts them); returns the count. */
+size_t slots_zombies(const struct pool *p, uint64_t (*out)[2], size_t max);
+void chunks_free(struct pool *p);
+
+/* Slots per chunk of a pool of that many slots: 64, or fewer for small
+ * pools (at least 32 chunks), so that several nodes share one; a power of
+ * two dividing 64. Every node computes the same. */
+static inline uint32_t pool_chunk_slots(uint64_t capacity)
+{
+	uint32_t k = 64;
+
+	while (k > 1 && capacity / k < 32)
+		k /= 2;
+	return k;
+}
+
+static inline uint64_t chunk_of(const struct pool *p, uint64_t slot)
+{
+	return slot / p->chunk_slots;
+}
+
+/* A new id from a block: 0 when the block and its spare ran out. */
+uint64_t id_take(struct idblock *b);
+uint64_t id_left(const struct idblock *b);
 
 /* keys.c: stops the protocol's background thread and frees its state. */
 void keys_stop(struct meta *m);
@@ -233,6 +318,11 @@ struct pool *pool_by_id(struct meta *m, uint32_t id);
 struct pool *pool_by_name(struct meta *m, int rank, const char *ns);
 void pool_fill_info(const struct pool *p, struct meta_pool_info *out);
 void pool_free(struct pool *p);
+void pool_link(struct meta *m, struct pool *p);
+void pool_unlink(struct meta *m, struct pool *p);
+/* A pool from its store row, its data file opened (open.c). */
+int pool_from_row(struct meta *m, const struct store_pool_row *row, struct pool **out, char *err,
+                  size_t errlen);
 int rank_is_set(const struct meta *m, int rank);
 void rank_set(struct meta *m, int rank, int on);
 

@@ -501,6 +501,14 @@ int meta_keys_initialize(struct meta *m, int rank, const char *ns, uint64_t num_
 	int rc;
 
 	*differs = 0;
+	if (m->shared) {
+		/* Its slots come from the top of the whole pool: not yet from
+		 * this node's chunks. */
+		snprintf(msg, msglen,
+		         "the key protocol does not serve a shared (PostgreSQL) index "
+		         "yet; use an SQLite index");
+		return -EOPNOTSUPP;
+	}
 	if (rank < 0 || rank > META_RANK_MAX || meta_check_ns(ns) < 0 || num_pages == 0) {
 		snprintf(msg, msglen,
 		         "rank must be 0..%d, namespace [a-z0-9_]{1,64}, num_pages > 0",
@@ -552,8 +560,8 @@ int meta_keys_pool(struct meta *m, int rank, const char *ns, uint32_t *pool_id)
 {
 	int rc = -ENOENT;
 
-	if (rank < 0 || rank > META_RANK_MAX || meta_check_ns(ns) < 0)
-		return -ENOENT;
+	if (rank < 0 || rank > META_RANK_MAX || meta_check_ns(ns) < 0 || m->shared)
+		return -ENOENT; /* a shared index does not serve the key protocol yet */
 	pthread_mutex_lock(&m->lock);
 	struct pool *p = pool_by_name(m, rank, ns);
 	if (p) {
@@ -776,6 +784,10 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 			(*ignored)++;
 			continue;
 		}
+		if (id_left(&m->page_ids) == 0) {
+			rc = -EAGAIN; /* a shared index hands out ids in blocks */
+			break;
+		}
 		struct page *p = page_alloc(keys[i], strlen(keys[i]));
 		/* A key confirmed over an older page of the same name: the old
 		 * slot goes through the quarantine (readers may hold it). */
@@ -785,7 +797,7 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 			break;
 		}
 		resv_set(kp, (uint64_t)s, 0);
-		p->id = m->next_page_id++;
+		p->id = id_take(&m->page_ids);
 		p->pool = pool;
 		p->gen = m->epoch;
 		p->slot = (uint64_t)s;

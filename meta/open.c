@@ -221,10 +221,9 @@ static int load_rank(void *arg, int rank)
 	return 0;
 }
 
-static int load_pool(void *arg, const struct store_pool_row *row)
+int pool_from_row(struct meta *m, const struct store_pool_row *row, struct pool **out, char *err,
+                  size_t errlen)
 {
-	struct loader *l = arg;
-	struct meta *m = l->m;
 	char path[4096];
 	struct pool *p = calloc(1, sizeof(*p));
 	int rc;
@@ -236,28 +235,42 @@ static int load_pool(void *arg, const struct store_pool_row *row)
 	memcpy(p->ns, row->ns, sizeof(p->ns));
 	p->slot_size = row->slot_size;
 	p->capacity = row->capacity;
+	p->shared = (uint8_t)m->shared;
+	p->chunk_slots = pool_chunk_slots(p->capacity);
 	p->fd = -1;
 	if (p->slot_size == 0 || meta_check_ns(p->ns) < 0 ||
 	    (rc = data_path(m, p->rank, p->ns, path, sizeof(path))) < 0 ||
 	    !(p->data_path = strdup(path))) {
-		snprintf(l->err, l->errlen,
-		         "index %s has a malformed pool (id %u); run 'pagefs fsck'", m->db_path,
-		         row->id);
+		snprintf(err, errlen, "index %s has a malformed pool (id %u); run 'pagefs fsck'",
+		         m->db_path, row->id);
 		pool_free(p);
 		return -EIO;
 	}
 	p->data_missing = access(path, F_OK) < 0;
 	rc = data_open(path, p->capacity * p->slot_size, m->cfg.read_only, &p->fd);
 	if (rc < 0) {
-		snprintf(l->err, l->errlen, "cannot open data file %s: %s", path, strerror(-rc));
+		snprintf(err, errlen, "cannot open data file %s: %s", path, strerror(-rc));
 		pool_free(p);
 		return rc;
 	}
+	*out = p;
+	return 0;
+}
+
+static int load_pool(void *arg, const struct store_pool_row *row)
+{
+	struct loader *l = arg;
+	struct meta *m = l->m;
+	struct pool *p;
+	int rc = pool_from_row(m, row, &p, l->err, l->errlen);
+
+	if (rc < 0)
+		return rc;
 	p->next = m->pools; /* rows come in id order: reversed below */
 	m->pools = p;
 	rank_set(m, p->rank, 1);
-	if (p->id >= m->next_pool_id)
-		m->next_pool_id = p->id + 1;
+	if (!m->shared && p->id >= m->pool_ids.next)
+		m->pool_ids.next = p->id + 1;
 	return 0;
 }
 
@@ -301,8 +314,8 @@ static int load_page(void *arg, const struct rec *row)
 	}
 	l->lru[l->n++] = (struct lru_ent){p->atime_ns, p->id, p};
 	page_link_loaded(m, p); /* the LRU is built once all are in: lru_build */
-	if (p->id >= m->next_page_id)
-		m->next_page_id = p->id + 1;
+	if (!m->shared && p->id >= m->page_ids.next)
+		m->page_ids.next = p->id + 1;
 	return 0;
 }
 
@@ -384,6 +397,26 @@ static int bump_epoch(struct meta *m, char *err, size_t errlen)
 	return rc;
 }
 
+/* A shared index: this daemon is one node of several; its page and pool
+ * ids come from the index's sequences in blocks. */
+static int shared_ids(struct meta *m, char *err, size_t errlen)
+{
+	uint64_t first, count;
+	int rc;
+
+	m->shared = 1;
+	for (int pool = 0; pool < 2; pool++) {
+		struct idblock *b = pool ? &m->pool_ids : &m->page_ids;
+		if ((rc = m->store->sync->ids(m->store, pool, &first, &count)) < 0) {
+			snprintf(err, errlen, "index %s: cannot take a block of ids: %s",
+			         m->db_path, strerror(-rc));
+			return rc;
+		}
+		*b = (struct idblock){first, first + count, 0, 0};
+	}
+	return 0;
+}
+
 static int copy_config(struct meta *m, const struct meta_config *cfg, const char *db_path)
 {
 	m->cfg = *cfg;
@@ -411,8 +444,10 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 	err[0] = '\0';
 	if (!m)
 		return -ENOMEM;
-	m->next_page_id = 1;
-	m->next_pool_id = 1;
+	/* One daemon alone counts ids from the highest loaded (a shared index
+	 * replaces these blocks with blocks of its sequences). */
+	m->page_ids = (struct idblock){1, UINT64_MAX, 0, 0};
+	m->pool_ids = (struct idblock){1, UINT32_MAX, 0, 0};
 	pthread_mutex_init(&m->lock, NULL);
 	if ((rc = store_parse_uri(cfg->uri, &u, err, errlen)) < 0)
 		goto fail;
@@ -445,7 +480,9 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 		goto fail;
 	rc = store_open(m->uri, cfg->durability == META_DURABLE_POWER, cfg->read_only, &m->store,
 	                err, errlen);
-	if (rc < 0 || (rc = store_lock(m->store, err, errlen)) < 0)
+	if (rc < 0 || (rc = store_lock(m->store, 0, err, errlen)) < 0)
+		goto fail;
+	if (m->store->sync && (rc = shared_ids(m, err, errlen)) < 0)
 		goto fail;
 	if ((rc = check_prefix(m, err, errlen)) < 0 || (rc = bump_epoch(m, err, errlen)) < 0)
 		goto fail;
@@ -477,6 +514,8 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 		goto fail;
 	if ((rc = journal_start(m, err, errlen)) < 0)
 		goto fail;
+	if (m->shared && (rc = sync_start(m, err, errlen)) < 0)
+		goto fail;
 	log_info("index %s: %llu pages in %llu-slot tables, epoch %u", m->db_path,
 	         (unsigned long long)m->by_id.count, (unsigned long long)(m->by_id.mask + 1),
 	         m->epoch);
@@ -494,6 +533,7 @@ void meta_close(struct meta *m)
 	if (!m)
 		return;
 	keys_stop(m);
+	sync_stop(m);
 	journal_stop(m);
 	if (m->by_id.buckets) {
 		for (uint64_t i = 0; i <= m->by_id.mask; i++) {

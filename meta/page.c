@@ -18,6 +18,24 @@
 #include <time.h>
 
 #define TOUCH_PERSIST_NS 1000000000LL /* atime reaches the store at most 1/s per page */
+#define GRACE_WAIT_MS 5000 /* shared index: how long a writer waits for an evicted slot */
+
+uint64_t id_take(struct idblock *b)
+{
+	if (b->next == b->end) {
+		if (!b->spare_count)
+			return 0;
+		b->next = b->spare_first;
+		b->end = b->spare_first + b->spare_count;
+		b->spare_count = 0;
+	}
+	return b->next++;
+}
+
+uint64_t id_left(const struct idblock *b)
+{
+	return b->end - b->next + b->spare_count;
+}
 
 int64_t now_ns(void)
 {
@@ -171,6 +189,116 @@ static struct page *lru_victim(struct pool *pool, uint64_t skip)
 	return NULL;
 }
 
+/* Shared index: asks the store for a chunk of free slots. meta.lock held
+ * on entry and return, dropped while waiting. */
+static int lease_chunk(struct meta *m, uint32_t pool_id)
+{
+	struct rec *lease = rec_new(REC_LEASE);
+
+	if (!lease)
+		return -ENOMEM;
+	struct pool *pool = pool_by_id(m, pool_id);
+	if (!pool) {
+		free(lease);
+		return -ENOENT;
+	}
+	lease->pool_id = pool_id;
+	lease->chunk_slots = pool->chunk_slots;
+	lease->capacity_slots = pool->capacity;
+	lease->waited = 1;
+	journal_submit(m, lease);
+	pthread_mutex_unlock(&m->lock);
+	int rc = journal_wait(m, lease);
+	pthread_mutex_lock(&m->lock);
+	return rc;
+}
+
+/* Shared index: waits (up to GRACE_WAIT_MS) until a slot of this node's
+ * chunks leaves its grace period, and takes it. meta.lock held on entry
+ * and return, dropped while waiting. */
+static int wait_grace(struct meta *m, uint32_t pool_id, uint64_t *slot)
+{
+	for (int waited = 0;; waited += 20) {
+		struct pool *pool = pool_by_id(m, pool_id);
+		if (!pool)
+			return -ENOENT;
+		if (slot_take(pool, slot) == 0)
+			return 0;
+		/* (An eviction's grace entry may still be on its way.) */
+		if (waited >= GRACE_WAIT_MS || (!pool->ngrace && waited >= 1000))
+			return -ENOSPC;
+		pthread_mutex_unlock(&m->lock);
+		struct timespec ts = {0, 20 * 1000000L};
+		sync_kick(m);
+		nanosleep(&ts, NULL);
+		pthread_mutex_lock(&m->lock);
+	}
+}
+
+/* Shared index: evicts the least recently used unpinned page of this
+ * node's chunks and waits until its slot is out of its grace period
+ * (every node has dropped the page, nobody reads it). meta.lock held on
+ * entry and return. 0 with *slot taken, or -ENOSPC. */
+static int evict_shared(struct meta *m, uint32_t pool_id, uint64_t skip, uint64_t *slot,
+                        struct dropped **drops)
+{
+	struct pool *pool = pool_by_id(m, pool_id);
+	struct page *v = NULL;
+	struct rec *drop;
+	int rc;
+
+	for (struct page *p = pool ? pool->lru_tail : NULL; p && !v; p = p->lru_prev)
+		if (p->id != skip && !slot_pinned(pool, p->slot) &&
+		    chunk_owned(pool, chunk_of(pool, p->slot)))
+			v = p;
+	if (!v)
+		return -ENOSPC;
+	if (!(drop = rec_new(REC_DROP)))
+		return -ENOMEM;
+	page_unlink_committed(m, v);
+	pool->evictions++;
+	drops_add(drops, v);
+	drop->pool_id = pool_id;
+	drop->page_id = v->id;
+	drop->drop_slot = v->slot;
+	drop->waited = 1;
+	free(v);
+	journal_submit(m, drop);
+	pthread_mutex_unlock(&m->lock);
+	rc = journal_wait(m, drop);
+	pthread_mutex_lock(&m->lock);
+	return rc < 0 ? rc : wait_grace(m, pool_id, slot);
+}
+
+/* Shared index: a slot in this node's chunks, leasing another chunk or
+ * evicting when they are full. meta.lock held on entry and return. */
+static int take_shared(struct meta *m, uint32_t pool_id, uint64_t skip, uint64_t *slot,
+                       struct dropped **drops)
+{
+	struct pool *pool = pool_by_id(m, pool_id);
+	int rc = pool ? slot_take(pool, slot) : -ENOENT;
+
+	for (int round = 0; rc == -ENOSPC && round < 3; round++) {
+		int lrc = lease_chunk(m, pool_id);
+		if (!(pool = pool_by_id(m, pool_id)))
+			return -ENOENT;
+		rc = slot_take(pool, slot);
+		if (rc == -ENOSPC && lrc < 0 && lrc != -ENOSPC && lrc != -EAGAIN)
+			return lrc; /* the store failed (EIO): the pool is not full */
+		if (lrc == -ENOSPC)
+			break; /* no chunk free anywhere */
+	}
+	if (rc == -ENOSPC && pool->ngrace)
+		rc = wait_grace(m, pool_id, slot); /* freed slots come back soon */
+	if (rc == -ENOSPC && m->cfg.evict == META_EVICT_LRU)
+		rc = evict_shared(m, pool_id, skip, slot, drops);
+	if (rc == 0 && id_left(&m->page_ids) == 0 && (pool = pool_by_id(m, pool_id))) {
+		slot_release(pool, *slot);
+		rc = -EAGAIN; /* ids come in blocks; the sync thread fetches the next */
+	}
+	return rc;
+}
+
 int meta_page_reserve(struct meta *m, uint32_t pool_id, const char *name, uint64_t replace_id,
                       struct meta_resv *out)
 {
@@ -185,6 +313,8 @@ int meta_page_reserve(struct meta *m, uint32_t pool_id, const char *name, uint64
 		return rc;
 	if (m->cfg.read_only)
 		return -EROFS;
+	if (m->fenced)
+		return -EIO;
 	pthread_mutex_lock(&m->lock);
 	pool = pool_by_id(m, pool_id);
 	if (!pool) {
@@ -198,8 +328,14 @@ int meta_page_reserve(struct meta *m, uint32_t pool_id, const char *name, uint64
 			goto out;
 		}
 	}
-	rc = slot_take(pool, &slot);
-	if (rc == -ENOSPC && m->cfg.evict == META_EVICT_LRU) {
+	if (m->shared) {
+		rc = take_shared(m, pool_id, replace_id, &slot, &drops);
+		if (rc == 0 && !(pool = pool_by_id(m, pool_id)))
+			rc = -ENOENT;
+	} else {
+		rc = slot_take(pool, &slot);
+	}
+	if (rc == -ENOSPC && !m->shared && m->cfg.evict == META_EVICT_LRU) {
 		struct page *v = lru_victim(pool, replace_id);
 		if (v && (drop = rec_new(REC_DROP))) {
 			/* The victim's slot passes straight to this writer once
@@ -236,7 +372,7 @@ int meta_page_reserve(struct meta *m, uint32_t pool_id, const char *name, uint64
 			rc = -ENOMEM;
 			goto out;
 		}
-		pend->id = m->next_page_id++;
+		pend->id = id_take(&m->page_ids);
 		pend->pool = pool;
 		pend->gen = m->epoch;
 		pend->slot = slot;

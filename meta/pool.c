@@ -59,6 +59,7 @@ void pool_free(struct pool *p)
 	if (!p)
 		return;
 	slots_free(p);
+	chunks_free(p);
 	if (p->fd >= 0)
 		close(p->fd);
 	free(p->data_path);
@@ -86,7 +87,7 @@ static int rank_has_pools(struct meta *m, int rank)
 	return 0;
 }
 
-static void pool_link(struct meta *m, struct pool *p)
+void pool_link(struct meta *m, struct pool *p)
 {
 	struct pool **pp = &m->pools;
 
@@ -96,7 +97,7 @@ static void pool_link(struct meta *m, struct pool *p)
 	*pp = p;
 }
 
-static void pool_unlink(struct meta *m, struct pool *p)
+void pool_unlink(struct meta *m, struct pool *p)
 {
 	for (struct pool **pp = &m->pools; *pp; pp = &(*pp)->next) {
 		if (*pp == p) {
@@ -280,13 +281,25 @@ int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_siz
 		pool_free(p);
 		return -EEXIST;
 	}
-	p->id = m->next_pool_id++;
+	p->id = (uint32_t)id_take(&m->pool_ids);
+	p->shared = (uint8_t)m->shared;
+	p->chunk_slots = pool_chunk_slots(p->capacity);
+	if (!p->id) {
+		pthread_mutex_unlock(&m->lock);
+		pool_free(p);
+		return -EAGAIN; /* no pool id left until the sync thread fetched more */
+	}
 	pool_link(m, p);
+	p->creating = 1;
 	rank_set(m, rank, 1);
 	r = pool_rec(m, REC_POOL_PUT, p);
 	pool_fill_info(p, out);
 	pthread_mutex_unlock(&m->lock);
 	rc = r ? journal_wait(m, r) : -ENOMEM;
+	pthread_mutex_lock(&m->lock);
+	p->creating = 0;
+	p->created = ++m->pools_made;
+	pthread_mutex_unlock(&m->lock);
 	if (rc < 0) {
 		pthread_mutex_lock(&m->lock);
 		pool_unlink(m, p);
@@ -324,6 +337,8 @@ int meta_pool_set(struct meta *m, uint32_t pool_id, uint64_t slot_size, uint64_t
 		rc = -EBUSY;
 	else if (new_cap < slot_top(p))
 		rc = -EBUSY;
+	else if (p->shared && pool_chunk_slots(new_cap) != p->chunk_slots)
+		rc = -EBUSY; /* nodes lease chunks of this size: it cannot change */
 	else if (new_cap * slot_size > old_cap * old_size &&
 	         ftruncate(p->fd, (off_t)(new_cap * slot_size)) < 0)
 		rc = -errno;
@@ -355,9 +370,17 @@ int meta_pool_remove(struct meta *m, uint32_t pool_id)
 		return -EROFS;
 	pthread_mutex_lock(&m->lock);
 	p = pool_by_id(m, pool_id);
-	if (!p || p->pages || p->pending || p->nused) {
+	/* (A shared index's slots in their grace period hold no page.) */
+	if (!p || p->pages || p->pending || p->nused > (p->shared ? p->ngrace : 0)) {
 		pthread_mutex_unlock(&m->lock);
 		return p ? -ENOTEMPTY : -ENOENT;
+	}
+	if (m->shared && m->live_nodes > 1) {
+		/* Other nodes may be writing into it: only the last node removes. */
+		pthread_mutex_unlock(&m->lock);
+		log_warn("pool %u/%s not removed: %u nodes serve this index", p->rank, p->ns,
+		         m->live_nodes);
+		return -EBUSY;
 	}
 	pool_unlink(m, p);
 	r = pool_rec(m, REC_POOL_DEL, p);

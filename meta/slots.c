@@ -9,6 +9,12 @@
  * A pin keeps a slot from being reused while readers have it open. When a
  * pinned slot's page goes away the pin becomes a zombie and the slot is
  * freed when the last pin drops. Callers hold meta.lock.
+ *
+ * On a shared index (several nodes) a pool allocates only inside the
+ * chunks this node leased (chunks.c), and a slot of those chunks whose
+ * page goes keeps its bit until its grace period ends (grace_release);
+ * slots of other nodes' chunks are freed here at once (their bits only
+ * mirror pages).
  */
 #include "meta/internal.h"
 
@@ -41,6 +47,8 @@ static int ensure_words(struct pool *p, uint64_t slots)
 
 int slot_take(struct pool *p, uint64_t *slot)
 {
+	if (p->shared)
+		return chunk_take(p, slot);
 	if (p->nused < p->hwm) {
 		for (uint64_t w = p->scan / 64; w * 64 < p->hwm; w++) {
 			if (p->bits[w] == ~0ULL)
@@ -111,8 +119,9 @@ void slot_put(struct pool *p, uint64_t slot)
 
 	if (*pp)
 		(*pp)->zombie = 1;
-	else
+	else if (!p->shared || !chunk_owned(p, chunk_of(p, slot)))
 		slot_release(p, slot);
+	/* else: freed in a chunk of this node; grace_release frees it */
 }
 
 void slot_pin(struct pool *p, uint64_t slot)
@@ -139,7 +148,7 @@ void slot_unpin(struct pool *p, uint64_t slot)
 	if (--n->count > 0)
 		return;
 	*pp = n->next;
-	if (n->zombie)
+	if (n->zombie && (!p->shared || !chunk_owned(p, chunk_of(p, slot))))
 		slot_release(p, slot);
 	free(n);
 }

@@ -96,9 +96,9 @@ void store_close(struct store *s)
 		s->ops->close(s);
 }
 
-int store_lock(struct store *s, char *err, size_t errlen)
+int store_lock(struct store *s, int exclusive, char *err, size_t errlen)
 {
-	return s->ops->lock(s, err, errlen);
+	return s->ops->lock(s, exclusive, err, errlen);
 }
 
 int store_get_setting(struct store *s, const char *key, char *buf, size_t len)

@@ -51,7 +51,7 @@ int store_parse_uri(const char *uri, struct store_uri *out, char *err, size_t er
 /* One engine. Each call has the meaning of the store_* wrapper below. */
 struct store_ops {
 	void (*close)(struct store *s);
-	int (*lock)(struct store *s, char *err, size_t errlen);
+	int (*lock)(struct store *s, int exclusive, char *err, size_t errlen);
 	int (*get_setting)(struct store *s, const char *key, char *buf, size_t len);
 	int (*set_setting)(struct store *s, const char *key, const char *value);
 	int (*load)(struct store *s, const struct store_load_cb *cb, char *err, size_t errlen);
@@ -63,10 +63,53 @@ struct store_ops {
 	                  void *arg);
 };
 
+/* ---- several daemons on one index (PostgreSQL; store_pg_sync.c) ----
+ *
+ * Calls of the sync thread (meta/sync.c) on a connection of its own. */
+
+/* One change of the feed: a page (as the index holds it now), or pools. */
+struct store_change {
+	int pools;          /* pools or ranks changed: reload them */
+	uint32_t node;      /* the node that made it */
+	uint64_t xid;       /* its transaction */
+	uint32_t pool_id;   /* page changes */
+	uint64_t page_id;   /* page changes */
+	int64_t freed_slot; /* a slot the change freed, or -1 */
+	int exists;         /* the page row exists now; row holds it */
+	struct rec row;
+};
+
+/* What one heartbeat learnt about the other nodes. */
+struct store_peers {
+	int fenced;          /* this node's row is gone: it must stop writing */
+	uint32_t live;       /* live nodes, this one included */
+	uint64_t min_ack;    /* frees by transactions below it are seen by all */
+	size_t npins;        /* slots other nodes still pin (pool, slot) */
+	uint64_t (*pins)[2]; /* malloc'd; the caller frees */
+};
+
+struct store_sync_ops {
+	/* Calls cb for every change of transactions that finished since the
+	 * last call (the feed's position is kept by the store), pools first.
+	 * Returns 0, cb's error, or a negative errno. */
+	int (*poll)(struct store *s, int (*cb)(void *arg, const struct store_change *c), void *arg);
+	/* Streams the pool and rank rows as store_load does. */
+	int (*pools)(struct store *s, const struct store_load_cb *cb);
+	/* Heartbeat: renews this node's lease, records that it has applied
+	 * the feed up to where poll stopped and that it still pins pins[],
+	 * reaps nodes whose lease ran out, and reports the peers. */
+	int (*heartbeat)(struct store *s, const uint64_t (*pins)[2], size_t npins,
+	                 struct store_peers *out);
+	/* A new block of ids: [*first, *first + *count); pool=1 for pool ids. */
+	int (*ids)(struct store *s, int pool, uint64_t *first, uint64_t *count);
+};
+
 /* Every engine's handle starts with this. */
 struct store {
 	const struct store_ops *ops;
+	const struct store_sync_ops *sync; /* NULL: one daemon per index */
 	enum store_engine engine;
+	uint32_t node_id; /* this daemon's node (shared index), set by store_lock */
 };
 
 /* Opens or creates the store a URI names; power=1 makes commits survive
@@ -80,10 +123,11 @@ int store_pg_open(const char *uri, const char *display, int power, int read_only
                   struct store **out, char *err, size_t errlen);
 void store_close(struct store *s);
 
-/* Takes the exclusive daemon lock of the index, held until store_close
- * (SQLite: flock on PATH.lock; PostgreSQL: an advisory lock of the
- * session). A holder is named in err: -EBUSY. */
-int store_lock(struct store *s, char *err, size_t errlen);
+/* Takes the daemon lock of the index, held until store_close. SQLite:
+ * always exclusive (flock on PATH.lock). PostgreSQL: exclusive (fsck) or
+ * shared by the daemons, each of which joins as a node (node_id, a row in
+ * pagefs_nodes; store_close leaves). A holder is named in err: -EBUSY. */
+int store_lock(struct store *s, int exclusive, char *err, size_t errlen);
 
 /* Settings (small key/value rows). get: 0, -ENOENT. */
 int store_get_setting(struct store *s, const char *key, char *buf, size_t len);

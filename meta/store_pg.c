@@ -32,7 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define PG_SCHEMA_VERSION 1
+#define PG_SCHEMA_VERSION 2
 /* Advisory lock keys: (PG_LOCK_CLASS, hash of the schema). */
 #define PG_LOCK_CLASS 1885824627 /* "pgfs" */
 #define PG_SCHEMA_LOCK_CLASS 1885824628
@@ -74,8 +74,61 @@ static const char schema_sql[] =
 	" UNIQUE(pool, name), UNIQUE(pool, slot));"
 	"CREATE INDEX pagefs_pages_pool_id ON pagefs_pages(pool, id);";
 
-/* migrate[v]: the SQL that takes a version-v schema to v + 1. */
-static const char *const migrate[PG_SCHEMA_VERSION + 1] = {NULL};
+/* migrate[v]: the SQL that takes a version-v schema to v + 1. A new index
+ * is made at version 1 and migrated, so every step runs in every test. */
+static const char *const migrate[PG_SCHEMA_VERSION + 1] = {
+	/* 1 -> 2: several daemons (nodes) on one index; docs/DESIGN.md. */
+	[1] = "CREATE TABLE pagefs_nodes(id bigserial PRIMARY KEY, host text NOT NULL,"
+	      " pid bigint NOT NULL, started timestamptz NOT NULL DEFAULT now(),"
+	      " lease_until timestamptz NOT NULL, acked xid8 NOT NULL DEFAULT '0');"
+	      "CREATE TABLE pagefs_chunks(pool bigint NOT NULL, chunk bigint NOT NULL,"
+	      " node bigint NOT NULL REFERENCES pagefs_nodes(id) ON DELETE CASCADE,"
+	      " PRIMARY KEY(pool, chunk));"
+	      "CREATE TABLE pagefs_pins(node bigint NOT NULL REFERENCES pagefs_nodes(id)"
+	      " ON DELETE CASCADE, pool bigint NOT NULL, slot bigint NOT NULL,"
+	      " PRIMARY KEY(node, pool, slot));"
+	      "CREATE TABLE pagefs_changes(seq bigserial PRIMARY KEY,"
+	      " xid xid8 NOT NULL DEFAULT pg_current_xact_id(), node bigint, pool bigint,"
+	      " page_id bigint, freed_slot bigint);"
+	      "CREATE INDEX pagefs_changes_xid ON pagefs_changes(xid);"
+	      "CREATE INDEX pagefs_changes_freed ON pagefs_changes(pool, freed_slot)"
+	      " WHERE freed_slot IS NOT NULL;"
+	      "CREATE SEQUENCE pagefs_page_ids INCREMENT 1048576;"
+	      "SELECT setval('pagefs_page_ids', coalesce((SELECT max(id) FROM pagefs_pages), 0) + "
+	      "1,"
+	      " false);"
+	      "CREATE SEQUENCE pagefs_pool_ids INCREMENT 64;"
+	      "SELECT setval('pagefs_pool_ids', coalesce((SELECT max(id) FROM pagefs_pools), 0) + "
+	      "1,"
+	      " false);"
+	      "CREATE FUNCTION pagefs_page_change() RETURNS trigger LANGUAGE plpgsql AS $$"
+	      " DECLARE n bigint := NULLIF(current_setting('pagefs.node', true), '')::bigint;"
+	      " BEGIN"
+	      "  IF TG_OP = 'DELETE' THEN"
+	      "   INSERT INTO pagefs_changes(node, pool, page_id, freed_slot)"
+	      "    VALUES (n, OLD.pool, OLD.id, OLD.slot);"
+	      "  ELSIF TG_OP = 'INSERT' THEN"
+	      "   INSERT INTO pagefs_changes(node, pool, page_id) VALUES (n, NEW.pool, NEW.id);"
+	      "  ELSE"
+	      "   INSERT INTO pagefs_changes(node, pool, page_id, freed_slot) VALUES (n, NEW.pool,"
+	      "    NEW.id, CASE WHEN OLD.slot <> NEW.slot THEN OLD.slot END);"
+	      "  END IF;"
+	      "  RETURN NULL;"
+	      " END $$;"
+	      "CREATE TRIGGER pagefs_pages_change AFTER INSERT OR DELETE OR UPDATE OF name, slot,"
+	      " length, checksum, mtime ON pagefs_pages FOR EACH ROW"
+	      " EXECUTE FUNCTION pagefs_page_change();"
+	      "CREATE FUNCTION pagefs_pool_change() RETURNS trigger LANGUAGE plpgsql AS $$"
+	      " BEGIN"
+	      "  INSERT INTO pagefs_changes(node, pool) VALUES"
+	      "   (NULLIF(current_setting('pagefs.node', true), '')::bigint, -1);"
+	      "  RETURN NULL;"
+	      " END $$;"
+	      "CREATE TRIGGER pagefs_pools_change AFTER INSERT OR DELETE OR UPDATE ON pagefs_pools"
+	      " FOR EACH STATEMENT EXECUTE FUNCTION pagefs_pool_change();"
+	      "CREATE TRIGGER pagefs_ranks_change AFTER INSERT OR DELETE ON pagefs_ranks"
+	      " FOR EACH STATEMENT EXECUTE FUNCTION pagefs_pool_change();",
+};
 
 /* ---- arguments and results ---- */
 
@@ -203,10 +256,15 @@ static int pg_exec(struct pg_store *s, const char *sql)
 /* Session settings, on every (re)connect. */
 static int pg_session(struct pg_store *s)
 {
+	char sql[64];
 	int rc = pg_exec(s,
 	                 s->power ? "SET synchronous_commit = on" : "SET synchronous_commit = off");
-	if (rc == 0 && s->read_only)
-		rc = pg_exec(s, "SET default_transaction_read_only = on");
+
+	/* The node the change feed's triggers name. */
+	if (rc == 0 && s->base.node_id) {
+		snprintf(sql, sizeof(sql), "SET pagefs.node = '%u'", s->base.node_id);
+		rc = pg_exec(s, sql);
+	}
 	return rc;
 }
 
@@ -257,11 +315,15 @@ static int xid_outcome(struct pg_store *s, int64_t xid)
 	return rc;
 }
 
+/* The index lock: shared by the daemons (nodes), exclusive for fsck. */
 static int take_lock(struct pg_store *s, int *got)
 {
-	PGresult *res = PQexec(
-		s->conn, "SELECT pg_try_advisory_lock(" PG_STR(
-				 PG_LOCK_CLASS) ", hashtext(coalesce(current_schema(), '')))");
+	char sql[160];
+
+	snprintf(sql, sizeof(sql),
+	         "SELECT pg_try_advisory_lock%s(%d, hashtext(coalesce(current_schema(), '')))",
+	         s->exclusive ? "" : "_shared", PG_LOCK_CLASS);
+	PGresult *res = PQexec(s->conn, sql);
 	int rc = 0;
 
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
@@ -382,15 +444,13 @@ static int check_schema(struct pg_store *s, char *err, size_t errlen)
 			rc = -EROFS;
 			goto fail;
 		}
-		snprintf(sql, sizeof(sql),
-		         "INSERT INTO pagefs_settings VALUES('schema_version','%d')",
-		         PG_SCHEMA_VERSION);
-		if (pg_exec(s, schema_sql) < 0 || pg_exec(s, sql) < 0) {
+		if (pg_exec(s, schema_sql) < 0 ||
+		    pg_exec(s, "INSERT INTO pagefs_settings VALUES('schema_version','1')") < 0) {
 			rc = schema_error(s, err, errlen, "cannot create the pagefs tables");
 			goto fail;
 		}
-		log_info("index %s: created the pagefs tables (schema version %d)", s->display,
-		         PG_SCHEMA_VERSION);
+		log_info("index %s: created the pagefs tables", s->display);
+		version = 1;
 	} else if (get_version(s, &version) < 0 || version <= 0) {
 		snprintf(err, errlen,
 		         "index %s has pagefs tables but no schema version; check it with "
@@ -405,7 +465,8 @@ static int check_schema(struct pg_store *s, char *err, size_t errlen)
 		         s->display, version, PG_SCHEMA_VERSION);
 		rc = -EPROTO;
 		goto fail;
-	} else if (version < PG_SCHEMA_VERSION) {
+	}
+	if (version < PG_SCHEMA_VERSION) {
 		if (s->read_only) {
 			snprintf(err, errlen,
 			         "index %s has schema version %d and needs migrating to %d; "
@@ -444,52 +505,101 @@ static void pg_close(struct store *base)
 {
 	struct pg_store *s = (struct pg_store *)base;
 
+	/* A node leaves: its chunks and pins go with its row. */
+	if (s->base.node_id && s->conn && PQstatus(s->conn) == CONNECTION_OK && !s->broken) {
+		char sql[96];
+		snprintf(sql, sizeof(sql), "DELETE FROM pagefs_nodes WHERE id = %u",
+		         s->base.node_id);
+		PQclear(PQexec(s->conn, sql));
+	}
 	PQfinish(s->conn); /* ends the session: releases the advisory lock */
 	PQfinish(s->rconn);
+	PQfinish(s->sconn);
 	pthread_mutex_destroy(&s->read_lock);
 	free(s->uri);
 	free(s->display);
 	free(s);
 }
 
-static int pg_lock(struct store *base, char *err, size_t errlen)
+/* Names the live nodes (or "none") for a refusal message. */
+static void list_nodes(struct pg_store *s, char *buf, size_t len)
+{
+	PGresult *res = PQexec(s->conn, "SELECT string_agg(format('node %s: pid %s on %s since %s',"
+	                                " id, pid, host, date_trunc('second', started)), '; ')"
+	                                " FROM pagefs_nodes WHERE lease_until >= now()");
+
+	snprintf(buf, len, "%s",
+	         PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+	                         !PQgetisnull(res, 0, 0)
+	                 ? PQgetvalue(res, 0, 0)
+	                 : "none alive");
+	PQclear(res);
+}
+
+/* Joins the index as a node: a row in pagefs_nodes with a lease the sync
+ * thread renews, its id in every change it makes. */
+static int join(struct pg_store *s, char *err, size_t errlen)
+{
+	char host[64] = "", sql[256];
+	int rc;
+
+	gethostname(host, sizeof(host) - 1);
+	struct pg_args a = {0};
+	pg_arg_text(&a, host);
+	pg_arg_i64(&a, getpid());
+	PGresult *res = PQexecParams(s->conn,
+	                             "INSERT INTO pagefs_nodes(host, pid, lease_until, acked)"
+	                             " VALUES($1, $2, now() + interval '10 seconds',"
+	                             " pg_snapshot_xmin(pg_current_snapshot())) RETURNING id",
+	                             a.n, NULL, a.val, a.len, a.fmt, 1);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+		rc = pg_error(s->conn, res, "join");
+		snprintf(err, errlen, "index %s: cannot join as a node: %s", s->display,
+		         PQresultErrorMessage(res));
+		err[strcspn(err, "\n")] = '\0';
+		PQclear(res);
+		return rc;
+	}
+	s->base.node_id = (uint32_t)pg_col_i64(res, 0, 0);
+	PQclear(res);
+	snprintf(sql, sizeof(sql), "SET pagefs.node = '%u'", s->base.node_id);
+	if ((rc = pg_exec(s, sql)) < 0)
+		snprintf(err, errlen, "index %s: cannot set up the session", s->display);
+	s->base.sync = &pg_sync_ops;
+	log_info("index %s: joined as node %u", s->display, s->base.node_id);
+	return rc;
+}
+
+static int pg_lock(struct store *base, int exclusive, char *err, size_t errlen)
 {
 	struct pg_store *s = (struct pg_store *)base;
-	char owner[512] = "unknown", host[64] = "";
+	char nodes[768];
 	int got = 0, rc;
 
 	if (s->locked)
 		return 0;
+	s->exclusive = exclusive;
 	if ((rc = take_lock(s, &got)) < 0) {
-		snprintf(err, errlen, "index %s: cannot take the daemon lock", s->display);
+		snprintf(err, errlen, "index %s: cannot take the index lock", s->display);
 		return rc;
 	}
 	if (!got) {
-		base->ops->get_setting(base, "owner", owner, sizeof(owner));
-		snprintf(err, errlen,
-		         "index %s is in use by another pagefs daemon (%s); unmount that mount "
-		         "first ('pagefs umount'), or give this one its own --meta (another "
-		         "database, or schema: ?options=-csearch_path%%3DNAME). Several daemons "
-		         "on one PostgreSQL index are not supported yet",
-		         s->display, owner);
+		list_nodes(s, nodes, sizeof(nodes));
+		if (exclusive)
+			snprintf(err, errlen,
+			         "index %s is in use by pagefs daemons (%s); unmount them first "
+			         "('pagefs umount')",
+			         s->display, nodes);
+		else
+			snprintf(
+				err, errlen,
+				"index %s is held by an offline pagefs command (fsck); wait for it "
+				"to finish",
+				s->display);
 		return -EBUSY;
 	}
 	s->locked = 1;
-	if (!s->read_only) {
-		time_t now = time(NULL);
-		struct tm tm;
-		gethostname(host, sizeof(host) - 1);
-		gmtime_r(&now, &tm);
-		snprintf(owner, sizeof(owner), "pid %d on %s since %04d-%02d-%02dT%02d:%02d:%02dZ",
-		         (int)getpid(), host, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-		         tm.tm_hour, tm.tm_min, tm.tm_sec);
-		if ((rc = base->ops->set_setting(base, "owner", owner)) < 0) {
-			snprintf(err, errlen, "index %s: cannot record the owner: %s", s->display,
-			         strerror(-rc));
-			return rc;
-		}
-	}
-	return 0;
+	return exclusive ? 0 : join(s, err, errlen);
 }
 
 static int pg_get_setting(struct store *base, const char *key, char *buf, size_t len)
@@ -526,13 +636,31 @@ static int pg_begin(struct store *base)
 
 	/* A connection that died while idle fails BEGIN: nothing was sent
 	 * for this batch yet, so reconnect and try once more. */
+	char sql[192];
+
+	/* A node's transaction first reads its own row FOR SHARE: once its
+	 * lease ran out and another node removed it, it is fenced off. */
+	snprintf(sql, sizeof(sql),
+	         "BEGIN; SELECT txid_current(), (SELECT count(*) FROM (SELECT 1 FROM"
+	         " pagefs_nodes WHERE id = %u FOR SHARE) AS me)",
+	         s->base.node_id);
 	for (int attempt = 0; attempt < 2; attempt++) {
 		if ((rc = ensure_conn(s)) < 0)
 			return rc;
-		PGresult *res = PQexec(s->conn, "BEGIN; SELECT txid_current()");
+		PGresult *res =
+			PQexec(s->conn, s->base.node_id ? sql : "BEGIN; SELECT txid_current()");
 		if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
 			s->xid = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+			int fenced = s->base.node_id && atoi(PQgetvalue(res, 0, 1)) == 0;
 			PQclear(res);
+			if (fenced) {
+				log_error("index %s: node %u's lease ran out and another node "
+				          "removed "
+				          "it; this daemon writes nothing more (remount it)",
+				          s->display, s->base.node_id);
+				s->broken = 1;
+				return -EIO;
+			}
 			return 0;
 		}
 		rc = pg_error(s->conn, res, "BEGIN");

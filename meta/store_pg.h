@@ -42,14 +42,27 @@ struct pg_store {
 	 * writer thread. */
 	PGconn *conn;
 	uint8_t prepared[PG_STMT_COUNT];
-	int locked;        /* holds the daemon's advisory lock (retaken on reconnect) */
+	int locked;        /* holds the index's advisory lock (retaken on reconnect) */
+	int exclusive;     /* ... exclusively (fsck); else shared, as a node */
 	int64_t xid;       /* the open transaction's id */
 	int64_t doubt_xid; /* a COMMIT whose outcome is not known yet, or 0 */
 	int broken;        /* memory and index may disagree: writes refused */
 
 	pthread_mutex_t read_lock; /* protects rconn */
 	PGconn *rconn;             /* page iteration (readdir, export) */
+
+	/* Shared index (store_pg_sync.c): the sync thread's connection and
+	 * the feed's position (every transaction below it has been read). */
+	PGconn *sconn;
+	int64_t feed_from;
+	uint64_t heartbeats;
+	int64_t sconn_since; /* time(NULL) when sconn connected */
 };
+
+#define PG_NODE_LOCK_CLASS 1885824629 /* (class, node id): held by its sync session */
+#define PG_PAGE_ID_BLOCK (1ULL << 20)
+#define PG_POOL_ID_BLOCK 64ULL
+extern const struct store_sync_ops pg_sync_ops;
 
 /* Parameters of one statement, binary except text. */
 #define PG_MAX_ARGS 10

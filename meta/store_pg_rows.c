@@ -108,6 +108,21 @@ int pg_load(struct store *base, const struct store_load_cb *cb, char *err, size_
 
 	if (!l.row)
 		return -ENOMEM;
+	/* One snapshot for all of it; its xmin is where the change feed
+	 * starts (changes seen twice are harmless: the feed applies rows). */
+	PGresult *res = PQexec(s->conn, "BEGIN ISOLATION LEVEL REPEATABLE READ;"
+	                                " SELECT pg_snapshot_xmin(pg_current_snapshot())::text");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+		snprintf(err, errlen, "cannot read index %s: %s", s->display,
+		         PQresultErrorMessage(res));
+		err[strcspn(err, "\n")] = '\0';
+		PQclear(res);
+		PQclear(PQexec(s->conn, "ROLLBACK"));
+		free(l.row);
+		return -EIO;
+	}
+	s->feed_from = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+	PQclear(res);
 	rc = stream(s, "SELECT rank FROM pagefs_ranks", load_rank, &l, err, errlen);
 	if (rc == 0)
 		rc = stream(s, "SELECT id,rank,ns,slot_size,capacity FROM pagefs_pools ORDER BY id",
@@ -117,6 +132,7 @@ int pg_load(struct store *base, const struct store_load_cb *cb, char *err, size_
 		            "SELECT id,pool,name,slot,length,checksum,mtime,atime,gen"
 		            " FROM pagefs_pages ORDER BY atime, id",
 		            load_page, &l, err, errlen);
+	PQclear(PQexec(s->conn, rc == 0 ? "COMMIT" : "ROLLBACK"));
 	free(l.row);
 	return rc;
 }
@@ -196,6 +212,108 @@ static int apply_bulk(struct pg_store *s, const struct rec *r)
 	return rc;
 }
 
+/* Runs a query of the lease on the write connection (binary results). */
+static PGresult *lease_query(struct pg_store *s, const char *sql, const struct pg_args *a)
+{
+	PGresult *res = PQexecParams(s->conn, sql, a->n, NULL, a->val, a->len, a->fmt, 1);
+
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		pg_error(s->conn, res, "chunk lease");
+		PQclear(res);
+		return NULL;
+	}
+	return res;
+}
+
+/* REC_LEASE: takes the lowest chunk of the pool that no node holds and
+ * that has a free slot, and reports its used slots and those still in a
+ * grace period. -ENOSPC: none; -EAGAIN: another node took it first. */
+static int apply_lease(struct pg_store *s, struct rec *r)
+{
+	struct pg_args a = {0};
+	int64_t k = (int64_t)r->chunk_slots, first;
+	PGresult *res;
+
+	if (!s->base.node_id || k <= 0)
+		return -EINVAL;
+	int64_t nchunks = (int64_t)((r->capacity_slots + (uint64_t)k - 1) / (uint64_t)k);
+	pg_arg_i64(&a, r->pool_id);
+	pg_arg_i64(&a, s->base.node_id);
+	pg_arg_i64(&a, nchunks);
+	pg_arg_i64(&a, k);
+	pg_arg_i64(&a, (int64_t)r->capacity_slots);
+	/* Nodes start looking at different places, so they seldom collide. */
+	pg_arg_i64(&a, (int64_t)((uint64_t)s->base.node_id * 7919u % (uint64_t)nchunks));
+	/* A collision with another node's lease of the same chunk waits for
+	 * its commit and inserts nothing: the next statement sees it taken. */
+	for (int attempt = 0;; attempt++) {
+		res = lease_query(
+			s,
+			"WITH cand AS (SELECT c FROM generate_series(0, $3::bigint - 1) AS c"
+			" WHERE NOT EXISTS (SELECT 1 FROM pagefs_chunks h WHERE h.pool = $1::bigint"
+			"  AND h.chunk = c)"
+			" AND (SELECT count(*) FROM pagefs_pages g WHERE g.pool = $1::bigint"
+			"  AND g.slot >= c * $4::bigint AND g.slot < c * $4::bigint + $4::bigint)"
+			"  < least($4::bigint, $5::bigint - c * $4::bigint)"
+			" ORDER BY (c + $6::bigint) % $3::bigint LIMIT 1),"
+			" ins AS (INSERT INTO pagefs_chunks(pool, chunk, node)"
+			"  SELECT $1::bigint, c, $2::bigint FROM cand ON CONFLICT DO NOTHING"
+			"  RETURNING chunk)"
+			" SELECT (SELECT c FROM cand), (SELECT chunk FROM ins)",
+			&a);
+		if (!res)
+			return -EIO;
+		if (PQgetisnull(res, 0, 0)) {
+			PQclear(res);
+			return -ENOSPC; /* every chunk is held or full */
+		}
+		if (!PQgetisnull(res, 0, 1))
+			break;
+		PQclear(res);
+		if (attempt == 16)
+			return -EAGAIN;
+	}
+	r->chunk = (uint64_t)pg_col_i64(res, 0, 1);
+	PQclear(res);
+	first = (int64_t)r->chunk * k;
+	r->used_bits = r->grace_bits = 0;
+	r->grace_xid = (uint64_t)s->xid;
+	a.n = 0;
+	pg_arg_i64(&a, r->pool_id);
+	pg_arg_i64(&a, first);
+	pg_arg_i64(&a, k);
+	res = lease_query(
+		s,
+		"SELECT slot - $2::bigint, 0::bigint FROM pagefs_pages WHERE pool = $1::bigint AND "
+		"slot >= $2::bigint"
+		" AND slot < $2::bigint + $3::bigint"
+		" UNION ALL SELECT freed_slot - $2::bigint, xid::text::bigint FROM pagefs_changes"
+		" WHERE pool = $1::bigint AND freed_slot >= $2::bigint AND freed_slot < $2::bigint "
+		"+ $3::bigint"
+		" AND xid >= (SELECT coalesce(min(acked), '0') FROM pagefs_nodes"
+		"  WHERE lease_until >= now())"
+		" UNION ALL SELECT slot - $2::bigint, -1::bigint FROM pagefs_pins WHERE pool = "
+		"$1::bigint"
+		" AND slot >= $2::bigint AND slot < $2::bigint + $3::bigint",
+		&a);
+	if (!res)
+		return -EIO;
+	for (int i = 0; i < PQntuples(res); i++) {
+		int64_t bit = pg_col_i64(res, i, 0), xid = pg_col_i64(res, i, 1);
+		if (bit < 0 || bit >= k)
+			continue;
+		if (xid == 0) {
+			r->used_bits |= 1ULL << bit;
+		} else {
+			r->grace_bits |= 1ULL << bit;
+			if (xid > (int64_t)r->grace_xid)
+				r->grace_xid = (uint64_t)xid;
+		}
+	}
+	PQclear(res);
+	return 0;
+}
+
 static int apply_one(struct pg_store *s, struct rec *r)
 {
 	struct pg_args a = {0};
@@ -243,6 +361,8 @@ static int apply_one(struct pg_store *s, struct rec *r)
 		return pg_run(s, PG_SETTING, &a, NULL);
 	case REC_BULK:
 		return apply_bulk(s, r);
+	case REC_LEASE:
+		return apply_lease(s, r);
 	case REC_CHECKSUM:
 		pg_arg_i64(&a, (int64_t)r->page_id);
 		pg_arg_i64(&a, (int64_t)r->slot);
@@ -266,6 +386,7 @@ int pg_apply(struct store *base, struct rec *r)
 	struct pg_store *s = (struct pg_store *)base;
 	int rc = exec_simple(s, "SAVEPOINT rec");
 
+	r->xid = (uint64_t)s->xid;
 	if (rc < 0)
 		return rc;
 	rc = apply_one(s, r);

@@ -516,6 +516,8 @@ static int apply_one(struct sqlite_store *s, struct rec *r)
 		return sq_set_setting(&s->base, r->key, r->value);
 	case REC_BULK:
 		return apply_bulk(s, r);
+	case REC_LEASE:
+		return -EINVAL; /* one daemon per SQLite index: no chunks */
 	case REC_CHECKSUM:
 		if (!(st = stmt(s, ST_CHECKSUM)))
 			return -EIO;
@@ -600,10 +602,11 @@ static int sq_iter_pages(struct store *base, uint32_t pool_id, uint64_t after, m
 
 /* The daemon lock: flock on PATH.lock (open.c's index_lock), released by
  * the kernel when the process dies. */
-static int sq_lock(struct store *base, char *err, size_t errlen)
+static int sq_lock(struct store *base, int exclusive, char *err, size_t errlen)
 {
 	struct sqlite_store *s = (struct sqlite_store *)base;
 
+	(void)exclusive; /* one daemon per SQLite index */
 	if (s->lock_fd >= 0)
 		return 0;
 	return index_lock(s->path, &s->lock_fd, err, errlen);

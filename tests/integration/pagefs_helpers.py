@@ -29,6 +29,9 @@ WRAPPER = shlex.split(os.environ.get("PAGEFS_WRAPPER", ""))
 EXIT_WAIT = float(os.environ.get("PAGEFS_IT_EXIT_WAIT", "5"))
 # A PostgreSQL server for engine=postgres tests (scripts/pg_test.sh prints one).
 PG_URI = os.environ.get("PAGEFS_TEST_PG_URI", "")
+# Why the PostgreSQL tests do not run in this pass, or "" when they do.
+PG_SKIP = ("PAGEFS_TEST_PG_URI is unset: no PostgreSQL server (scripts/test.sh starts one)"
+           if not PG_URI else os.environ.get("PAGEFS_IT_PG_SKIP", ""))
 
 # Every Mount and child process alive in this session; the watchdog and the
 # teardowns kill what is left here.

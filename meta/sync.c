@@ -1,0 +1,313 @@
+/*
+ * sync.c - the sync thread of a daemon on a shared (PostgreSQL) index:
+ * what the other nodes changed reaches this node's memory, and this
+ * node's pins and progress reach theirs.
+ *
+ * Every SYNC_TICK_MS it reads the change feed and brings the mirror to
+ * the index's current rows (apply_remote), reloading pools when they
+ * changed; every SYNC_BEAT_TICKS ticks it sends a heartbeat that renews
+ * the node's lease, acknowledges the feed position and lists the slots
+ * its readers still pin among freed ones, and learns from it when freed
+ * slots of this node's chunks may be reused (grace periods, slots.c). It
+ * also keeps a spare block of page and pool ids. See docs/DESIGN.md.
+ *
+ * Locks: store calls run with no engine lock held; the mirror is changed
+ * under meta.lock; drop callbacks run after it is released.
+ */
+#include "meta/internal.h"
+#include "meta/log.h"
+#include "meta/store.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SYNC_TICK_MS 50
+#define SYNC_BEAT_TICKS 4
+
+struct sync {
+	pthread_t thread;
+	pthread_mutex_t lock; /* protects stop */
+	pthread_cond_t wake;
+	int stop;
+	int pools_changed;       /* sync thread only */
+	struct store_change *ch; /* sync thread only: changes of one poll */
+	size_t nch, cap;
+};
+
+/* ---- pools ---- */
+
+struct pool_rows {
+	struct store_pool_row *rows;
+	size_t n, cap;
+	uint8_t ranks[(META_RANK_MAX + 1) / 8];
+};
+
+static int row_rank(void *arg, int rank)
+{
+	struct pool_rows *pr = arg;
+
+	if (rank >= 0 && rank <= META_RANK_MAX)
+		pr->ranks[rank / 8] |= (uint8_t)(1u << (rank % 8));
+	return 0;
+}
+
+static int row_pool(void *arg, const struct store_pool_row *row)
+{
+	struct pool_rows *pr = arg;
+
+	if (pr->n == pr->cap) {
+		size_t cap = pr->cap ? pr->cap * 2 : 16;
+		struct store_pool_row *r = realloc(pr->rows, cap * sizeof(*r));
+		if (!r)
+			return -ENOMEM;
+		pr->rows = r;
+		pr->cap = cap;
+	}
+	pr->rows[pr->n++] = *row;
+	return 0;
+}
+
+/* Brings the pools and ranks in memory to the index's rows. */
+static void reload_pools(struct meta *m)
+{
+	struct pool_rows pr = {0};
+	struct store_load_cb cb = {&pr, row_rank, row_pool, NULL};
+	char err[512];
+
+	/* Pools this node creates while the rows are read may be missing
+	 * from them: those are kept. */
+	pthread_mutex_lock(&m->lock);
+	uint64_t made = m->pools_made;
+	pthread_mutex_unlock(&m->lock);
+	if (m->store->sync->pools(m->store, &cb) < 0) {
+		free(pr.rows);
+		return; /* tried again at the next change */
+	}
+	for (size_t i = 0; i < pr.n; i++) {
+		const struct store_pool_row *row = &pr.rows[i];
+		pthread_mutex_lock(&m->lock);
+		struct pool *p = pool_by_id(m, row->id);
+		if (p) {
+			p->slot_size = row->slot_size;
+			p->capacity = row->capacity;
+		}
+		pthread_mutex_unlock(&m->lock);
+		if (p)
+			continue;
+		/* A pool another node made: open its data file outside the lock. */
+		if (pool_from_row(m, row, &p, err, sizeof(err)) < 0) {
+			log_warn("cannot serve pool %u/%s made by another node: %s", row->rank,
+			         row->ns, err);
+			continue;
+		}
+		pthread_mutex_lock(&m->lock);
+		if (pool_by_id(m, row->id) || pool_by_name(m, row->rank, row->ns)) {
+			pthread_mutex_unlock(&m->lock);
+			pool_free(p);
+			continue;
+		}
+		pool_link(m, p);
+		rank_set(m, p->rank, 1);
+		pthread_mutex_unlock(&m->lock);
+	}
+	/* Pools and ranks another node made: a rank removed elsewhere stays
+	 * here (an empty directory) until the next mount. */
+	pthread_mutex_lock(&m->lock);
+	for (int r = 0; r <= META_RANK_MAX; r++)
+		if ((pr.ranks[r / 8] >> (r % 8)) & 1 && !rank_is_set(m, r))
+			rank_set(m, r, 1);
+	/* Pools another node removed (it removes empty ones only). */
+	for (struct pool *p = m->pools, *next; p; p = next) {
+		size_t i = 0;
+		next = p->next;
+		while (i < pr.n && pr.rows[i].id != p->id)
+			i++;
+		if (i == pr.n && !p->creating && p->created <= made && !p->pages && !p->pending &&
+		    p->nused <= p->ngrace) {
+			pool_unlink(m, p);
+			pool_free(p);
+		}
+	}
+	pthread_mutex_unlock(&m->lock);
+	free(pr.rows);
+}
+
+/* ---- the feed ---- */
+
+static int collect(void *arg, const struct store_change *c)
+{
+	struct sync *y = arg;
+
+	if (c->pools) {
+		y->pools_changed = 1;
+		return 0;
+	}
+	if (y->nch == y->cap) {
+		size_t cap = y->cap ? y->cap * 2 : 64;
+		struct store_change *n = realloc(y->ch, cap * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		y->ch = n;
+		y->cap = cap;
+	}
+	y->ch[y->nch++] = *c;
+	return 0;
+}
+
+static void poll_feed(struct meta *m, struct sync *y)
+{
+	struct dropped *drops = NULL;
+
+	y->nch = 0;
+	y->pools_changed = 0;
+	if (m->store->sync->poll(m->store, collect, y) < 0)
+		return; /* the same changes come again at the next poll */
+	if (y->pools_changed)
+		reload_pools(m);
+	if (!y->nch)
+		return;
+	pthread_mutex_lock(&m->lock);
+	for (size_t i = 0; i < y->nch; i++)
+		apply_remote(m, &y->ch[i], &drops);
+	pthread_mutex_unlock(&m->lock);
+	drops_notify(m, drops);
+}
+
+/* ---- heartbeat ---- */
+
+static void heartbeat(struct meta *m)
+{
+	uint64_t(*pins)[2] = NULL;
+	size_t npins = 0;
+	struct store_peers peers;
+
+	pthread_mutex_lock(&m->lock);
+	for (struct pool *p = m->pools; p; p = p->next)
+		npins += slots_zombies(p, NULL, 0);
+	if (npins && (pins = calloc(npins, sizeof(*pins)))) {
+		size_t n = 0;
+		for (struct pool *p = m->pools; p; p = p->next)
+			n += slots_zombies(p, pins + n, npins - n);
+	}
+	pthread_mutex_unlock(&m->lock);
+	if (npins && !pins)
+		return; /* no ack without the pins: try again */
+	int rc = m->store->sync->heartbeat(m->store, (const uint64_t(*)[2])pins, npins, &peers);
+	free(pins);
+	if (rc < 0)
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->live_nodes = peers.live;
+	if (peers.fenced && !m->fenced) {
+		m->fenced = 1;
+		log_error("this node's lease on index %s ran out (another node removed it): it "
+		          "writes nothing more; remount it",
+		          m->db_path);
+	}
+	for (struct pool *p = m->pools; p; p = p->next)
+		grace_release(p, peers.min_ack, (const uint64_t(*)[2])peers.pins, peers.npins);
+	pthread_mutex_unlock(&m->lock);
+	free(peers.pins);
+}
+
+/* Keeps a spare block of ids so that allocation never waits for one. */
+static void top_up_ids(struct meta *m)
+{
+	for (int pool = 0; pool < 2; pool++) {
+		struct idblock *b = pool ? &m->pool_ids : &m->page_ids;
+		uint64_t first, count;
+		pthread_mutex_lock(&m->lock);
+		int need = b->spare_count == 0;
+		pthread_mutex_unlock(&m->lock);
+		if (!need || m->store->sync->ids(m->store, pool, &first, &count) < 0)
+			continue;
+		pthread_mutex_lock(&m->lock);
+		b->spare_first = first;
+		b->spare_count = count;
+		pthread_mutex_unlock(&m->lock);
+	}
+}
+
+static void *sync_main(void *arg)
+{
+	struct meta *m = arg;
+	struct sync *y = m->sync;
+
+	for (unsigned tick = 0;; tick++) {
+		poll_feed(m, y);
+		if (tick % SYNC_BEAT_TICKS == 0) {
+			heartbeat(m);
+			top_up_ids(m);
+		}
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_nsec += SYNC_TICK_MS * 1000000L;
+		if (until.tv_nsec >= 1000000000L) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000L;
+		}
+		pthread_mutex_lock(&y->lock);
+		if (!y->stop)
+			pthread_cond_timedwait(&y->wake, &y->lock, &until);
+		int stop = y->stop;
+		pthread_mutex_unlock(&y->lock);
+		if (stop)
+			break;
+	}
+	return NULL;
+}
+
+int sync_start(struct meta *m, char *err, size_t errlen)
+{
+	struct sync *y = calloc(1, sizeof(*y));
+	int rc;
+
+	if (!y) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&y->lock, NULL);
+	pthread_cond_init(&y->wake, NULL);
+	m->sync = y;
+	rc = pthread_create(&y->thread, NULL, sync_main, m);
+	if (rc) {
+		snprintf(err, errlen, "cannot start the sync thread: %s", strerror(rc));
+		m->sync = NULL;
+		free(y);
+		return -rc;
+	}
+	return 0;
+}
+
+void sync_stop(struct meta *m)
+{
+	struct sync *y = m->sync;
+
+	if (!y)
+		return;
+	pthread_mutex_lock(&y->lock);
+	y->stop = 1;
+	pthread_cond_signal(&y->wake);
+	pthread_mutex_unlock(&y->lock);
+	pthread_join(y->thread, NULL);
+	pthread_cond_destroy(&y->wake);
+	pthread_mutex_destroy(&y->lock);
+	free(y->ch);
+	free(y);
+	m->sync = NULL;
+}
+
+/* Waits (outside meta.lock) for the next heartbeat to have run. */
+void sync_kick(struct meta *m)
+{
+	struct sync *y = m->sync;
+
+	if (!y)
+		return;
+	pthread_mutex_lock(&y->lock);
+	pthread_cond_signal(&y->wake);
+	pthread_mutex_unlock(&y->lock);
+}
