@@ -148,8 +148,10 @@ static void write_touches(struct meta *m, uint64_t *ids, size_t n)
 {
 	struct rec *recs = n ? calloc(n < TOUCH_CHUNK ? n : TOUCH_CHUNK, sizeof(*recs)) : NULL;
 
-	if (recs)
-		qsort(ids, n, sizeof(*ids), cmp_id); /* neighbouring rows share pages */
+	if (recs && ids)
+		qsort(ids, n, sizeof(*ids), cmp_id);
+	else
+		n = 0; /* neighbouring rows share pages */
 	for (size_t i = 0; recs && i < n;) {
 		struct rec *head = NULL, **tail = &head;
 		size_t k = 0;

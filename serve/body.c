@@ -83,9 +83,7 @@ static void gen_string(yajl_gen g, const char *s)
 
 static void gen_value(yajl_gen g, yajl_val v)
 {
-	if (!v) {
-		yajl_gen_null(g);
-	} else if (YAJL_IS_STRING(v)) {
+	if (YAJL_IS_STRING(v)) { /* the YAJL_IS_ macros take NULL */
 		gen_string(g, v->u.string);
 	} else if (YAJL_IS_NUMBER(v)) {
 		yajl_gen_number(g, v->u.number.r, strlen(v->u.number.r));
@@ -104,7 +102,7 @@ static void gen_value(yajl_gen g, yajl_val v)
 		yajl_gen_array_close(g);
 	} else if (YAJL_IS_TRUE(v) || YAJL_IS_FALSE(v)) {
 		yajl_gen_bool(g, YAJL_IS_TRUE(v));
-	} else {
+	} else { /* null, or no value at all */
 		yajl_gen_null(g);
 	}
 }
