@@ -168,6 +168,8 @@ struct tree {
 	yajl_val root;
 	int nul; /* a string held \u0000 */
 	int oom;
+	yajl_handle h; /* for the offset where the root value ends */
+	size_t end;
 };
 
 static void *arena(struct tree *t, size_t n)
@@ -223,6 +225,7 @@ static int put(struct tree *t, yajl_val v)
 		return 0;
 	if (t->depth == 0) {
 		t->root = v;
+		t->end = yajl_get_bytes_consumed(t->h);
 		return 1;
 	}
 	size_t cap = t->stack_cap;
@@ -347,6 +350,8 @@ static int close_container(void *ctx)
 		v->u.array.len = n;
 	}
 	t->top = from;
+	if (t->depth == 0)
+		t->end = yajl_get_bytes_consumed(t->h);
 	return 1;
 }
 
@@ -402,12 +407,23 @@ yajl_val body_parse(const char *text, size_t len, char *err, size_t errlen, size
 	yajl_handle h = yajl_alloc(&tree_cb, NULL, &t);
 	yajl_status st = yajl_status_error;
 
+	int trailing = 0;
+	t.h = h;
 	if (h) {
 		st = yajl_parse(h, (const unsigned char *)text, len);
 		*pos = yajl_get_bytes_consumed(h);
 		if (st == yajl_status_ok) {
 			st = yajl_complete_parse(h);
 			*pos = len; /* what is missing is missing at the end */
+		}
+	}
+	/* yajl leaves an unfinished token after the value unread (a lone '"'):
+	 * only white space may follow the root value */
+	for (size_t i = t.end; st == yajl_status_ok && t.root && i < len; i++) {
+		if (text[i] == '\0' || !strchr(" \t\n\r", text[i])) {
+			trailing = 1;
+			*pos = i;
+			st = yajl_status_error;
 		}
 	}
 	struct body_tree *bt = NULL;
@@ -420,6 +436,8 @@ yajl_val body_parse(const char *text, size_t len, char *err, size_t errlen, size
 		snprintf(err, errlen, "out of memory");
 	} else if (t.nul) {
 		snprintf(err, errlen, "a string holds \\u0000");
+	} else if (trailing) {
+		snprintf(err, errlen, "parse error: trailing garbage");
 	} else {
 		unsigned char *e = yajl_get_error(h, 0, (const unsigned char *)text, len);
 		snprintf(err, errlen, "%s", e ? (const char *)e : "invalid JSON");

@@ -160,6 +160,7 @@ def test_bad_requests_get_422_and_change_nothing(server):
         ("0/delete_keys", b'{"keys": ["\xff"]}'), ("0/delete_keys", b'{"keys": ["a\\u0000b"]}'),
         ("0/delete_keys", b'{"keys": ["a",]}'), ("0/delete_keys", b'{"keys": [NaN]}'),
         ("0/delete_keys", b'{"keys": ["a"]}\x0b'), ("0/delete_keys", b'\x0c{"keys": ["a"]}'),
+        ("0/delete_keys", b'{"keys": ["a"]}"x'), ("0/delete_keys", b'{"keys": ["a"]}\x00'),
     ]
     for route, body in bad:
         st, js = c.raw(route, body)
