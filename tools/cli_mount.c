@@ -24,6 +24,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -602,6 +603,33 @@ static int cli_mount_reap(pid_t child)
 	return -1;
 }
 
+/*
+ * 1 if the daemon has been sent SIGKILL (pending on it, or its leader a
+ * zombie) but has not exited: a thread of it can be stuck in the kernel
+ * (README, Decisions), keeping the report pipe open for ever.
+ */
+static int cli_mount_killed(pid_t child)
+{
+	char path[64], line[256];
+	int killed = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)child);
+	if (!(f = fopen(path, "r")))
+		return 0;
+	while (!killed && fgets(line, sizeof(line), f)) {
+		unsigned long long mask;
+		if (strncmp(line, "State:", 6) == 0)
+			killed = strchr(line, 'Z') != NULL;
+		else if ((sscanf(line, "SigPnd: %llx", &mask) == 1 ||
+		          sscanf(line, "ShdPnd: %llx", &mask) == 1) &&
+		         (mask & (1ULL << (SIGKILL - 1))))
+			killed = 1;
+	}
+	fclose(f);
+	return killed;
+}
+
 /* The parent's side: waits for the daemon's report on fd. */
 static int cli_mount_wait_ready(const struct cli_mount_config *cfg, pid_t child, int fd)
 {
@@ -610,6 +638,23 @@ static int cli_mount_wait_ready(const struct cli_mount_config *cfg, pid_t child,
 	ssize_t n;
 	int got_status, st;
 
+	/* the report, or the daemon's death; a killed daemon that cannot
+	 * exit (stuck in the kernel) is a death too, after a grace second */
+	for (int killed_for = 0;;) {
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		if (poll(&pfd, 1, 500) != 0)
+			break;
+		killed_for = cli_mount_killed(child) ? killed_for + 1 : 0;
+		if (killed_for >= 2) {
+			close(fd);
+			waitpid(child, NULL, WNOHANG); /* no zombie if it did exit */
+			return cli_fail(CMD,
+			                "the daemon (pid %d) was killed before the mount was ready "
+			                "and is stuck in the kernel; if %s is still mounted, run "
+			                "'pagefs umount --force %s'",
+			                (int)child, cfg->mountpoint, cfg->mountpoint);
+		}
+	}
 	do
 		n = read(fd, &status, 1);
 	while (n < 0 && errno == EINTR);
