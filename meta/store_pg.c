@@ -784,3 +784,70 @@ fail:
 	pg_close(&s->base);
 	return rc;
 }
+
+int meta_pg_schema(const char *uri, const char *schema, int create, char *out, size_t outlen,
+                   char *err, size_t errlen)
+{
+	struct pg_store tmp = {.uri = (char *)uri};
+	char sql[160], shown[1024];
+	int rc = 0;
+
+	meta_uri_display(uri, shown, sizeof(shown));
+	if (!*schema || strspn(schema, "abcdefghijklmnopqrstuvwxyz0123456789_") != strlen(schema) ||
+	    strlen(schema) > 60) {
+		snprintf(err, errlen, "'%s' is not a schema name for pagefs ([a-z0-9_])", schema);
+		return -EINVAL;
+	}
+	tmp.conn = pg_connect(&tmp);
+	if (!tmp.conn || PQstatus(tmp.conn) != CONNECTION_OK) {
+		const char *msg = tmp.conn ? PQerrorMessage(tmp.conn) : "out of memory";
+		snprintf(err, errlen, "cannot connect to %s: %.*s", shown, (int)strcspn(msg, "\n"),
+		         msg);
+		PQfinish(tmp.conn);
+		return -ECONNREFUSED;
+	}
+	snprintf(sql, sizeof(sql),
+	         create ? "CREATE SCHEMA %s"
+	                : "SET client_min_messages = warning; DROP SCHEMA %s CASCADE",
+	         schema);
+	PGresult *res = PQexec(tmp.conn, sql);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+		snprintf(err, errlen, "%s on %s: %s", sql, shown, PQresultErrorMessage(res));
+		err[strcspn(err, "\n")] = '\0';
+		rc = -EIO;
+	}
+	PQclear(res);
+	PQfinish(tmp.conn);
+	if (rc == 0 && create && out &&
+	    snprintf(out, outlen, "%s%coptions=-csearch_path%%3D%s", uri,
+	             strchr(uri, '?') ? '&' : '?', schema) >= (int)outlen)
+		rc = -ENAMETOOLONG;
+	return rc;
+}
+
+int meta_pg_index_bytes(const char *uri, uint64_t *bytes, char *err, size_t errlen)
+{
+	struct pg_store tmp = {.uri = (char *)uri};
+	int rc = 0;
+
+	tmp.conn = pg_connect(&tmp);
+	if (!tmp.conn || PQstatus(tmp.conn) != CONNECTION_OK) {
+		snprintf(err, errlen, "cannot connect: %s",
+		         tmp.conn ? PQerrorMessage(tmp.conn) : "out of memory");
+		PQfinish(tmp.conn);
+		return -ECONNREFUSED;
+	}
+	PGresult *res = PQexec(tmp.conn, "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)"
+	                                 " FROM pg_class c JOIN pg_namespace n ON n.oid ="
+	                                 " c.relnamespace WHERE n.nspname = current_schema()"
+	                                 " AND c.relkind = 'r' AND c.relname LIKE 'pagefs_%'");
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
+		*bytes = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+	} else {
+		snprintf(err, errlen, "%s", PQresultErrorMessage(res));
+		rc = -EIO;
+	}
+	PQclear(res);
+	PQfinish(tmp.conn);
+	return rc;
+}
