@@ -118,7 +118,9 @@ static void write_batch(struct meta *m, struct rec *batch)
 
 	for (struct rec *r = batch; r; r = r->next) {
 		r->err = rc < 0 ? rc : store_apply(m->store, r);
-		if (r->err < 0 && r->type != REC_TOUCH)
+		/* (A lease finding every chunk taken is an answer, not a fault.) */
+		if (r->err < 0 && r->type != REC_TOUCH &&
+		    !(r->type == REC_LEASE && (r->err == -ENOSPC || r->err == -EAGAIN)))
 			log_warn("index write failed (record %d, page %llu): %s", (int)r->type,
 			         (unsigned long long)r->page_id, strerror(-r->err));
 	}

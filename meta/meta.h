@@ -125,6 +125,18 @@ void meta_close(struct meta *m);
  * (user:PASS@ or password=) is masked as "***"; other URIs are copied. */
 void meta_uri_display(const char *uri, char *buf, size_t len);
 
+/*
+ * For tools that need a fresh PostgreSQL index (the benchmark): creates
+ * schema `schema` ([a-z0-9_]) in the database uri names (create=1) and
+ * writes to out the URI of an index in it, or drops it with everything in
+ * it (create=0; out may be NULL). 0, or a negative errno with err set.
+ */
+int meta_pg_schema(const char *uri, const char *schema, int create, char *out, size_t outlen,
+                   char *err, size_t errlen);
+/* Bytes the tables of the PostgreSQL index uri names take, their indexes
+ * included (pg_total_relation_size). 0, or a negative errno with err. */
+int meta_pg_index_bytes(const char *uri, uint64_t *bytes, char *err, size_t errlen);
+
 /* Default index path for a backing directory (user's state directory). */
 int meta_default_uri(const char *backing, char *buf, size_t len);
 

@@ -1,6 +1,7 @@
 /*
  * store_pg.h - private to the PostgreSQL store (store_pg.c: connections,
- * schema, lock, transactions; store_pg_rows.c: rows in and out).
+ * lock, transactions; store_pg_schema.c: schema; store_pg_rows.c: rows in
+ * and out; store_pg_sync.c: the sync thread's calls).
  */
 #ifndef PAGEFS_META_STORE_PG_H
 #define PAGEFS_META_STORE_PG_H
@@ -85,6 +86,11 @@ int64_t pg_col_i64(const PGresult *res, int row, int col);
  * first on this connection). Returns 0 or a negative errno; *out (may
  * be NULL) gets the binary result, owned by the caller. */
 int pg_run(struct pg_store *s, enum pg_stmt id, const struct pg_args *a, PGresult **out);
+/* Runs a simple command on the write connection; 0 or a negative errno. */
+int pg_exec(struct pg_store *s, const char *sql);
+/* store_pg_schema.c: creates, checks or migrates the schema (err names
+ * the fix). */
+int pg_check_schema(struct pg_store *s, char *err, size_t errlen);
 /* Maps a failed result (or connection) to a negative errno and logs it. */
 int pg_error(PGconn *c, const PGresult *res, const char *what);
 /* Connects with pagefs's defaults (timeouts, keepalives, application

@@ -249,13 +249,16 @@ static int apply_lease(struct pg_store *s, struct rec *r)
 	for (int attempt = 0;; attempt++) {
 		res = lease_query(
 			s,
-			"WITH cand AS (SELECT c FROM generate_series(0, $3::bigint - 1) AS c"
+			"WITH cand AS (SELECT c FROM (SELECT generate_series($6::bigint, "
+			"$3::bigint - 1)"
+			" UNION ALL SELECT generate_series(0, $6::bigint - 1)) AS s(c)"
 			" WHERE NOT EXISTS (SELECT 1 FROM pagefs_chunks h WHERE h.pool = $1::bigint"
 			"  AND h.chunk = c)"
 			" AND (SELECT count(*) FROM pagefs_pages g WHERE g.pool = $1::bigint"
 			"  AND g.slot >= c * $4::bigint AND g.slot < c * $4::bigint + $4::bigint)"
 			"  < least($4::bigint, $5::bigint - c * $4::bigint)"
-			" ORDER BY (c + $6::bigint) % $3::bigint LIMIT 1),"
+			/* No ORDER BY: the scan stops at the first chunk that fits. */
+			" LIMIT 1),"
 			" ins AS (INSERT INTO pagefs_chunks(pool, chunk, node)"
 			"  SELECT $1::bigint, c, $2::bigint FROM cand ON CONFLICT DO NOTHING"
 			"  RETURNING chunk)"

@@ -42,6 +42,8 @@ static void usage(FILE *out)
 	        "                    [--meta URI] [--pages N] [--pt-cache MODE]\n"
 	        "                    [--repeat N]\n"
 	        "       pagefs bench --scale N [--backing DIR] [--meta URI]\n"
+	        "       pagefs bench --mounts LIST --meta postgres://... [--clients N] [--pages "
+	        "N]\n"
 	        "\n"
 	        "Runs the same KV-cache page workloads (write, read cold and hot, exists,\n"
 	        "list, delete) against raw pread/pwrite, a plain directory, libfuse's\n"
@@ -58,13 +60,17 @@ static void usage(FILE *out)
 	        "  -p, --plot FILE.png   draw throughput by page size and contender (gnuplot)\n"
 	        "  -s, --sizes LIST      page sizes (default 64K,1M,16M)\n"
 	        "  -c, --clients LIST    client process counts (default 1,2,8)\n"
-	        "  -m, --meta URI        the pagefs contender's index (default: temporary)\n"
+	        "  -m, --meta URI        the pagefs contender's index (default: temporary);\n"
+	        "                        postgres://...: a new schema in that database\n"
 	        "  -P, --pages N         pages per measurement (default: 256 MiB of pages,\n"
 	        "                        32 MiB with --quick, 4 to 4096 pages)\n"
 	        "  -C, --pt-cache MODE   passthrough_ll's cache=never|auto|always (default\n"
 	        "                        never: direct I/O, as pagefs page files)\n"
 	        "  -R, --repeat N        rounds of read, exists and list; the median is\n"
 	        "                        reported (default 3, 1 with --quick)\n"
+	        "  -M, --mounts LIST     commits/s of LIST daemons (e.g. 1,2,4) writing into\n"
+	        "                        one index over one backing; more than one needs\n"
+	        "                        --meta postgres://... (a fresh schema per run)\n"
 	        "  -S, --scale N         fill one pool with N pages and report mount time,\n"
 	        "                        daemon memory per page, stat/open latency, readdir\n"
 	        "                        and index size\n"
@@ -121,6 +127,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{"pages", required_argument, NULL, 'P'},
 		{"pt-cache", required_argument, NULL, 'C'},
 		{"repeat", required_argument, NULL, 'R'},
+		{"mounts", required_argument, NULL, 'M'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -129,7 +136,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 
 	memset(o, 0, sizeof(*o));
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "qb:Fj:p:s:c:m:S:L:P:C:R:h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "qb:Fj:p:s:c:m:S:L:P:C:R:M:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'q':
 			o->quick = 1;
@@ -203,6 +210,25 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 					optarg);
 			o->pt_cache = optarg;
 			break;
+		case 'M': {
+			char buf[128], *save = NULL;
+			bench_fmt(buf, sizeof(buf), "%s", optarg);
+			o->nmounts = 0;
+			for (char *t = strtok_r(buf, ",", &save); t;
+			     t = strtok_r(NULL, ",", &save)) {
+				if (o->nmounts == BENCH_MAX_LIST ||
+				    cli_parse_long(t, 1, 16, &o->mounts[o->nmounts]) < 0)
+					return cli_usage_error(
+						BENCH_CMD,
+						"--mounts: '%s' is not a list of up to %d "
+						"counts in 1..16",
+						optarg, BENCH_MAX_LIST);
+				o->nmounts++;
+			}
+			if (!o->nmounts)
+				return cli_usage_error(BENCH_CMD, "--mounts: empty list");
+			break;
+		}
 		case 'h':
 			usage(stdout);
 			return -1;
@@ -216,6 +242,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		return cli_usage_error(BENCH_CMD, "--backing %s is not a directory", o->backing);
 	if (o->scale && (o->json || o->plot || o->quick))
 		return cli_usage_error(BENCH_CMD, "--scale runs alone: drop --json/--plot/--quick");
+	if (o->nmounts && (o->scale || o->plot))
+		return cli_usage_error(BENCH_CMD, "--mounts runs alone: drop --scale/--plot");
 	if (!o->nsizes) {
 		o->sizes[0] = 64ULL << 10;
 		o->sizes[1] = 1ULL << 20;
@@ -476,12 +504,12 @@ int cli_bench_main(int argc, char **argv)
 	if (ret != 0)
 		return ret < 0 ? CLI_OK : ret;
 	bench_signals();
-	if (bench_env_setup(&env, &o, o.scale == 0) < 0) {
+	if (bench_env_setup(&env, &o, o.scale == 0 && o.nmounts == 0) < 0) {
 		bench_env_cleanup(&env);
 		return CLI_FAIL;
 	}
-	if (o.scale) {
-		ret = bench_scale(&env, &o);
+	if (o.scale || o.nmounts) {
+		ret = o.scale ? bench_scale(&env, &o) : bench_multi(&env, &o);
 		bench_env_cleanup(&env);
 		return ret < 0 ? CLI_FAIL : CLI_OK;
 	}

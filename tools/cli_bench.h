@@ -7,6 +7,7 @@
  *   cli_bench_work.c  the workloads, run by forked clients, and timing
  *   cli_bench_out.c   progress lines, the summary table, JSON, gnuplot
  *   cli_bench_scale.c --scale N: a pool of N pages, mount time, memory
+ *   cli_bench_multi.c --mounts LIST: commits/s of N daemons on one index
  *
  * Everything the bench mounts or creates lives under one temporary
  * directory and is removed on every exit path, Ctrl-C included.
@@ -41,11 +42,13 @@ struct bench_opts {
 	int nsizes;
 	long clients[BENCH_MAX_LIST];
 	int nclients;
-	const char *meta_uri; /* pagefs contender's index; NULL: temporary */
-	const char *pt_cache; /* passthrough_ll's cache= for the contender */
-	int repeat;           /* rounds of the repeatable workloads */
-	uint64_t budget;      /* bytes written per measurement */
-	uint64_t pages;       /* --pages: pages per measurement (0: from budget) */
+	const char *meta_uri;        /* pagefs contender's index; NULL: temporary */
+	const char *pt_cache;        /* passthrough_ll's cache= for the contender */
+	int repeat;                  /* rounds of the repeatable workloads */
+	uint64_t budget;             /* bytes written per measurement */
+	uint64_t pages;              /* --pages: pages per measurement (0: from budget) */
+	long mounts[BENCH_MAX_LIST]; /* --mounts: daemons on one index, per run */
+	int nmounts;
 };
 
 /* Set by SIGINT/SIGTERM/SIGHUP: every loop gives up and cleans up. */
@@ -68,6 +71,10 @@ struct bench_env {
 	int pf_mounted;
 	pid_t pf_pid; /* pagefs daemon */
 	int root;     /* can drop caches */
+	/* PostgreSQL schemas made for this run's indexes (dropped at cleanup) */
+	char pg_base[PATH_MAX + 16];
+	char pg_schemas[2 * BENCH_MAX_LIST + 2][64];
+	int npg;
 };
 
 struct bench_result {
@@ -100,6 +107,12 @@ void bench_env_cleanup(struct bench_env *env);
 int bench_pagefs_mount(const struct bench_env *env, const char *backing, const char *mnt,
                        const char *uri, const char *log, pid_t *pid);
 int bench_pagefs_umount(const struct bench_env *env, const char *mnt);
+/* A fresh index for one pagefs mount (or several: --mounts), tag naming
+ * it: --meta postgres://... gets a new schema in that database (dropped at
+ * cleanup), --meta sqlite:PATH is used as given, no --meta gives a file
+ * under env->tmp. 0 or -1 (printed). */
+int bench_index_uri(struct bench_env *env, const struct bench_opts *o, const char *tag, char *out,
+                    size_t len);
 /* Runs argv (argv[0] a path), waits; the exit status, or -1. */
 int bench_run(char *const argv[], int quiet);
 /* snprintf that reports truncation: 0, or -1 (buf then holds a prefix). */
@@ -131,5 +144,8 @@ int bench_write_plot(const char *path, const struct bench_env *env, const struct
 
 /* cli_bench_scale.c */
 int bench_scale(struct bench_env *env, const struct bench_opts *o);
+
+/* cli_bench_multi.c */
+int bench_multi(struct bench_env *env, const struct bench_opts *o);
 
 #endif

@@ -17,6 +17,7 @@
  * Teardown undoes exactly what was recorded in struct bench_env, deepest
  * mount first, and removes files without crossing mount points.
  */
+#include "meta/meta.h"
 #include "tools/cli_bench.h"
 #include "tools/cli_common.h"
 
@@ -402,17 +403,40 @@ int bench_env_setup(struct bench_env *env, const struct bench_opts *o, int need_
 	bench_fmt(pfb, sizeof(pfb), "%s/pagefs", env->backing);
 	bench_fmt(env->pf_mnt, sizeof(env->pf_mnt), "%s/mnt-pagefs", env->tmp);
 	bench_fmt(log, sizeof(log), "%s/pagefs.log", env->tmp);
-	if (o->meta_uri)
-		bench_fmt(idx, sizeof(idx), "%s", o->meta_uri);
-	else
-		bench_fmt(idx, sizeof(idx), "sqlite:%s/index/pagefs.db", env->tmp);
-	bench_fmt(log, sizeof(log), "%s/index", env->tmp);
-	bench_mkdirs(log);
+	if (bench_index_uri(env, o, "matrix", idx, sizeof(idx)) < 0)
+		return -1;
 	bench_fmt(log, sizeof(log), "%s/pagefs.log", env->tmp);
 	if (bench_pagefs_mount(env, pfb, env->pf_mnt, idx, log, &env->pf_pid) < 0)
 		return -1;
 	env->pf_mounted = 1;
 	return 0;
+}
+
+int bench_index_uri(struct bench_env *env, const struct bench_opts *o, const char *tag, char *out,
+                    size_t len)
+{
+	char dir[PATH_MAX], err[1024];
+
+	if (o->meta_uri && strstr(o->meta_uri, "://")) {
+		if (env->npg == (int)(sizeof(env->pg_schemas) / sizeof(env->pg_schemas[0])))
+			return -1;
+		char *schema = env->pg_schemas[env->npg];
+		bench_fmt(schema, sizeof(env->pg_schemas[0]), "pagefs_bench_%d_%s", (int)getpid(),
+		          tag);
+		bench_fmt(env->pg_base, sizeof(env->pg_base), "%s", o->meta_uri);
+		if (meta_pg_schema(o->meta_uri, schema, 1, out, len, err, sizeof(err)) < 0) {
+			fprintf(stderr, "pagefs bench: %s\n", err);
+			return -1;
+		}
+		env->npg++;
+		return 0;
+	}
+	if (o->meta_uri)
+		return bench_fmt(out, len, "%s", o->meta_uri);
+	bench_fmt(dir, sizeof(dir), "%s/index", env->tmp);
+	if (bench_mkdirs(dir) < 0)
+		return -1;
+	return bench_fmt(out, len, "sqlite:%s/pagefs-%s.db", dir, tag);
 }
 
 void bench_env_cleanup(struct bench_env *env)
@@ -436,4 +460,11 @@ void bench_env_cleanup(struct bench_env *env)
 	if (env->tmp[0])
 		rm_tree(env->tmp);
 	env->tmp[0] = '\0';
+	for (int i = 0; i < env->npg; i++) {
+		char err[1024];
+		if (meta_pg_schema(env->pg_base, env->pg_schemas[i], 0, NULL, 0, err, sizeof(err)) <
+		    0)
+			fprintf(stderr, "pagefs bench: %s\n", err);
+	}
+	env->npg = 0;
 }

@@ -309,9 +309,9 @@ int bench_scale(struct bench_env *env, const struct bench_opts *o)
 	bench_fmt(dir, sizeof(dir), "%s/index", env->tmp);
 	bench_fmt(db, sizeof(db), "%s/scale.db", dir);
 	bench_fmt(euri, sizeof(euri), "sqlite:%s/empty.db", dir);
-	if (o->meta_uri)
-		bench_fmt(uri, sizeof(uri), "%s", o->meta_uri);
-	else
+	if (o->meta_uri && bench_index_uri(env, o, "scale", uri, sizeof(uri)) < 0)
+		return -1;
+	if (!o->meta_uri)
 		bench_fmt(uri, sizeof(uri), "sqlite:%s", db);
 	if (strncmp(uri, "sqlite:", 7) == 0)
 		bench_fmt(db, sizeof(db), "%s", uri + 7);
@@ -336,9 +336,16 @@ int bench_scale(struct bench_env *env, const struct bench_opts *o)
 
 	if (fill(uri, b, n, o->fill_commit) < 0)
 		return -1;
-	printf("index size:      %.1f MiB (%.1f bytes/page; WAL %.1f MiB)\n",
-	       (double)(file_size(db)) / 1048576.0, (double)file_size(db) / (double)n,
-	       (double)file_size(wal) / 1048576.0);
+	uint64_t pg_bytes;
+	char err[512];
+	if (strstr(uri, "://") && meta_pg_index_bytes(uri, &pg_bytes, err, sizeof(err)) == 0)
+		printf("index size:      %.1f MiB (%.1f bytes/page; PostgreSQL tables and "
+		       "indexes)\n",
+		       (double)pg_bytes / 1048576.0, (double)pg_bytes / (double)n);
+	else
+		printf("index size:      %.1f MiB (%.1f bytes/page; WAL %.1f MiB)\n",
+		       (double)(file_size(db)) / 1048576.0, (double)file_size(db) / (double)n,
+		       (double)file_size(wal) / 1048576.0);
 
 	bench_drop_caches(env);
 	t0 = bench_now();

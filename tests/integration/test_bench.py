@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+import pagefs_helpers as H
 from pagefs_helpers import describe, mounts_table, run_pagefs
 
 FIELDS = {"workload", "page_size", "clients", "contender", "ops_per_s", "mib_per_s", "p50_us",
@@ -75,3 +76,35 @@ def test_bench_rejects_a_bad_option_with_exit_2():
     r = run_pagefs("bench", "--sizes", "12Q")
     assert r.returncode == 2, describe(r)
     assert "12Q" in r.stdout + r.stderr
+
+
+@needs_root
+@pytest.mark.skipif(bool(H.PG_SKIP), reason=H.PG_SKIP or "-")
+@pytest.mark.timeout_s(180)
+def test_bench_mounts_runs_several_daemons_on_one_postgres_index_and_cleans_up(tmp_path):
+    out = tmp_path / "multi.json"
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    r = run_pagefs("bench", "--mounts", "1,2", "--meta", H.PG_URI, "--clients", "1",
+                   "--pages", "20", "--json", out, timeout=150, env=env)
+    assert r.returncode == 0, f"bench --mounts failed: {describe(r)}"
+    recs = json.loads(out.read_text())
+    assert [rec["mounts"] for rec in recs] == [1, 2], recs
+    for rec in recs:
+        assert rec["engine"] == "postgres" and rec["workload"] == "multi-write", rec
+        assert rec["pages"] == 20 * rec["mounts"] and rec["commits_per_s"] > 0, rec
+        assert rec["records_per_txn"] >= 1, rec
+    assert "| mounts |" in r.stdout, describe(r)
+    assert not _mounts_under(tmp_path), "bench --mounts left mounts behind"
+    left = H.psql("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'pagefs_bench_%'")
+    assert left == "0", f"bench left {left} schemas behind"
+
+
+def test_bench_mounts_with_sqlite_runs_one_mount_and_says_why_not_more(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("bench mounts a tmpfs and FUSE")
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    r = run_pagefs("bench", "--mounts", "1,2", "--clients", "1", "--pages", "10", timeout=100,
+                   env=env)
+    assert r.returncode == 0, describe(r)
+    assert "2 mounts: skipped (an SQLite index serves one daemon" in r.stdout, describe(r)
+    assert "| 1 | 1 | 10 |" in r.stdout, describe(r)
