@@ -69,7 +69,14 @@ static void check_reply(const char *url, const char *body, size_t blen, unsigned
 		return;
 	}
 	CHECK(reply && strlen(reply) == rlen, "%s: %u reply is not text", url, status);
-	root = json_loadb(reply, rlen, 0, NULL);
+	/* A 422 echoes the offending value as sent, and a JSON number may
+	 * have more digits than jansson's integers: read numbers as reals, and
+	 * take one beyond even a double (jansson's only refusal of valid
+	 * JSON) as well-formed. */
+	json_error_t jerr;
+	root = json_loadb(reply, rlen, JSON_DECODE_INT_AS_REAL, &jerr);
+	if (!root && status == 422 && strstr(jerr.text, "overflow"))
+		return;
 	CHECK(json_is_object(root), "%s: %u reply is not a JSON object: %s", url, status, reply);
 	if (status != 200) {
 		CHECK(json_object_get(root, "detail"), "%s: %u without detail: %s", url, status,
