@@ -20,26 +20,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD=${VALGRIND_BUILD:-build}
-WORK=$(mktemp -d /tmp/pagefs-valgrind.XXXXXX) || exit 1
-
-cleanup() {
-	local rc=$? dev mp rest
-	trap - EXIT INT TERM
-	while read -r dev mp rest; do
-		mp=$(printf '%b' "$mp")
-		if [[ $mp == "$WORK"/* ]]; then
-			echo "valgrind.sh: cleaning up mount $mp" >&2
-			umount -l "$mp" 2>/dev/null || fusermount3 -u -z "$mp" 2>/dev/null
-		fi
-	done < <(sort -r -k2 /proc/self/mounts)
-	if grep -q " $WORK/" /proc/self/mounts; then
-		echo "valgrind.sh: mounts remain under $WORK; not removing it" >&2
-	elif [[ ${PAGEFS_TEST_KEEP:-0} != 1 ]]; then
-		rm -rf "$WORK"
-	fi
-	exit "$rc"
-}
-trap cleanup EXIT
+NAME=valgrind.sh
+. scripts/workdir.sh # WORK, removed at exit with any mount under it
 trap 'echo "valgrind.sh: interrupted" >&2; exit 130' INT TERM
 
 if ! command -v valgrind >/dev/null; then
