@@ -148,8 +148,8 @@ void out_jstr(struct out *o, const char *s)
  * few allocations instead of two per value (yajl_tree_parse's malloc per
  * node and string were a third of the server's time on exists), and the
  * parse is strict (yajl_tree_parse turns comments on). Children of the
- * open containers wait on one scratch stack; a closing bracket moves its
- * run of children into the arena.
+ * open containers wait on one scratch stack (kids); a closing bracket
+ * moves its run of children into the arena.
  */
 struct chunk {
 	struct chunk *next;
@@ -159,11 +159,15 @@ struct chunk {
 
 struct tree {
 	struct chunk *chunks;
-	yajl_val *stack;   /* children of open containers, in order */
-	const char **keys; /* their keys (objects) */
-	size_t *open;      /* stack index where each open container's children start */
-	yajl_val *owner;   /* the open containers */
-	size_t depth, top, stack_cap, open_cap;
+	struct child {
+		yajl_val v;
+		const char *key; /* in an object */
+	} * kids;                /* children of the open containers, in order */
+	struct frame {
+		yajl_val owner;
+		size_t from; /* where its children start in kids */
+	} * open;            /* the open containers, outermost first */
+	size_t top, kids_cap, depth, open_cap;
 	const char *key; /* the key of the next value, in an object */
 	yajl_val root;
 	int nul; /* a string held \u0000 */
@@ -228,14 +232,11 @@ static int put(struct tree *t, yajl_val v)
 		t->end = yajl_get_bytes_consumed(t->h);
 		return 1;
 	}
-	size_t cap = t->stack_cap;
-	if (grow((void **)&t->stack, &cap, t->top + 1, sizeof(*t->stack)) < 0 ||
-	    grow((void **)&t->keys, &t->stack_cap, t->top + 1, sizeof(*t->keys)) < 0) {
+	if (grow((void **)&t->kids, &t->kids_cap, t->top + 1, sizeof(*t->kids)) < 0) {
 		t->oom = 1;
 		return 0;
 	}
-	t->stack[t->top] = v;
-	t->keys[t->top++] = t->key;
+	t->kids[t->top++] = (struct child){v, t->key};
 	t->key = NULL;
 	return 1;
 }
@@ -309,10 +310,8 @@ static int on_key(void *ctx, const unsigned char *s, size_t len)
 static int open_container(struct tree *t, yajl_type type)
 {
 	yajl_val v = node(t, type);
-	size_t cap = t->open_cap;
 
-	if (!v || grow((void **)&t->open, &cap, t->depth + 1, sizeof(*t->open)) < 0 ||
-	    grow((void **)&t->owner, &t->open_cap, t->depth + 1, sizeof(*t->owner)) < 0) {
+	if (!v || grow((void **)&t->open, &t->open_cap, t->depth + 1, sizeof(*t->open)) < 0) {
 		t->oom = 1;
 		return 0;
 	}
@@ -320,28 +319,28 @@ static int open_container(struct tree *t, yajl_type type)
 	 * children are filled in when it closes */
 	if (!put(t, v))
 		return 0;
-	t->open[t->depth] = t->top;
-	t->owner[t->depth++] = v;
+	t->open[t->depth++] = (struct frame){v, t->top};
 	return 1;
 }
 
 static int close_container(void *ctx)
 {
 	struct tree *t = ctx;
-	size_t from = t->open[--t->depth], n = t->top - from;
-	yajl_val v = t->owner[t->depth];
+	struct frame f = t->open[--t->depth];
+	size_t n = t->top - f.from;
+	yajl_val v = f.owner;
 	yajl_val *vals = arena(t, (n ? n : 1) * sizeof(*vals));
 
 	if (!vals)
 		return 0;
-	if (n) /* with no child yet there may be no stack at all */
-		memcpy(vals, t->stack + from, n * sizeof(*vals));
+	for (size_t i = 0; i < n; i++)
+		vals[i] = t->kids[f.from + i].v;
 	if (v->type == yajl_t_object) {
 		const char **keys = arena(t, (n ? n : 1) * sizeof(*keys));
 		if (!keys)
 			return 0;
-		if (n)
-			memcpy(keys, t->keys + from, n * sizeof(*keys));
+		for (size_t i = 0; i < n; i++)
+			keys[i] = t->kids[f.from + i].key;
 		v->u.object.keys = keys;
 		v->u.object.values = vals;
 		v->u.object.len = n;
@@ -349,7 +348,7 @@ static int close_container(void *ctx)
 		v->u.array.values = vals;
 		v->u.array.len = n;
 	}
-	t->top = from;
+	t->top = f.from;
 	if (t->depth == 0)
 		t->end = yajl_get_bytes_consumed(t->h);
 	return 1;
@@ -449,10 +448,8 @@ yajl_val body_parse(const char *text, size_t len, char *err, size_t errlen, size
 	if (h)
 		yajl_free(h);
 	free_chunks(t.chunks);
-	free(t.stack);
-	free(t.keys);
+	free(t.kids);
 	free(t.open);
-	free(t.owner);
 	return bt ? &bt->root : NULL;
 }
 
