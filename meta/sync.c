@@ -8,7 +8,8 @@
  * changed; every SYNC_BEAT_TICKS ticks it sends a heartbeat that renews
  * the node's lease, acknowledges the feed position and lists the slots
  * its readers still pin among freed ones, and learns from it when freed
- * slots of this node's chunks may be reused (grace periods, slots.c). It
+ * slots of this node's chunks may be reused (grace periods, slots.c) and
+ * which chunks to hand over to nodes that asked for one (chunks.c). It
  * also keeps a spare block of page and pool ids. See docs/DESIGN.md.
  *
  * Locks: store calls run with no engine lock held; the mirror is changed
@@ -183,6 +184,7 @@ static void heartbeat(struct meta *m)
 	uint64_t(*pins)[2] = NULL;
 	size_t npins = 0;
 	struct store_peers peers;
+	struct dropped *drops = NULL;
 
 	pthread_mutex_lock(&m->lock);
 	for (struct pool *p = m->pools; p; p = p->next)
@@ -209,8 +211,12 @@ static void heartbeat(struct meta *m)
 	}
 	for (struct pool *p = m->pools; p; p = p->next)
 		grace_release(p, peers.min_ack, (const uint64_t(*)[2])peers.pins, peers.npins);
+	if (!m->fenced)
+		chunks_handover(m, (const uint64_t(*)[3])peers.wants, peers.nwants, &drops);
 	pthread_mutex_unlock(&m->lock);
+	drops_notify(m, drops);
 	free(peers.pins);
+	free(peers.wants);
 }
 
 /* Keeps a spare block of ids so that allocation never waits for one. */

@@ -374,7 +374,8 @@ Test(store_pg, an_index_of_schema_1_is_migrated_keeping_its_pages, .init = pg_se
 	struct meta_page_info a = put_page(fx.pool, "old", 10, 1);
 	fx_close();
 	/* Back to what version 1 had. */
-	schema_sql("DROP TABLE pagefs_changes, pagefs_pins, pagefs_chunks, pagefs_nodes;"
+	schema_sql("DROP TABLE pagefs_wants, pagefs_changes, pagefs_pins, pagefs_chunks,"
+	           " pagefs_nodes;"
 	           " DROP SEQUENCE pagefs_page_ids, pagefs_pool_ids;"
 	           " DROP FUNCTION pagefs_page_change, pagefs_pool_change CASCADE;"
 	           " UPDATE pagefs_settings SET value='1' WHERE key='schema_version'");
@@ -388,7 +389,42 @@ Test(store_pg, an_index_of_schema_1_is_migrated_keeping_its_pages, .init = pg_se
 	snprintf(sql, sizeof(sql),
 	         "SELECT value FROM %s.pagefs_settings WHERE key='schema_version'", pg_schema);
 	PGresult *res = PQexec(conn, sql);
-	cr_assert_str_eq(PQgetvalue(res, 0, 0), "2");
+	cr_assert_str_eq(PQgetvalue(res, 0, 0), "3");
+	PQclear(res);
+	PQfinish(conn);
+}
+
+Test(store_pg, an_index_of_schema_2_is_migrated_and_its_nodes_can_ask_for_chunks, .init = pg_setup,
+     .fini = pg_teardown)
+{
+	char sql[256];
+
+	fx_open();
+	fx_setup_pool();
+	struct meta_page_info a = put_page(fx.pool, "old", 10, 1);
+	fx_close();
+	/* Back to what version 2 had. */
+	schema_sql("DROP TABLE pagefs_wants;"
+	           " UPDATE pagefs_settings SET value='2' WHERE key='schema_version'");
+	fx_open();
+	struct meta_page_info b = lookup_ok(fx.pool, "old");
+	cr_assert(b.id == a.id && b.slot == a.slot, "the page changed in the migration");
+	PGconn *conn = admin();
+	snprintf(sql, sizeof(sql),
+	         "SELECT value FROM %s.pagefs_settings WHERE key='schema_version'", pg_schema);
+	PGresult *res = PQexec(conn, sql);
+	cr_assert_str_eq(PQgetvalue(res, 0, 0), "3");
+	PQclear(res);
+	/* The new table takes a request of a live node and goes with it. */
+	snprintf(sql, sizeof(sql),
+	         "SET search_path = %s; INSERT INTO pagefs_wants(node, pool)"
+	         " SELECT id, 1 FROM pagefs_nodes",
+	         pg_schema);
+	sql_ok(conn, sql);
+	fx_close();
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM %s.pagefs_wants", pg_schema);
+	res = PQexec(conn, sql);
+	cr_assert_str_eq(PQgetvalue(res, 0, 0), "0", "a departed node's request outlived it");
 	PQclear(res);
 	PQfinish(conn);
 }
