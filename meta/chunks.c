@@ -155,14 +155,12 @@ void grace_release(struct pool *p, uint64_t min_ack, const uint64_t (*pins)[2], 
 	p->ngrace = kept;
 }
 
-size_t slots_zombies(const struct pool *p, uint64_t (*out)[2], size_t max)
+size_t slots_pinned(const struct pool *p, uint64_t (*out)[2], size_t max)
 {
 	size_t n = 0;
 
 	for (int b = 0; b < PIN_BUCKETS; b++) {
 		for (const struct pin *q = p->pins[b]; q; q = q->next) {
-			if (!q->zombie)
-				continue;
 			if (out && n < max) {
 				out[n][0] = p->id;
 				out[n][1] = q->slot;
@@ -173,12 +171,36 @@ size_t slots_zombies(const struct pool *p, uint64_t (*out)[2], size_t max)
 	return out && n > max ? max : n;
 }
 
+static int cmp_pin(const void *a, const void *b)
+{
+	const uint64_t *x = a, *y = b;
+
+	return x[0] != y[0] ? (x[0] < y[0] ? -1 : 1) : (x[1] < y[1] ? -1 : x[1] > y[1]);
+}
+
+void peer_pins_set(struct meta *m, uint64_t (*pins)[2], size_t n)
+{
+	if (n)
+		qsort(pins, n, sizeof(*pins), cmp_pin);
+	free(m->peer_pins);
+	m->peer_pins = pins;
+	m->npeer_pins = n;
+}
+
+int slot_pinned_anywhere(const struct meta *m, const struct pool *p, uint64_t slot)
+{
+	uint64_t key[2] = {p->id, slot};
+
+	return slot_pinned(p, slot) || (m->npeer_pins && bsearch(key, m->peer_pins, m->npeer_pins,
+	                                                         sizeof(*m->peer_pins), cmp_pin));
+}
+
 /* ---- handover: a chunk given to a node that asked for one ---- */
 
 /* The chunk of p to hand over: held, not draining, none of its slots
  * pinned here if there is such a chunk, and the one whose most recently
  * used page is the oldest (one without pages first). */
-static struct held_chunk *lru_chunk(struct pool *p)
+static struct held_chunk *lru_chunk(const struct meta *m, struct pool *p)
 {
 	uint64_t total = (p->capacity + p->chunk_slots - 1) / p->chunk_slots;
 	uint8_t *cand = calloc((size_t)(total + 7) / 8, 1);
@@ -202,6 +224,9 @@ static struct held_chunk *lru_chunk(struct pool *p)
 		for (const struct pin *q = p->pins[b]; q; q = q->next)
 			if (chunk_of(p, q->slot) < total)
 				SET(pinned, chunk_of(p, q->slot));
+	for (size_t i = 0; i < m->npeer_pins; i++)
+		if (m->peer_pins[i][0] == p->id && chunk_of(p, m->peer_pins[i][1]) < total)
+			SET(pinned, chunk_of(p, m->peer_pins[i][1]));
 	for (size_t i = 0; i < p->nchunks; i++)
 		if (!p->chunks[i].draining && p->chunks[i].chunk < total &&
 		    !BIT(pinned, p->chunks[i].chunk))
@@ -249,7 +274,7 @@ static void release_chunk(struct meta *m, struct pool *p, struct held_chunk *h,
 		return; /* tried again at the next heartbeat */
 	for (struct page *g = p->lru_tail, *prev; g; g = prev) {
 		prev = g->lru_prev;
-		if (chunk_of(p, g->slot) != h->chunk || slot_pinned(p, g->slot))
+		if (chunk_of(p, g->slot) != h->chunk || slot_pinned_anywhere(m, p, g->slot))
 			continue;
 		struct rec *drop = rec_new(REC_DROP);
 		if (!drop)
@@ -292,7 +317,7 @@ void chunks_handover(struct meta *m, const uint64_t (*wants)[3], size_t nwants,
 			continue; /* this node holds no more than its share */
 		for (size_t j = 0; j < p->nchunks; j++)
 			busy |= p->chunks[j].draining;
-		struct held_chunk *h = busy ? NULL : lru_chunk(p);
+		struct held_chunk *h = busy ? NULL : lru_chunk(m, p);
 		if (h)
 			h->draining = 1; /* nothing more is allocated in it */
 	}

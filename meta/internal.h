@@ -150,9 +150,11 @@ struct meta {
 
 	/* Several daemons on one index (PostgreSQL): this is one node. */
 	int shared;
-	int fenced;          /* this node's lease was lost: no more writes */
-	uint32_t live_nodes; /* as of the last heartbeat */
-	struct sync *sync;   /* the sync thread (sync.c) */
+	int fenced;               /* this node's lease was lost: no more writes */
+	uint32_t live_nodes;      /* as of the last heartbeat */
+	struct sync *sync;        /* the sync thread (sync.c) */
+	uint64_t (*peer_pins)[2]; /* (pool, slot) other nodes' readers pin, sorted */
+	size_t npeer_pins;
 
 	meta_drop_cb drop_cb;
 	void *drop_arg;
@@ -286,9 +288,15 @@ void grace_add(struct pool *p, uint64_t slot, uint64_t xid);
 /* Frees grace slots acked by every node (xid < min_ack) that nobody pins
  * here or in pins[] (pool id, slot). */
 void grace_release(struct pool *p, uint64_t min_ack, const uint64_t (*pins)[2], size_t npins);
-/* Slots pinned by readers whose page is gone: writes up to max (pool id,
- * slot) pairs to out (NULL: counts them); returns the count. */
-size_t slots_zombies(const struct pool *p, uint64_t (*out)[2], size_t max);
+/* Slots pinned by readers here (whose page is gone or not): writes up
+ * to max (pool id, slot) pairs to out (NULL: counts them); returns the
+ * count. */
+size_t slots_pinned(const struct pool *p, uint64_t (*out)[2], size_t max);
+/* The slots other nodes' readers pin, as of the last heartbeat (takes
+ * pins, malloc'd, over). */
+void peer_pins_set(struct meta *m, uint64_t (*pins)[2], size_t n);
+/* Pinned by a reader here, or elsewhere as of the last heartbeat. */
+int slot_pinned_anywhere(const struct meta *m, const struct pool *p, uint64_t slot);
 void chunks_free(struct pool *p);
 
 /* Slots per chunk of a pool of that many slots: 64, or fewer for small

@@ -217,24 +217,46 @@ static int lease_chunk(struct meta *m, uint32_t pool_id)
 	return rc;
 }
 
-/* Shared index: evicts up to EVICT_BATCH least recently used unpinned
- * pages of this node's chunks (not of one being handed over) and waits
- * until the store has recorded it; their slots come back after their
- * grace period (every node has dropped the pages, nobody reads them).
+/* May this node evict page p of its pool now? */
+static int evictable(struct meta *m, struct pool *pool, const struct page *p, uint64_t skip)
+{
+	struct held_chunk *h = chunk_find(pool, chunk_of(pool, p->slot));
+
+	return p->id != skip && h && !h->draining && !slot_pinned_anywhere(m, pool, p->slot);
+}
+
+/* Shared index: evicts pages of this node's chunks (not of one being
+ * handed over, none a reader anywhere pins) and waits until the store has
+ * recorded it; their slots come back after their grace period (every
+ * node has dropped the pages, nobody reads them). Up to EVICT_BATCH of
+ * them among the pool's oldest eighth (the pages of other nodes' chunks
+ * and of unheld ones included: a chunk leased full is evicted only as
+ * far as it is cold), else the least recently used one of them.
  * meta.lock held on entry and return. 0, or -ENOSPC: nothing to evict. */
 static int evict_shared(struct meta *m, uint32_t pool_id, uint64_t skip, struct dropped **drops)
 {
 	struct pool *pool = pool_by_id(m, pool_id);
-	struct rec *last = NULL;
+	struct page *victims[EVICT_BATCH];
+	uint64_t window, seen = 0;
 	int n = 0, rc;
 
-	for (struct page *p = pool ? pool->lru_tail : NULL, *prev; p && n < EVICT_BATCH; p = prev) {
-		struct held_chunk *h = chunk_find(pool, chunk_of(pool, p->slot));
-		struct rec *drop;
-		prev = p->lru_prev;
-		if (p->id == skip || slot_pinned(pool, p->slot) || !h || h->draining)
-			continue;
-		if (!(drop = rec_new(REC_DROP)))
+	if (!pool)
+		return -ENOENT;
+	window = pool->pages / 8 > 2 * EVICT_BATCH ? pool->pages / 8 : 2 * EVICT_BATCH;
+	for (struct page *p = pool->lru_tail; p && n < EVICT_BATCH && seen < window;
+	     p = p->lru_prev, seen++)
+		if (evictable(m, pool, p, skip))
+			victims[n++] = p;
+	for (struct page *p = n ? NULL : pool->lru_tail; p && !n; p = p->lru_prev)
+		if (evictable(m, pool, p, skip))
+			victims[n++] = p;
+	if (!n)
+		return -ENOSPC;
+	struct rec *last = NULL;
+	for (int i = 0; i < n; i++) {
+		struct page *p = victims[i];
+		struct rec *drop = rec_new(REC_DROP);
+		if (!drop)
 			break;
 		page_unlink_committed(m, p);
 		pool->evictions++;
@@ -246,10 +268,9 @@ static int evict_shared(struct meta *m, uint32_t pool_id, uint64_t skip, struct 
 		if (last)
 			journal_submit(m, last); /* only the last one is waited for */
 		last = drop;
-		n++;
 	}
 	if (!last)
-		return -ENOSPC;
+		return -ENOMEM;
 	last->waited = 1;
 	journal_submit(m, last);
 	pthread_mutex_unlock(&m->lock);

@@ -325,7 +325,7 @@ static int apply_lease(struct pg_store *s, struct rec *r)
 				"  $3::bigint) ORDER BY g.atime, g.id LIMIT 1),"
 				" ins AS (INSERT INTO pagefs_chunks(pool, chunk, node)"
 				"  SELECT $1::bigint, c, $2::bigint FROM cand ON CONFLICT DO "
-			        "NOTHING"
+				"NOTHING"
 				"  RETURNING chunk)"
 				" SELECT (SELECT c FROM cand), (SELECT chunk FROM ins)",
 				&f);
