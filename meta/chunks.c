@@ -18,6 +18,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#define CHUNK_RESERVE 2 /* empty chunks a node keeps per pool */
+
 struct held_chunk *chunk_find(struct pool *p, uint64_t chunk)
 {
 	for (size_t i = 0; i < p->nchunks; i++)
@@ -320,6 +322,20 @@ void chunks_handover(struct meta *m, const uint64_t (*wants)[3], size_t nwants,
 		struct held_chunk *h = busy ? NULL : lru_chunk(m, p);
 		if (h)
 			h->draining = 1; /* nothing more is allocated in it */
+	}
+	/* Free space goes back to the pool: chunks without a used slot
+	 * beyond the first CHUNK_RESERVE are released (a writer here leases
+	 * again when it needs them). */
+	for (struct pool *p = m->pools; p; p = p->next) {
+		size_t empty = 0;
+		for (size_t j = 0; j < p->nchunks; j++) {
+			struct held_chunk *h = &p->chunks[j];
+			uint64_t valid;
+			if (h->draining || h->inflight || chunk_bits(p, h->chunk, &valid) & valid)
+				continue;
+			if (++empty > CHUNK_RESERVE)
+				h->draining = 1;
+		}
 	}
 	for (struct pool *p = m->pools; p; p = p->next)
 		for (size_t j = 0; j < p->nchunks; j++) {

@@ -414,3 +414,22 @@ def test_writers_and_readers_on_both_mounts_of_a_full_pool_never_share_a_slot(mo
         m.umount()
     r = run_pagefs("fsck", a.backing, "--meta", a.meta, "--verify-data", timeout=120)
     assert r.returncode == 0, describe(r)
+
+
+def test_chunks_a_mount_emptied_go_back_to_the_pool(mount):
+    a, b = mounts(mount, 2, *FULL)
+    pool_everywhere([a, b])
+    fill(a, "a", FULL_SLOTS)
+    held = "SELECT count(*) FROM pagefs_chunks c JOIN pagefs_nodes n ON n.id = c.node" \
+           f" WHERE n.pid = {a.pid}"
+    assert H.psql(held, uri=a.meta) == "32"
+    for i in range(FULL_SLOTS):
+        os.unlink(a.path(0, "kv", f"a{i:03d}"))
+    t0 = time.monotonic()
+    while int(H.psql(held, uri=a.meta)) > 2:  # two are kept for the next writes
+        assert time.monotonic() - t0 < 5, "a kept the chunks it emptied"
+        time.sleep(0.1)
+    took = timed_writes(b, "b", 200)
+    assert pages_in_index(b) == 200
+    check_pages([a, b])
+    print(f"b's writes into a pool a emptied: {figures(took)}")
