@@ -9,8 +9,11 @@
  * keeps its bit set in the holder's bitmap until every live node has
  * acknowledged the freeing transaction (it dropped the page from its
  * mirror: no new reader can pin it) and no node still pins it
- * (pagefs_pins) or reads it here. See docs/DESIGN.md. Callers hold
- * meta.lock.
+ * (pagefs_pins) or reads it here. A chunk goes to another node that
+ * asked for one when this node holds more than its fair share (handover:
+ * drained, its pages evicted, released once no write of this node is in
+ * flight in it), and when it is empty beyond a small reserve. See
+ * docs/DESIGN.md ("Global eviction"). Callers hold meta.lock.
  */
 #include "meta/internal.h"
 #include "meta/log.h"
@@ -311,8 +314,9 @@ void chunks_handover(struct meta *m, const uint64_t (*wants)[3], size_t nwants,
 	for (size_t i = 0; i < nwants; i++) {
 		struct pool *p = pool_by_id(m, (uint32_t)wants[i][0]);
 		int busy = 0;
-		if (!p || !p->shared || !wants[i][2] || !p->chunk_slots)
-			continue;
+		if (!p || !p->shared || !wants[i][2] || !p->chunk_slots ||
+		    m->cfg.evict != META_EVICT_LRU)
+			continue; /* (--evict none: this node evicts nothing) */
 		uint64_t total = (p->capacity + p->chunk_slots - 1) / p->chunk_slots;
 		uint64_t fair = (total + wants[i][2] - 1) / wants[i][2];
 		if (wants[i][1] <= fair)

@@ -226,6 +226,7 @@ struct rec {
 	 * once every node acked grace_xid), bit i = slot i of the chunk. */
 	uint64_t chunk_slots, chunk, used_bits, grace_bits, grace_xid;
 	uint64_t capacity_slots; /* REC_LEASE: the pool's capacity in slots */
+	int ask;                 /* REC_LEASE: may ask for a handover (--evict lru) */
 	/* REC_RELEASE: chunk, and in grace_bits the slots of it readers
 	 * here pin. */
 	uint16_t name_len;

@@ -209,6 +209,7 @@ static int lease_chunk(struct meta *m, uint32_t pool_id)
 	lease->pool_id = pool_id;
 	lease->chunk_slots = pool->chunk_slots;
 	lease->capacity_slots = pool->capacity;
+	lease->ask = m->cfg.evict == META_EVICT_LRU; /* (others evict for it) */
 	lease->waited = 1;
 	journal_submit(m, lease);
 	pthread_mutex_unlock(&m->lock);
@@ -341,10 +342,14 @@ static int take_shared(struct meta *m, uint32_t pool_id, uint64_t skip, uint64_t
 			nap(m, 50); /* the handover comes at the holder's heartbeat */
 			continue;
 		}
-		if (m->cfg.evict == META_EVICT_LRU && evict_shared(m, pool_id, skip, drops) == 0) {
+		int erc = m->cfg.evict == META_EVICT_LRU ? evict_shared(m, pool_id, skip, drops)
+		                                         : -ENOSPC;
+		if (erc == 0) {
 			since = now_ms();
 			continue;
 		}
+		if (erc != -ENOSPC)
+			return erc;
 		if (!(pool = pool_by_id(m, pool_id)))
 			return -ENOENT;
 		if (!pool->ngrace && lrc != LEASE_ASKED)

@@ -225,7 +225,7 @@ static PGresult *lease_query(struct pg_store *s, const char *sql, const struct p
 	return res;
 }
 
-/* REC_LEASE found no chunk: asks for a handover when this node holds
+/* REC_LEASE found no chunk: asks (r->ask) for a handover when this node holds
  * fewer chunks of the pool than its fair share (all chunks over the
  * nodes that hold or want some) while another holds more. LEASE_ASKED,
  * or -ENOSPC: nobody is to hand one over. */
@@ -234,6 +234,8 @@ static int ask_handover(struct pg_store *s, const struct rec *r, int64_t nchunks
 	struct pg_args a = {0};
 	PGresult *res;
 
+	if (!r->ask)
+		return -ENOSPC;
 	pg_arg_i64(&a, r->pool_id);
 	pg_arg_i64(&a, s->base.node_id);
 	res = lease_query(
@@ -266,7 +268,8 @@ static int ask_handover(struct pg_store *s, const struct rec *r, int64_t nchunks
 
 /* REC_LEASE: takes the lowest chunk of the pool that no node holds and
  * that has a free slot, else the unheld chunk of the least recently used
- * page (LEASE_FULL: the leaser evicts in it), and reports its used slots
+ * page (LEASE_FULL: the leaser evicts in it; only when r->ask, i.e. it
+ * may evict), and reports its used slots
  * and those still in a grace period. When every chunk is held:
  * ask_handover. -EAGAIN: other nodes took the candidates first. */
 static int apply_lease(struct pg_store *s, struct rec *r)
@@ -312,7 +315,7 @@ static int apply_lease(struct pg_store *s, struct rec *r)
 		if (!res)
 			return -EIO;
 		full = 0;
-		if (PQgetisnull(res, 0, 0)) {
+		if (PQgetisnull(res, 0, 0) && r->ask) {
 			/* Every unheld chunk is full (a departed node left them
 			 * so): the one of the page every node used least lately. */
 			PQclear(res);

@@ -433,3 +433,16 @@ def test_chunks_a_mount_emptied_go_back_to_the_pool(mount):
     assert pages_in_index(b) == 200
     check_pages([a, b])
     print(f"b's writes into a pool a emptied: {figures(took)}")
+
+
+def test_evict_none_fails_a_write_into_a_pool_another_mount_filled_with_enospc(mount):
+    a, b = mounts(mount, 2, *FULL, "--evict", "none")
+    pool_everywhere([a, b])
+    fill(a, "a", FULL_SLOTS)
+    t0 = time.monotonic()
+    with pytest.raises(OSError) as e:
+        write_page(b.path(0, "kv", "b000"), make_page("b000", 1, 3000))
+    assert e.value.errno == errno.ENOSPC, e.value
+    assert time.monotonic() - t0 < 3, "ENOSPC came only after a wait"
+    assert pages_in_index(a) == FULL_SLOTS
+    assert H.psql("SELECT count(*) FROM pagefs_wants", uri=a.meta) == "0"
