@@ -19,7 +19,7 @@
 
 #define TOUCH_PERSIST_NS 1000000000LL /* atime reaches the store at most 1/s per page */
 #define GRACE_WAIT_MS 5000 /* shared index: how long a writer waits for an evicted slot */
-#define EVICT_BATCH 8      /* shared index: pages one eviction frees at once */
+#define EVICT_BATCH 8ULL   /* shared index: pages one eviction frees at once */
 
 uint64_t id_take(struct idblock *b)
 {
@@ -239,7 +239,8 @@ static int evict_shared(struct meta *m, uint32_t pool_id, uint64_t skip, struct 
 	struct pool *pool = pool_by_id(m, pool_id);
 	struct page *victims[EVICT_BATCH];
 	uint64_t window, seen = 0;
-	int n = 0, rc;
+	uint64_t n = 0;
+	int rc;
 
 	if (!pool)
 		return -ENOENT;
@@ -254,7 +255,7 @@ static int evict_shared(struct meta *m, uint32_t pool_id, uint64_t skip, struct 
 	if (!n)
 		return -ENOSPC;
 	struct rec *last = NULL;
-	for (int i = 0; i < n; i++) {
+	for (uint64_t i = 0; i < n; i++) {
 		struct page *p = victims[i];
 		struct rec *drop = rec_new(REC_DROP);
 		if (!drop)
@@ -320,7 +321,7 @@ static int take_shared(struct meta *m, uint32_t pool_id, uint64_t skip, uint64_t
 		if ((rc = slot_take(pool, slot)) != -ENOSPC)
 			break;
 		int64_t now = now_ms();
-		if (now - start >= 2 * GRACE_WAIT_MS)
+		if (now - start >= 2LL * GRACE_WAIT_MS)
 			return -ENOSPC;
 		if (in_vain && pool->ngrace && now - since < 1000) {
 			nap(m, 20); /* freed slots come back soon */

@@ -411,7 +411,7 @@ static int apply_release(struct pg_store *s, const struct rec *r)
 		if ((r->grace_bits >> i) & 1)
 			o += (size_t)snprintf(slots + o, sizeof(slots) - o, "%s%llu",
 			                      o > 1 ? "," : "",
-			                      (unsigned long long)(r->chunk * r->chunk_slots + i));
+			                      (unsigned long long)r->chunk * r->chunk_slots + i);
 	snprintf(slots + o, sizeof(slots) - o, "}");
 	pg_arg_i64(&a, r->pool_id);
 	pg_arg_i64(&a, (int64_t)r->chunk);

@@ -275,7 +275,9 @@ def wait_same_listing(ms):
 
 def figures(took):
     s = sorted(took)
-    return f"p50 {s[len(s) // 2] * 1000:.0f} ms, max {s[-1] * 1000:.0f} ms over {len(s)} writes"
+    return (f"first {took[0] * 1000:.0f} ms, p50 {s[len(s) // 2] * 1000:.0f} ms,"
+            f" p90 {s[len(s) * 9 // 10] * 1000:.0f} ms, max {s[-1] * 1000:.0f} ms"
+            f" over {len(s)} writes")
 
 
 @pytest.mark.timeout_s(180)
@@ -299,16 +301,16 @@ def test_a_mount_in_a_pool_full_of_anothers_pages_writes_by_evicting_its_least_r
     t = threading.Thread(target=watch)
     t.start()
     try:
-        took = timed_writes(b, "b", 48)
+        took = timed_writes(b, "b", 50)
     finally:
         stop.set()
         t.join()
     assert most[0] <= FULL_SLOTS, f"the pool held {most[0]} pages in {FULL_SLOTS} slots"
     names = wait_same_listing([a, b])
-    assert {f"b{i:03d}" for i in range(48)} <= names, "a page b wrote was evicted"
+    assert {f"b{i:03d}" for i in range(50)} <= names, "a page b wrote was evicted"
     assert set(hot) <= names, f"pages a read lately were evicted: {set(hot) - names}"
     left = len([n for n in names if n.startswith("a")])
-    assert FULL_SLOTS - 48 - 16 <= left <= FULL_SLOTS - 48, f"{left} of a's pages left"
+    assert FULL_SLOTS - 50 - 16 <= left <= FULL_SLOTS - 50, f"{left} of a's pages left"
     check_pages([a, b])
     print(f"b's writes into a pool full of a's pages: {figures(took)}")
 
