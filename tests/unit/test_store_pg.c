@@ -11,6 +11,7 @@
 #include "meta/store.h"
 
 #include <libpq-fe.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 TestSuite(store_pg, .init = fx_init_dirs, .fini = fx_teardown, .timeout = 60);
@@ -363,6 +364,91 @@ Test(store_pg, a_slot_freed_on_one_node_is_not_reused_while_another_node_reads_i
 	}
 	cr_assert(reused, "slot %llu never came back after the reader closed",
 	          (unsigned long long)a.slot);
+	meta_close(other);
+}
+
+struct reserver {
+	struct meta *m;
+	uint32_t pool;
+	struct meta_resv r;
+	int rc, done;
+	pthread_mutex_t lock;
+};
+
+static void *reserve_there(void *arg)
+{
+	struct reserver *x = arg;
+	int rc = meta_page_reserve(x->m, x->pool, "from-b", 0, &x->r);
+
+	pthread_mutex_lock(&x->lock);
+	x->rc = rc;
+	x->done = 1;
+	pthread_mutex_unlock(&x->lock);
+	return NULL;
+}
+
+static int reserver_done(struct reserver *x)
+{
+	pthread_mutex_lock(&x->lock);
+	int done = x->done;
+	pthread_mutex_unlock(&x->lock);
+	return done;
+}
+
+static long long chunk_holder_pid(uint64_t chunk)
+{
+	char sql[256];
+	PGconn *c = admin();
+
+	snprintf(sql, sizeof(sql),
+	         "SELECT coalesce((SELECT n.pid FROM %s.pagefs_chunks c JOIN %s.pagefs_nodes n"
+	         " ON n.id = c.node WHERE c.chunk = %llu), 0)",
+	         pg_schema, pg_schema, (unsigned long long)chunk);
+	PGresult *res = PQexec(c, sql);
+	cr_assert_eq(PQresultStatus(res), PGRES_TUPLES_OK, "%s", PQresultErrorMessage(res));
+	long long pid = atoll(PQgetvalue(res, 0, 0));
+	PQclear(res);
+	PQfinish(c);
+	return pid;
+}
+
+Test(store_pg, a_chunk_handed_over_waits_for_the_write_its_holder_had_in_flight_there,
+     .init = pg_setup, .fini = pg_teardown)
+{
+	struct meta_page_info seen;
+
+	fx_open();
+	fx_setup_pool(); /* 16 slots: chunks of one slot */
+	put_pages(fx.pool, FX_SLOTS - 1, NULL);
+	struct meta_resv mine = reserve_ok(fx.pool, "in-flight", 0); /* the last slot */
+	struct meta *other = open_node();
+	wait_lookup(other, fx.pool, "page-14", 0, &seen);
+	/* The other node finds every chunk held by this one: it asks for one.
+	 * The chunk without a committed page (the write in flight) is the
+	 * one to hand over, but only once that write has ended. */
+	struct reserver x = {.m = other, .pool = fx.pool};
+	pthread_t t;
+	pthread_mutex_init(&x.lock, NULL);
+	cr_assert_eq(pthread_create(&t, NULL, reserve_there, &x), 0);
+	sleep_ms(1000);
+	cr_assert_not(reserver_done(&x),
+	              "the other node got a slot (rc %d, slot %llu) while "
+	              "this one still writes into its last chunk",
+	              x.rc, (unsigned long long)x.r.slot);
+	cr_assert_eq(chunk_holder_pid(mine.slot), (long long)getpid(),
+	             "the chunk of a write in flight was released");
+	commit_ok(&mine, "in-flight", 10, 7);
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(x.rc, 0, "reserve on the other node: %s", strerror(-x.rc));
+	cr_assert_eq(x.r.slot, mine.slot, "the other node got slot %llu, want %llu (handed over)",
+	             (unsigned long long)x.r.slot, (unsigned long long)mine.slot);
+	/* The page committed there was evicted before the chunk changed hands. */
+	wait_lookup(fx.m, fx.pool, "in-flight", -ENOENT, &seen);
+	cr_assert_eq(meta_page_commit(other, &x.r, 20, 8), 0);
+	meta_slot_unpin(other, x.r.pool_id, x.r.slot);
+	wait_lookup(fx.m, fx.pool, "from-b", 0, &seen);
+	cr_assert_eq(seen.slot, mine.slot);
+	pthread_mutex_destroy(&x.lock);
 	meta_close(other);
 }
 
