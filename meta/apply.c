@@ -252,8 +252,14 @@ void apply_record(struct meta *m, const struct rec *r, struct dropped **drops)
 			free_slot(pool, r->drop_slot, r);
 		return;
 	}
-	if (r->err < 0)
+	if (r->err < 0) {
+		struct held_chunk *h = r->type == REC_RELEASE && (pool = pool_by_id(m, r->pool_id))
+		                               ? chunk_find(pool, r->chunk)
+		                               : NULL;
+		if (h)
+			h->releasing = 0; /* the next heartbeat tries again */
 		return;
+	}
 	switch (r->type) {
 	case REC_COMMIT:
 		apply_commit(m, r, drops);
@@ -270,7 +276,12 @@ void apply_record(struct meta *m, const struct rec *r, struct dropped **drops)
 		apply_rename(m, r);
 		break;
 	case REC_LEASE:
-		apply_lease(m, r);
+		if (r->err != LEASE_ASKED)
+			apply_lease(m, r);
+		break;
+	case REC_RELEASE:
+		if ((pool = pool_by_id(m, r->pool_id)))
+			chunk_disown(pool, r->chunk);
 		break;
 	case REC_BULK:
 		/* Oldest first: each link makes the page the most recent. As

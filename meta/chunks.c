@@ -9,20 +9,31 @@
  * keeps its bit set in the holder's bitmap until every live node has
  * acknowledged the freeing transaction (it dropped the page from its
  * mirror: no new reader can pin it) and no node still pins it
- * (pagefs_pins) or reads it here. See docs/DESIGN.md. Callers hold
- * meta.lock.
+ * (pagefs_pins) or reads it here. A chunk goes to another node that
+ * asked for one when this node holds more than its fair share (handover:
+ * drained, its pages evicted, released once no write of this node is in
+ * flight in it), and when it is empty beyond a small reserve. See
+ * docs/DESIGN.md ("Global eviction"). Callers hold meta.lock.
  */
 #include "meta/internal.h"
+#include "meta/log.h"
 
 #include <errno.h>
 #include <stdlib.h>
 
-int chunk_owned(const struct pool *p, uint64_t chunk)
+#define CHUNK_RESERVE 2 /* empty chunks a node keeps per pool */
+
+struct held_chunk *chunk_find(struct pool *p, uint64_t chunk)
 {
 	for (size_t i = 0; i < p->nchunks; i++)
-		if (p->chunks[i] == chunk)
-			return 1;
-	return 0;
+		if (p->chunks[i].chunk == chunk)
+			return &p->chunks[i];
+	return NULL;
+}
+
+int chunk_owned(const struct pool *p, uint64_t chunk)
+{
+	return chunk_find((struct pool *)p, chunk) != NULL;
 }
 
 int chunk_own(struct pool *p, uint64_t chunk)
@@ -31,36 +42,77 @@ int chunk_own(struct pool *p, uint64_t chunk)
 		return 0;
 	if (p->nchunks == p->chunks_cap) {
 		size_t cap = p->chunks_cap ? p->chunks_cap * 2 : 8;
-		uint64_t *c = realloc(p->chunks, cap * sizeof(*c));
+		struct held_chunk *c = realloc(p->chunks, cap * sizeof(*c));
 		if (!c)
 			return -ENOMEM;
 		p->chunks = c;
 		p->chunks_cap = cap;
 	}
-	p->chunks[p->nchunks++] = chunk;
+	p->chunks[p->nchunks++] = (struct held_chunk){.chunk = chunk};
 	return 0;
+}
+
+/* Bits of a chunk's slots in the bitmap, and the mask of its valid ones. */
+static uint64_t chunk_bits(const struct pool *p, uint64_t chunk, uint64_t *valid)
+{
+	uint64_t k = p->chunk_slots, first = chunk * k;
+
+	if (first >= p->capacity) {
+		*valid = 0;
+		return 0;
+	}
+	uint64_t n = p->capacity - first < k ? p->capacity - first : k;
+	*valid = n == 64 ? ~0ULL : (1ULL << n) - 1;
+	/* Bits at or above hwm are clear (slot_release keeps them so). */
+	uint64_t word = first / 64 < p->bits_words ? p->bits[first / 64] : 0;
+	return k == 64 ? word : (word >> (first % 64)) & ((1ULL << k) - 1);
 }
 
 int chunk_take(struct pool *p, uint64_t *slot)
 {
-	uint64_t k = p->chunk_slots;
-
 	for (size_t i = 0; i < p->nchunks; i++) {
-		uint64_t first = p->chunks[i] * k;
-		if (first >= p->capacity)
+		struct held_chunk *h = &p->chunks[i];
+		uint64_t valid, free_bits;
+		if (h->draining)
 			continue;
-		uint64_t n = p->capacity - first < k ? p->capacity - first : k;
-		uint64_t valid = n == 64 ? ~0ULL : (1ULL << n) - 1;
-		/* Bits at or above hwm are clear (slot_release keeps them so). */
-		uint64_t word = first / 64 < p->bits_words ? p->bits[first / 64] : 0;
-		uint64_t used = k == 64 ? word : (word >> (first % 64)) & ((1ULL << k) - 1);
-		uint64_t free_bits = ~used & valid;
+		free_bits = ~chunk_bits(p, h->chunk, &valid) & valid;
 		if (!free_bits)
 			continue;
-		*slot = first + (uint64_t)__builtin_ctzll(free_bits);
-		return slot_mark(p, *slot) == 0 ? 0 : -ENOMEM;
+		*slot = h->chunk * p->chunk_slots + (uint64_t)__builtin_ctzll(free_bits);
+		if (slot_mark(p, *slot) < 0)
+			return -ENOMEM;
+		h->inflight++;
+		return 0;
 	}
 	return -ENOSPC;
+}
+
+void chunk_done(struct pool *p, uint64_t slot)
+{
+	struct held_chunk *h = p->shared ? chunk_find(p, chunk_of(p, slot)) : NULL;
+
+	if (h && h->inflight)
+		h->inflight--;
+}
+
+void chunk_disown(struct pool *p, uint64_t chunk)
+{
+	size_t kept = 0;
+
+	for (size_t i = 0; i < p->ngrace; i++) {
+		struct grace g = p->grace[i];
+		if (chunk_of(p, g.slot) != chunk)
+			p->grace[kept++] = g;
+		else if (!slot_pinned(p, g.slot))
+			slot_release(p, g.slot); /* (a pinned one: at its unpin) */
+	}
+	p->ngrace = kept;
+	for (size_t i = 0; i < p->nchunks; i++) {
+		if (p->chunks[i].chunk == chunk) {
+			p->chunks[i] = p->chunks[--p->nchunks];
+			break;
+		}
+	}
 }
 
 void grace_add(struct pool *p, uint64_t slot, uint64_t xid)
@@ -108,14 +160,12 @@ void grace_release(struct pool *p, uint64_t min_ack, const uint64_t (*pins)[2], 
 	p->ngrace = kept;
 }
 
-size_t slots_zombies(const struct pool *p, uint64_t (*out)[2], size_t max)
+size_t slots_pinned(const struct pool *p, uint64_t (*out)[2], size_t max)
 {
 	size_t n = 0;
 
 	for (int b = 0; b < PIN_BUCKETS; b++) {
 		for (const struct pin *q = p->pins[b]; q; q = q->next) {
-			if (!q->zombie)
-				continue;
 			if (out && n < max) {
 				out[n][0] = p->id;
 				out[n][1] = q->slot;
@@ -124,6 +174,181 @@ size_t slots_zombies(const struct pool *p, uint64_t (*out)[2], size_t max)
 		}
 	}
 	return out && n > max ? max : n;
+}
+
+static int cmp_pin(const void *a, const void *b)
+{
+	const uint64_t *x = a, *y = b;
+
+	return x[0] != y[0] ? (x[0] < y[0] ? -1 : 1) : (x[1] < y[1] ? -1 : x[1] > y[1]);
+}
+
+void peer_pins_set(struct meta *m, uint64_t (*pins)[2], size_t n)
+{
+	if (n)
+		qsort(pins, n, sizeof(*pins), cmp_pin);
+	free(m->peer_pins);
+	m->peer_pins = pins;
+	m->npeer_pins = n;
+}
+
+int slot_pinned_anywhere(const struct meta *m, const struct pool *p, uint64_t slot)
+{
+	uint64_t key[2] = {p->id, slot};
+
+	return slot_pinned(p, slot) || (m->npeer_pins && bsearch(key, m->peer_pins, m->npeer_pins,
+	                                                         sizeof(*m->peer_pins), cmp_pin));
+}
+
+/* ---- handover: a chunk given to a node that asked for one ---- */
+
+/* The chunk of p to hand over: held, not draining, none of its slots
+ * pinned here if there is such a chunk, and the one whose most recently
+ * used page is the oldest (one without pages first). */
+static struct held_chunk *lru_chunk(const struct meta *m, struct pool *p)
+{
+	uint64_t total = (p->capacity + p->chunk_slots - 1) / p->chunk_slots;
+	uint8_t *cand = calloc((size_t)(total + 7) / 8, 1);
+	uint8_t *pinned = calloc((size_t)(total + 7) / 8, 1);
+	struct held_chunk *pick = NULL;
+	size_t ncand = 0, free_of_pins = 0, distinct = 0;
+	uint64_t last = 0;
+
+#define BIT(a, i) (((a)[(i) / 8] >> ((i) % 8)) & 1)
+#define SET(a, i) ((a)[(i) / 8] |= (uint8_t)(1u << ((i) % 8)))
+	for (size_t i = 0; i < p->nchunks && !pick; i++)
+		if (!p->chunks[i].draining && (!cand || !pinned))
+			pick = &p->chunks[i]; /* out of memory: any will do */
+	if (!cand || !pinned) {
+		free(cand);
+		free(pinned);
+		return pick;
+	}
+	pick = NULL;
+	for (int b = 0; b < PIN_BUCKETS; b++)
+		for (const struct pin *q = p->pins[b]; q; q = q->next)
+			if (chunk_of(p, q->slot) < total)
+				SET(pinned, chunk_of(p, q->slot));
+	for (size_t i = 0; i < m->npeer_pins; i++)
+		if (m->peer_pins[i][0] == p->id && chunk_of(p, m->peer_pins[i][1]) < total)
+			SET(pinned, chunk_of(p, m->peer_pins[i][1]));
+	for (size_t i = 0; i < p->nchunks; i++)
+		if (!p->chunks[i].draining && p->chunks[i].chunk < total &&
+		    !BIT(pinned, p->chunks[i].chunk))
+			free_of_pins++;
+	for (size_t i = 0; i < p->nchunks; i++) {
+		uint64_t c = p->chunks[i].chunk;
+		if (!p->chunks[i].draining && c < total && (!free_of_pins || !BIT(pinned, c))) {
+			SET(cand, c);
+			ncand++;
+		}
+	}
+	/* From the most recent page on, the candidate met last is the one
+	 * whose newest page is the oldest. */
+	for (const struct page *g = p->lru_head; g && distinct < ncand; g = g->lru_next) {
+		uint64_t c = chunk_of(p, g->slot);
+		if (c < total && BIT(cand, c)) {
+			cand[c / 8] &= (uint8_t) ~(1u << (c % 8));
+			distinct++;
+			last = c;
+		}
+	}
+	for (size_t i = 0; i < p->nchunks && !pick; i++) {
+		uint64_t c = p->chunks[i].chunk;
+		if (distinct < ncand ? c < total && BIT(cand, c) : distinct && c == last)
+			pick = &p->chunks[i]; /* (a candidate without pages is still marked) */
+	}
+#undef BIT
+#undef SET
+	free(cand);
+	free(pinned);
+	return pick;
+}
+
+/* Evicts the unpinned pages of a drained chunk through the journal (so
+ * their frees get grace periods like any other) and queues its release
+ * after them, with the slots readers here still pin. */
+static void release_chunk(struct meta *m, struct pool *p, struct held_chunk *h,
+                          struct dropped **drops)
+{
+	struct rec *rel = rec_new(REC_RELEASE);
+	uint64_t first = h->chunk * p->chunk_slots, pins = 0;
+	unsigned evicted = 0;
+
+	if (!rel)
+		return; /* tried again at the next heartbeat */
+	for (struct page *g = p->lru_tail, *prev; g; g = prev) {
+		prev = g->lru_prev;
+		if (chunk_of(p, g->slot) != h->chunk || slot_pinned_anywhere(m, p, g->slot))
+			continue;
+		struct rec *drop = rec_new(REC_DROP);
+		if (!drop)
+			continue; /* the page goes along with the chunk */
+		page_unlink_committed(m, g);
+		p->evictions++;
+		evicted++;
+		drops_add(drops, g);
+		drop->pool_id = p->id;
+		drop->page_id = g->id;
+		drop->drop_slot = g->slot;
+		free(g);
+		journal_submit(m, drop);
+	}
+	for (int b = 0; b < PIN_BUCKETS; b++)
+		for (const struct pin *q = p->pins[b]; q; q = q->next)
+			if (chunk_of(p, q->slot) == h->chunk)
+				pins |= 1ULL << (q->slot - first);
+	rel->pool_id = p->id;
+	rel->chunk = h->chunk;
+	rel->chunk_slots = p->chunk_slots;
+	rel->grace_bits = pins;
+	h->releasing = 1;
+	log_debug("pool %u: chunk %llu handed over (%u pages evicted)", p->id,
+	          (unsigned long long)h->chunk, evicted);
+	journal_submit(m, rel);
+}
+
+void chunks_handover(struct meta *m, const uint64_t (*wants)[3], size_t nwants,
+                     struct dropped **drops)
+{
+	for (size_t i = 0; i < nwants; i++) {
+		struct pool *p = pool_by_id(m, (uint32_t)wants[i][0]);
+		int busy = 0;
+		if (!p || !p->shared || !wants[i][2] || !p->chunk_slots ||
+		    m->cfg.evict != META_EVICT_LRU)
+			continue; /* (--evict none: this node evicts nothing) */
+		uint64_t total = (p->capacity + p->chunk_slots - 1) / p->chunk_slots;
+		uint64_t fair = (total + wants[i][2] - 1) / wants[i][2];
+		if (wants[i][1] <= fair)
+			continue; /* this node holds no more than its share */
+		for (size_t j = 0; j < p->nchunks; j++)
+			busy |= p->chunks[j].draining;
+		struct held_chunk *h = busy ? NULL : lru_chunk(m, p);
+		if (h)
+			h->draining = 1; /* nothing more is allocated in it */
+	}
+	/* Free space goes back to the pool: chunks without a used slot
+	 * beyond the first CHUNK_RESERVE are released (a writer here leases
+	 * again when it needs them). */
+	for (struct pool *p = m->pools; p; p = p->next) {
+		size_t empty = 0;
+		for (size_t j = 0; j < p->nchunks; j++) {
+			struct held_chunk *h = &p->chunks[j];
+			uint64_t valid;
+			if (h->draining || h->inflight || chunk_bits(p, h->chunk, &valid) & valid)
+				continue;
+			if (++empty > CHUNK_RESERVE)
+				h->draining = 1;
+		}
+	}
+	for (struct pool *p = m->pools; p; p = p->next)
+		for (size_t j = 0; j < p->nchunks; j++) {
+			struct held_chunk *h = &p->chunks[j];
+			/* A writer that took a slot of it before the drain began
+			 * commits or aborts first: one writer per slot, ever. */
+			if (h->draining && !h->releasing && !h->inflight)
+				release_chunk(m, p, h, drops);
+		}
 }
 
 void chunks_free(struct pool *p)

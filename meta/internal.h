@@ -63,6 +63,16 @@ struct pin {
 
 #define PIN_BUCKETS 64
 
+/* A chunk of slots this node holds (shared index). inflight: slots of it
+ * reserved by writers and not committed or aborted yet; a draining chunk
+ * is being handed to another node: nothing more is allocated in it, and
+ * it is released once inflight is 0 (releasing: the release is queued). */
+struct held_chunk {
+	uint64_t chunk;
+	uint32_t inflight;
+	uint8_t draining, releasing;
+};
+
 /* A freed slot of a leased chunk, reusable once every node acked xid. */
 struct grace {
 	uint64_t slot;
@@ -100,7 +110,7 @@ struct pool {
 	uint8_t creating;     /* linked, its row not yet committed (sync.c keeps it) */
 	uint64_t created;     /* meta.pools_made when its row was committed here */
 	uint32_t chunk_slots; /* slots per chunk: pool_chunk_slots(capacity) */
-	uint64_t *chunks;
+	struct held_chunk *chunks;
 	size_t nchunks, chunks_cap;
 	struct grace *grace;
 	size_t ngrace, grace_cap;
@@ -140,9 +150,11 @@ struct meta {
 
 	/* Several daemons on one index (PostgreSQL): this is one node. */
 	int shared;
-	int fenced;          /* this node's lease was lost: no more writes */
-	uint32_t live_nodes; /* as of the last heartbeat */
-	struct sync *sync;   /* the sync thread (sync.c) */
+	int fenced;               /* this node's lease was lost: no more writes */
+	uint32_t live_nodes;      /* as of the last heartbeat */
+	struct sync *sync;        /* the sync thread (sync.c) */
+	uint64_t (*peer_pins)[2]; /* (pool, slot) other nodes' readers pin, sorted */
+	size_t npeer_pins;
 
 	meta_drop_cb drop_cb;
 	void *drop_arg;
@@ -168,7 +180,12 @@ enum rec_type {
 	REC_BULK,     /* many new pages of empty pools, all or nothing (import) */
 	REC_CHECKSUM, /* first checksum of a page committed without one */
 	REC_LEASE,    /* shared index: lease a chunk of 64 free slots of a pool */
+	REC_RELEASE,  /* shared index: give a drained chunk back (handover) */
 };
+
+/* REC_LEASE results besides 0 (a chunk with free slots) and errors. */
+#define LEASE_FULL 1  /* an unheld chunk without a free slot: evict in it */
+#define LEASE_ASKED 2 /* none unheld; a handover was asked of a node over its share */
 
 /* REC_BULK: the pages (allocated, not linked) and a progress callback the
  * writer thread calls as rows reach the store. */
@@ -209,6 +226,9 @@ struct rec {
 	 * once every node acked grace_xid), bit i = slot i of the chunk. */
 	uint64_t chunk_slots, chunk, used_bits, grace_bits, grace_xid;
 	uint64_t capacity_slots; /* REC_LEASE: the pool's capacity in slots */
+	int ask;                 /* REC_LEASE: may ask for a handover (--evict lru) */
+	/* REC_RELEASE: chunk, and in grace_bits the slots of it readers
+	 * here pin. */
 	uint16_t name_len;
 	char name[META_NAME_MAX + 1];
 };
@@ -251,15 +271,33 @@ void sync_kick(struct meta *m); /* wakes it for a heartbeat soon */
 
 /* chunks.c (shared index; meta.lock held) */
 int chunk_owned(const struct pool *p, uint64_t chunk);
+struct held_chunk *chunk_find(struct pool *p, uint64_t chunk);
 int chunk_own(struct pool *p, uint64_t chunk);
-int chunk_take(struct pool *p, uint64_t *slot); /* 0 or -ENOSPC */
+/* A slot of a held chunk that is not draining, counted in flight until
+ * chunk_done: 0 or -ENOSPC. */
+int chunk_take(struct pool *p, uint64_t *slot);
+/* The reservation of slot ended (committed or given back). */
+void chunk_done(struct pool *p, uint64_t slot);
+/* A released chunk leaves: its grace slots become plain mirror bits. */
+void chunk_disown(struct pool *p, uint64_t chunk);
+/* Heartbeat: hands chunks over to nodes that asked for one (wants[i]:
+ * pool id, chunks this node holds there, nodes sharing it), then queues
+ * the release of drained chunks. Appends evicted names to drops. */
+void chunks_handover(struct meta *m, const uint64_t (*wants)[3], size_t nwants,
+                     struct dropped **drops);
 void grace_add(struct pool *p, uint64_t slot, uint64_t xid);
 /* Frees grace slots acked by every node (xid < min_ack) that nobody pins
  * here or in pins[] (pool id, slot). */
 void grace_release(struct pool *p, uint64_t min_ack, const uint64_t (*pins)[2], size_t npins);
-/* Slots pinned by readers whose page is gone: writes up to max (pool id,
- * slot) pairs to out (NULL: counts them); returns the count. */
-size_t slots_zombies(const struct pool *p, uint64_t (*out)[2], size_t max);
+/* Slots pinned by readers here (whose page is gone or not): writes up
+ * to max (pool id, slot) pairs to out (NULL: counts them); returns the
+ * count. */
+size_t slots_pinned(const struct pool *p, uint64_t (*out)[2], size_t max);
+/* The slots other nodes' readers pin, as of the last heartbeat (takes
+ * pins, malloc'd, over). */
+void peer_pins_set(struct meta *m, uint64_t (*pins)[2], size_t n);
+/* Pinned by a reader here, or elsewhere as of the last heartbeat. */
+int slot_pinned_anywhere(const struct meta *m, const struct pool *p, uint64_t slot);
 void chunks_free(struct pool *p);
 
 /* Slots per chunk of a pool of that many slots: 64, or fewer for small

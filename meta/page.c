@@ -19,6 +19,7 @@
 
 #define TOUCH_PERSIST_NS 1000000000LL /* atime reaches the store at most 1/s per page */
 #define GRACE_WAIT_MS 5000 /* shared index: how long a writer waits for an evicted slot */
+#define EVICT_BATCH 8ULL   /* shared index: pages one eviction frees at once */
 
 uint64_t id_take(struct idblock *b)
 {
@@ -189,8 +190,11 @@ static struct page *lru_victim(struct pool *pool, uint64_t skip)
 	return NULL;
 }
 
-/* Shared index: asks the store for a chunk of free slots. meta.lock held
- * on entry and return, dropped while waiting. */
+/* Shared index: asks the store for a chunk: 0 (one with free slots),
+ * LEASE_FULL (an unheld chunk without a free slot: evict in it),
+ * LEASE_ASKED (none unheld; a node over its share hands one over soon),
+ * -ENOSPC, -EAGAIN (others leased the candidates first) or an error.
+ * meta.lock held on entry and return, dropped while waiting. */
 static int lease_chunk(struct meta *m, uint32_t pool_id)
 {
 	struct rec *lease = rec_new(REC_LEASE);
@@ -205,6 +209,7 @@ static int lease_chunk(struct meta *m, uint32_t pool_id)
 	lease->pool_id = pool_id;
 	lease->chunk_slots = pool->chunk_slots;
 	lease->capacity_slots = pool->capacity;
+	lease->ask = m->cfg.evict == META_EVICT_LRU; /* (others evict for it) */
 	lease->waited = 1;
 	journal_submit(m, lease);
 	pthread_mutex_unlock(&m->lock);
@@ -213,87 +218,148 @@ static int lease_chunk(struct meta *m, uint32_t pool_id)
 	return rc;
 }
 
-/* Shared index: waits (up to GRACE_WAIT_MS) until a slot of this node's
- * chunks leaves its grace period, and takes it. meta.lock held on entry
- * and return, dropped while waiting. */
-static int wait_grace(struct meta *m, uint32_t pool_id, uint64_t *slot)
+/* May this node evict page p of its pool now? */
+static int evictable(struct meta *m, struct pool *pool, const struct page *p, uint64_t skip)
 {
-	for (int waited = 0;; waited += 20) {
-		struct pool *pool = pool_by_id(m, pool_id);
-		if (!pool)
-			return -ENOENT;
-		if (slot_take(pool, slot) == 0)
-			return 0;
-		/* (An eviction's grace entry may still be on its way.) */
-		if (waited >= GRACE_WAIT_MS || (!pool->ngrace && waited >= 1000))
-			return -ENOSPC;
-		pthread_mutex_unlock(&m->lock);
-		struct timespec ts = {0, 20 * 1000000L};
-		sync_kick(m);
-		nanosleep(&ts, NULL);
-		pthread_mutex_lock(&m->lock);
-	}
+	struct held_chunk *h = chunk_find(pool, chunk_of(pool, p->slot));
+
+	return p->id != skip && h && !h->draining && !slot_pinned_anywhere(m, pool, p->slot);
 }
 
-/* Shared index: evicts the least recently used unpinned page of this
- * node's chunks and waits until its slot is out of its grace period
- * (every node has dropped the page, nobody reads it). meta.lock held on
- * entry and return. 0 with *slot taken, or -ENOSPC. */
-static int evict_shared(struct meta *m, uint32_t pool_id, uint64_t skip, uint64_t *slot,
-                        struct dropped **drops)
+/* Shared index: evicts pages of this node's chunks (not of one being
+ * handed over, none a reader anywhere pins) and waits until the store has
+ * recorded it; their slots come back after their grace period (every
+ * node has dropped the pages, nobody reads them). Up to EVICT_BATCH of
+ * them among the pool's oldest eighth (the pages of other nodes' chunks
+ * and of unheld ones included: a chunk leased full is evicted only as
+ * far as it is cold), else the least recently used one of them.
+ * meta.lock held on entry and return. 0, or -ENOSPC: nothing to evict. */
+static int evict_shared(struct meta *m, uint32_t pool_id, uint64_t skip, struct dropped **drops)
 {
 	struct pool *pool = pool_by_id(m, pool_id);
-	struct page *v = NULL;
-	struct rec *drop;
+	struct page *victims[EVICT_BATCH];
+	uint64_t window, seen = 0;
+	uint64_t n = 0;
 	int rc;
 
-	for (struct page *p = pool ? pool->lru_tail : NULL; p && !v; p = p->lru_prev)
-		if (p->id != skip && !slot_pinned(pool, p->slot) &&
-		    chunk_owned(pool, chunk_of(pool, p->slot)))
-			v = p;
-	if (!v)
+	if (!pool)
+		return -ENOENT;
+	window = pool->pages / 8 > 2 * EVICT_BATCH ? pool->pages / 8 : 2 * EVICT_BATCH;
+	for (struct page *p = pool->lru_tail; p && n < EVICT_BATCH && seen < window;
+	     p = p->lru_prev, seen++)
+		if (evictable(m, pool, p, skip))
+			victims[n++] = p;
+	for (struct page *p = n ? NULL : pool->lru_tail; p && !n; p = p->lru_prev)
+		if (evictable(m, pool, p, skip))
+			victims[n++] = p;
+	if (!n)
 		return -ENOSPC;
-	if (!(drop = rec_new(REC_DROP)))
+	struct rec *last = NULL;
+	for (uint64_t i = 0; i < n; i++) {
+		struct page *p = victims[i];
+		struct rec *drop = rec_new(REC_DROP);
+		if (!drop)
+			break;
+		page_unlink_committed(m, p);
+		pool->evictions++;
+		drops_add(drops, p);
+		drop->pool_id = pool_id;
+		drop->page_id = p->id;
+		drop->drop_slot = p->slot;
+		free(p);
+		if (last)
+			journal_submit(m, last); /* only the last one is waited for */
+		last = drop;
+	}
+	if (!last)
 		return -ENOMEM;
-	page_unlink_committed(m, v);
-	pool->evictions++;
-	drops_add(drops, v);
-	drop->pool_id = pool_id;
-	drop->page_id = v->id;
-	drop->drop_slot = v->slot;
-	drop->waited = 1;
-	free(v);
-	journal_submit(m, drop);
+	last->waited = 1;
+	journal_submit(m, last);
 	pthread_mutex_unlock(&m->lock);
-	rc = journal_wait(m, drop);
+	rc = journal_wait(m, last);
 	pthread_mutex_lock(&m->lock);
-	return rc < 0 ? rc : wait_grace(m, pool_id, slot);
+	return rc;
 }
 
-/* Shared index: a slot in this node's chunks, leasing another chunk or
- * evicting when they are full. meta.lock held on entry and return. */
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Sleeps ms outside meta.lock, waking the sync thread (feed, heartbeat). */
+static void nap(struct meta *m, long ms)
+{
+	struct timespec ts = {0, ms * 1000000L};
+
+	pthread_mutex_unlock(&m->lock);
+	sync_kick(m);
+	nanosleep(&ts, NULL);
+	pthread_mutex_lock(&m->lock);
+}
+
+/* Shared index: a slot in this node's chunks. When they are full: a
+ * slot of them back from its grace period, a chunk no node holds (one
+ * with free slots, else the one whose pages are least recently used, to
+ * evict in), a chunk handed over by a node holding more than its share
+ * (waited for up to GRACE_WAIT_MS / 2), else an eviction among this
+ * node's own least recently used pages. -ENOSPC after 2 * GRACE_WAIT_MS,
+ * or at once when nothing anywhere can be freed (every page pinned, or
+ * --evict none). meta.lock held on entry and return. */
 static int take_shared(struct meta *m, uint32_t pool_id, uint64_t skip, uint64_t *slot,
                        struct dropped **drops)
 {
-	struct pool *pool = pool_by_id(m, pool_id);
-	int rc = pool ? slot_take(pool, slot) : -ENOENT;
+	int64_t start = now_ms(), since = start; /* since: last lease or eviction */
+	struct pool *pool;
+	int rc, in_vain = 0; /* a lease found no chunk with a free slot */
 
-	for (int round = 0; rc == -ENOSPC && round < 3; round++) {
-		int lrc = lease_chunk(m, pool_id);
+	for (;;) {
 		if (!(pool = pool_by_id(m, pool_id)))
 			return -ENOENT;
-		rc = slot_take(pool, slot);
-		if (rc == -ENOSPC && lrc < 0 && lrc != -ENOSPC && lrc != -EAGAIN)
+		if ((rc = slot_take(pool, slot)) != -ENOSPC)
+			break;
+		int64_t now = now_ms();
+		if (now - start >= 2LL * GRACE_WAIT_MS)
+			return -ENOSPC;
+		if (in_vain && pool->ngrace && now - since < 1000) {
+			nap(m, 20); /* freed slots come back soon */
+			continue;
+		}
+		int lrc = lease_chunk(m, pool_id);
+		if (lrc < 0 && lrc != -ENOSPC && lrc != -EAGAIN)
 			return lrc; /* the store failed (EIO): the pool is not full */
-		if (lrc == -ENOSPC)
-			break; /* no chunk free anywhere */
+		if (!(pool = pool_by_id(m, pool_id)))
+			return -ENOENT;
+		if ((rc = slot_take(pool, slot)) != -ENOSPC)
+			break;
+		if (lrc == 0 || lrc == -EAGAIN) {
+			since = now_ms(); /* (a handed-over chunk's slots are in grace) */
+			continue;
+		}
+		in_vain = 1;
+		if (lrc == LEASE_ASKED && now_ms() - start < GRACE_WAIT_MS / 2) {
+			nap(m, 50); /* the handover comes at the holder's heartbeat */
+			continue;
+		}
+		int erc = m->cfg.evict == META_EVICT_LRU ? evict_shared(m, pool_id, skip, drops)
+		                                         : -ENOSPC;
+		if (erc == 0) {
+			since = now_ms();
+			continue;
+		}
+		if (erc != -ENOSPC)
+			return erc;
+		if (!(pool = pool_by_id(m, pool_id)))
+			return -ENOENT;
+		if (!pool->ngrace && lrc != LEASE_ASKED)
+			return -ENOSPC; /* nothing here or anywhere comes free */
+		nap(m, 20);
 	}
-	if (rc == -ENOSPC && pool->ngrace)
-		rc = wait_grace(m, pool_id, slot); /* freed slots come back soon */
-	if (rc == -ENOSPC && m->cfg.evict == META_EVICT_LRU)
-		rc = evict_shared(m, pool_id, skip, slot, drops);
-	if (rc == 0 && id_left(&m->page_ids) == 0 && (pool = pool_by_id(m, pool_id))) {
+	if (rc == 0 && id_left(&m->page_ids) == 0) {
 		slot_release(pool, *slot);
+		chunk_done(pool, *slot);
 		rc = -EAGAIN; /* ids come in blocks; the sync thread fetches the next */
 	}
 	return rc;
@@ -368,6 +434,7 @@ int meta_page_reserve(struct meta *m, uint32_t pool_id, const char *name, uint64
 				drop = NULL;
 			} else {
 				slot_release(pool, slot);
+				chunk_done(pool, slot);
 			}
 			rc = -ENOMEM;
 			goto out;
@@ -424,8 +491,10 @@ void meta_page_abort(struct meta *m, const struct meta_resv *r)
 			free(p);
 		}
 	}
-	if (pool)
+	if (pool) {
 		slot_release(pool, r->slot);
+		chunk_done(pool, r->slot);
+	}
 	pthread_mutex_unlock(&m->lock);
 }
 
@@ -464,8 +533,15 @@ int meta_page_commit(struct meta *m, const struct meta_resv *r, uint64_t length,
 	pthread_mutex_unlock(&m->lock);
 
 	rc = journal_wait(m, rec);
-	if (rc < 0)
+	if (rc < 0) {
 		meta_page_abort(m, r);
+	} else if (m->shared) {
+		pthread_mutex_lock(&m->lock);
+		struct pool *pool = pool_by_id(m, r->pool_id);
+		if (pool)
+			chunk_done(pool, r->slot); /* the slot is its page's now */
+		pthread_mutex_unlock(&m->lock);
+	}
 	return rc;
 }
 

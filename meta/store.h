@@ -86,6 +86,11 @@ struct store_peers {
 	uint64_t min_ack;    /* frees by transactions below it are seen by all */
 	size_t npins;        /* slots other nodes still pin (pool, slot) */
 	uint64_t (*pins)[2]; /* malloc'd; the caller frees */
+	/* Pools where another node asked for a chunk (pagefs_wants): pool
+	 * id, chunks this node holds there, nodes that hold or want chunks
+	 * of it. malloc'd; the caller frees. */
+	size_t nwants;
+	uint64_t (*wants)[3];
 };
 
 struct store_sync_ops {
@@ -97,7 +102,8 @@ struct store_sync_ops {
 	int (*pools)(struct store *s, const struct store_load_cb *cb);
 	/* Heartbeat: renews this node's lease, records that it has applied
 	 * the feed up to where poll stopped and that it still pins pins[],
-	 * reaps nodes whose lease ran out, and reports the peers. */
+	 * reaps nodes whose lease ran out, and reports the peers and the
+	 * chunk handovers asked of this node. */
 	int (*heartbeat)(struct store *s, const uint64_t (*pins)[2], size_t npins,
 	                 struct store_peers *out);
 	/* A new block of ids: [*first, *first + *count); pool=1 for pool ids. */

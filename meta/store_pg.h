@@ -60,6 +60,8 @@ struct pg_store {
 	int64_t sconn_since; /* time(NULL) when sconn connected */
 };
 
+/* A handover request (pagefs_wants) counts while renewed within this. */
+#define PG_WANT_FRESH "interval '3 seconds'"
 #define PG_NODE_LOCK_CLASS 1885824629 /* (class, node id): held by its sync session */
 #define PG_PAGE_ID_BLOCK (1ULL << 20)
 #define PG_POOL_ID_BLOCK 64ULL

@@ -225,14 +225,59 @@ static PGresult *lease_query(struct pg_store *s, const char *sql, const struct p
 	return res;
 }
 
-/* REC_LEASE: takes the lowest chunk of the pool that no node holds and
- * that has a free slot, and reports its used slots and those still in a
- * grace period. -ENOSPC: none; -EAGAIN: another node took it first. */
-static int apply_lease(struct pg_store *s, struct rec *r)
+/* REC_LEASE found no chunk: asks (r->ask) for a handover when this node holds
+ * fewer chunks of the pool than its fair share (all chunks over the
+ * nodes that hold or want some) while another holds more. LEASE_ASKED,
+ * or -ENOSPC: nobody is to hand one over. */
+static int ask_handover(struct pg_store *s, const struct rec *r, int64_t nchunks)
 {
 	struct pg_args a = {0};
+	PGresult *res;
+
+	if (!r->ask)
+		return -ENOSPC;
+	pg_arg_i64(&a, r->pool_id);
+	pg_arg_i64(&a, s->base.node_id);
+	res = lease_query(
+		s,
+		"WITH h AS (SELECT node, count(*) AS n FROM pagefs_chunks"
+		"  WHERE pool = $1::bigint GROUP BY node)"
+		" SELECT coalesce((SELECT n FROM h WHERE node = $2::bigint), 0),"
+		" (SELECT count(*) FROM (SELECT node FROM h UNION SELECT node FROM"
+		"  pagefs_wants WHERE pool = $1::bigint AND since > now() - " PG_WANT_FRESH
+		"  UNION SELECT $2::bigint) AS u),"
+		" coalesce((SELECT max(n) FROM h WHERE node <> $2::bigint), 0)",
+		&a);
+	if (!res)
+		return -EIO;
+	int64_t mine = pg_col_i64(res, 0, 0), nodes = pg_col_i64(res, 0, 1);
+	int64_t most = pg_col_i64(res, 0, 2);
+	PQclear(res);
+	int64_t fair = nodes > 0 ? (nchunks + nodes - 1) / nodes : nchunks;
+	if (mine >= fair || most <= fair)
+		return -ENOSPC;
+	res = lease_query(s,
+	                  "INSERT INTO pagefs_wants(node, pool) VALUES ($2::bigint, $1::bigint)"
+	                  " ON CONFLICT (node, pool) DO UPDATE SET since = now() RETURNING 1",
+	                  &a);
+	if (!res)
+		return -EIO;
+	PQclear(res);
+	return LEASE_ASKED;
+}
+
+/* REC_LEASE: takes the lowest chunk of the pool that no node holds and
+ * that has a free slot, else the unheld chunk of the least recently used
+ * page (LEASE_FULL: the leaser evicts in it; only when r->ask, i.e. it
+ * may evict), and reports its used slots
+ * and those still in a grace period. When every chunk is held:
+ * ask_handover. -EAGAIN: other nodes took the candidates first. */
+static int apply_lease(struct pg_store *s, struct rec *r)
+{
+	struct pg_args a = {0}, f = {0};
 	int64_t k = (int64_t)r->chunk_slots, first;
 	PGresult *res;
+	int full = 0;
 
 	if (!s->base.node_id || k <= 0)
 		return -EINVAL;
@@ -244,6 +289,9 @@ static int apply_lease(struct pg_store *s, struct rec *r)
 	pg_arg_i64(&a, (int64_t)r->capacity_slots);
 	/* Nodes start looking at different places, so they seldom collide. */
 	pg_arg_i64(&a, (int64_t)((uint64_t)s->base.node_id * 7919u % (uint64_t)nchunks));
+	pg_arg_i64(&f, r->pool_id);
+	pg_arg_i64(&f, s->base.node_id);
+	pg_arg_i64(&f, k);
 	/* A collision with another node's lease of the same chunk waits for
 	 * its commit and inserts nothing: the next statement sees it taken. */
 	for (int attempt = 0;; attempt++) {
@@ -266,9 +314,30 @@ static int apply_lease(struct pg_store *s, struct rec *r)
 			&a);
 		if (!res)
 			return -EIO;
+		full = 0;
+		if (PQgetisnull(res, 0, 0) && r->ask) {
+			/* Every unheld chunk is full (a departed node left them
+			 * so): the one of the page every node used least lately. */
+			PQclear(res);
+			full = 1;
+			res = lease_query(
+				s,
+				"WITH cand AS (SELECT g.slot / $3::bigint AS c FROM pagefs_pages g"
+				"  WHERE g.pool = $1::bigint AND NOT EXISTS (SELECT 1 FROM"
+				"  pagefs_chunks h WHERE h.pool = $1::bigint AND h.chunk = g.slot /"
+				"  $3::bigint) ORDER BY g.atime, g.id LIMIT 1),"
+				" ins AS (INSERT INTO pagefs_chunks(pool, chunk, node)"
+				"  SELECT $1::bigint, c, $2::bigint FROM cand ON CONFLICT DO "
+				"NOTHING"
+				"  RETURNING chunk)"
+				" SELECT (SELECT c FROM cand), (SELECT chunk FROM ins)",
+				&f);
+			if (!res)
+				return -EIO;
+		}
 		if (PQgetisnull(res, 0, 0)) {
 			PQclear(res);
-			return -ENOSPC; /* every chunk is held or full */
+			return ask_handover(s, r, nchunks); /* every chunk is held */
 		}
 		if (!PQgetisnull(res, 0, 1))
 			break;
@@ -313,6 +382,51 @@ static int apply_lease(struct pg_store *s, struct rec *r)
 				r->grace_xid = (uint64_t)xid;
 		}
 	}
+	PQclear(res);
+	/* This node has a chunk again: it asks for no other. */
+	a.n = 0;
+	pg_arg_i64(&a, r->pool_id);
+	pg_arg_i64(&a, s->base.node_id);
+	if (!(res = lease_query(s,
+	                        "DELETE FROM pagefs_wants WHERE pool = $1::bigint"
+	                        " AND node = $2::bigint RETURNING 1",
+	                        &a)))
+		return -EIO;
+	PQclear(res);
+	return full ? LEASE_FULL : 0;
+}
+
+/* REC_RELEASE: gives a drained chunk back; the slots of it readers of
+ * this node still pin are listed in pagefs_pins in the same transaction
+ * (the next heartbeat keeps those whose page is gone). */
+static int apply_release(struct pg_store *s, const struct rec *r)
+{
+	struct pg_args a = {0};
+	char slots[64 * 24 + 4];
+	size_t o = 0;
+	PGresult *res;
+
+	o += (size_t)snprintf(slots + o, sizeof(slots) - o, "{");
+	for (uint64_t i = 0; i < r->chunk_slots && i < 64; i++)
+		if ((r->grace_bits >> i) & 1)
+			o += (size_t)snprintf(slots + o, sizeof(slots) - o, "%s%llu",
+			                      o > 1 ? "," : "",
+			                      (unsigned long long)r->chunk * r->chunk_slots + i);
+	snprintf(slots + o, sizeof(slots) - o, "}");
+	pg_arg_i64(&a, r->pool_id);
+	pg_arg_i64(&a, (int64_t)r->chunk);
+	pg_arg_i64(&a, s->base.node_id);
+	pg_arg_text(&a, slots);
+	res = lease_query(
+		s,
+		"WITH pins AS (INSERT INTO pagefs_pins(node, pool, slot) SELECT $3::bigint,"
+		" $1::bigint, x FROM unnest($4::text::bigint[]) AS t(x)"
+		" ON CONFLICT DO NOTHING RETURNING 1)"
+		" DELETE FROM pagefs_chunks WHERE pool = $1::bigint AND chunk = $2::bigint"
+		" AND node = $3::bigint RETURNING (SELECT count(*) FROM pins)",
+		&a);
+	if (!res)
+		return -EIO;
 	PQclear(res);
 	return 0;
 }
@@ -366,6 +480,8 @@ static int apply_one(struct pg_store *s, struct rec *r)
 		return apply_bulk(s, r);
 	case REC_LEASE:
 		return apply_lease(s, r);
+	case REC_RELEASE:
+		return apply_release(s, r);
 	case REC_CHECKSUM:
 		pg_arg_i64(&a, (int64_t)r->page_id);
 		pg_arg_i64(&a, (int64_t)r->slot);

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PG_SCHEMA_VERSION 2
+#define PG_SCHEMA_VERSION 3
 #define PG_SCHEMA_LOCK_CLASS 1885824628
 
 /* Version 1. Later versions add steps to migrate[] rather than edit this. */
@@ -81,6 +81,11 @@ static const char *const migrate[PG_SCHEMA_VERSION + 1] = {
 	      " FOR EACH STATEMENT EXECUTE FUNCTION pagefs_pool_change();"
 	      "CREATE TRIGGER pagefs_ranks_change AFTER INSERT OR DELETE ON pagefs_ranks"
 	      " FOR EACH STATEMENT EXECUTE FUNCTION pagefs_pool_change();",
+	/* 2 -> 3: chunk handover; a node that finds no chunk asks for one
+	 * (renewed while it waits; stale after a few seconds). */
+	[2] = "CREATE TABLE pagefs_wants(node bigint NOT NULL REFERENCES pagefs_nodes(id)"
+	      " ON DELETE CASCADE, pool bigint NOT NULL, since timestamptz NOT NULL"
+	      " DEFAULT now(), PRIMARY KEY(node, pool));",
 };
 
 /* ---- schema ---- */

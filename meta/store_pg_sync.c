@@ -281,6 +281,28 @@ static int heartbeat_txn(struct pg_store *s, const uint64_t (*pins)[2], size_t n
 	if (out->npins && !out->pins)
 		rc = -ENOMEM;
 	PQclear(res);
+	/* Pools where another node asked for a chunk: what this node holds
+	 * there, and how many nodes hold or want chunks of it. */
+	if (rc == 0 &&
+	    (rc = hb_exec(
+		     s,
+		     "SELECT w.pool, (SELECT count(*) FROM pagefs_chunks c WHERE c.pool = w.pool"
+		     "  AND c.node = $1),"
+		     " (SELECT count(*) FROM (SELECT node FROM pagefs_chunks c WHERE c.pool ="
+		     "  w.pool UNION SELECT node FROM pagefs_wants x WHERE x.pool = w.pool"
+		     "  AND x.since > now() - " PG_WANT_FRESH ") AS u)"
+		     " FROM (SELECT DISTINCT pool FROM pagefs_wants WHERE node <> $1"
+		     "  AND since > now() - " PG_WANT_FRESH ") AS w",
+		     &a, &res)) == 0) {
+		out->nwants = (size_t)PQntuples(res);
+		out->wants = out->nwants ? calloc(out->nwants, sizeof(*out->wants)) : NULL;
+		for (size_t i = 0; out->wants && i < out->nwants; i++)
+			for (int j = 0; j < 3; j++)
+				out->wants[i][j] = (uint64_t)pg_col_i64(res, (int)i, j);
+		if (out->nwants && !out->wants)
+			rc = -ENOMEM;
+		PQclear(res);
+	}
 	/* Changes every node has seen are history: keep the table small. */
 	if (rc == 0 && ++s->heartbeats % 64 == 0) {
 		struct pg_args old = {0};
@@ -309,8 +331,10 @@ static int pg_heartbeat(struct store *base, const uint64_t (*pins)[2], size_t np
 		if (PQstatus(s->sconn) == CONNECTION_OK)
 			PQclear(PQexec(s->sconn, "ROLLBACK"));
 		free(out->pins);
+		free(out->wants);
 		out->pins = NULL;
-		out->npins = 0;
+		out->wants = NULL;
+		out->npins = out->nwants = 0;
 	}
 	return rc;
 }

@@ -517,6 +517,7 @@ static int apply_one(struct sqlite_store *s, struct rec *r)
 	case REC_BULK:
 		return apply_bulk(s, r);
 	case REC_LEASE:
+	case REC_RELEASE:
 		return -EINVAL; /* one daemon per SQLite index: no chunks */
 	case REC_CHECKSUM:
 		if (!(st = stmt(s, ST_CHECKSUM)))

@@ -7,8 +7,9 @@
  * the index's current rows (apply_remote), reloading pools when they
  * changed; every SYNC_BEAT_TICKS ticks it sends a heartbeat that renews
  * the node's lease, acknowledges the feed position and lists the slots
- * its readers still pin among freed ones, and learns from it when freed
- * slots of this node's chunks may be reused (grace periods, slots.c). It
+ * its readers pin (so no node evicts or reuses them), and learns when freed
+ * slots of this node's chunks may be reused (grace periods, slots.c) and
+ * which chunks to hand over to nodes that asked for one (chunks.c). It
  * also keeps a spare block of page and pool ids. See docs/DESIGN.md.
  *
  * Locks: store calls run with no engine lock held; the mirror is changed
@@ -183,14 +184,15 @@ static void heartbeat(struct meta *m)
 	uint64_t(*pins)[2] = NULL;
 	size_t npins = 0;
 	struct store_peers peers;
+	struct dropped *drops = NULL;
 
 	pthread_mutex_lock(&m->lock);
 	for (struct pool *p = m->pools; p; p = p->next)
-		npins += slots_zombies(p, NULL, 0);
+		npins += slots_pinned(p, NULL, 0);
 	if (npins && (pins = calloc(npins, sizeof(*pins)))) {
 		size_t n = 0;
 		for (struct pool *p = m->pools; p; p = p->next)
-			n += slots_zombies(p, pins + n, npins - n);
+			n += slots_pinned(p, pins + n, npins - n);
 	}
 	pthread_mutex_unlock(&m->lock);
 	if (npins && !pins)
@@ -209,8 +211,12 @@ static void heartbeat(struct meta *m)
 	}
 	for (struct pool *p = m->pools; p; p = p->next)
 		grace_release(p, peers.min_ack, (const uint64_t(*)[2])peers.pins, peers.npins);
+	peer_pins_set(m, peers.pins, peers.npins); /* (takes them over) */
+	if (!m->fenced)
+		chunks_handover(m, (const uint64_t(*)[3])peers.wants, peers.nwants, &drops);
 	pthread_mutex_unlock(&m->lock);
-	free(peers.pins);
+	drops_notify(m, drops);
+	free(peers.wants);
 }
 
 /* Keeps a spare block of ids so that allocation never waits for one. */

@@ -16,6 +16,7 @@ import pytest
 
 import pagefs_helpers as H
 from pagefs_helpers import assert_bytes_equal, describe, read_page, run_pagefs, write_page
+from pageformat import decode_page, make_page
 
 pytestmark = pytest.mark.skipif(bool(H.PG_SKIP), reason=H.PG_SKIP)
 
@@ -192,7 +193,7 @@ def test_kill_9_of_one_daemon_leaves_the_others_serving_and_its_lease_expires(mo
         t.join(60)
     assert not errors, f"writes through b failed after a died: {errors[:3]}"
     for name, data in list(written.items())[::10]:
-        assert_bytes_equal(read_page(c.path(0, "kv", name)), data, f"c reads {name}")
+        wait_visible(c.path(0, "kv", name), data)  # (the last ones may be on their way)
     for i in range(20):
         assert read_page(c.path(0, "kv", f"a-{i}")) == b"a%d" % i
     # a's node row (and its chunks) go once its lease runs out (10 s).
@@ -214,3 +215,236 @@ def test_fsck_is_refused_while_a_daemon_serves_the_index(mount):
     a.umount()
     r = run_pagefs("fsck", a.backing, "--meta", a.meta)
     assert r.returncode == 0, describe(r)
+
+
+# ---- global eviction: a full pool is shared by every node ----
+
+FULL = ("--page-size", "64K", "--capacity", "16M")  # 256 slots, 32 chunks of 8
+FULL_SLOTS = 256
+
+
+def fill(m, prefix, n, length=3000):
+    """Writes n self-checking pages (pageformat) through mount m."""
+    for i in range(n):
+        name = f"{prefix}{i:03d}"
+        write_page(m.path(0, "kv", name), make_page(name, 1, length))
+
+
+def timed_writes(m, prefix, n, length=3000):
+    """Writes n self-checking pages; every write must succeed. Seconds each."""
+    took = []
+    for i in range(n):
+        name = f"{prefix}{i:03d}"
+        t0 = time.monotonic()
+        write_page(m.path(0, "kv", name), make_page(name, 1, length))
+        took.append(time.monotonic() - t0)
+    return took
+
+
+def pages_in_index(m):
+    return int(H.psql("SELECT count(*) FROM pagefs_pages", uri=m.meta))
+
+
+def check_pages(ms):
+    """Every page listed on each mount reads back as its own bytes, and no
+    slot belongs to two names (on each mount and in the index)."""
+    for m in ms:
+        owners = {}
+        for name, slot in slots_of(m).items():
+            assert slot not in owners, f"{m.mnt}: slot {slot} owned by {owners[slot]} and {name}"
+            owners[slot] = name
+            try:
+                data = read_page(m.path(0, "kv", name))
+            except FileNotFoundError:
+                continue  # evicted since it was listed
+            assert decode_page(data) == (name.encode(), 1), f"{m.mnt}/{name}"
+    dup = H.psql("SELECT count(*) FROM (SELECT slot FROM pagefs_pages GROUP BY pool, slot"
+                 " HAVING count(*) > 1) d", uri=ms[0].meta)
+    assert dup == "0", "the index names one slot twice"
+
+
+def wait_same_listing(ms):
+    t0 = time.monotonic()
+    while True:
+        names = [set(os.listdir(m.path(0, "kv"))) for m in ms]
+        if all(n == names[0] for n in names):
+            return names[0]
+        assert time.monotonic() - t0 < VISIBLE_WITHIN_S * 2, "the mounts list different pages"
+        time.sleep(0.05)
+
+
+def figures(took):
+    s = sorted(took)
+    return (f"first {took[0] * 1000:.0f} ms, p50 {s[len(s) // 2] * 1000:.0f} ms,"
+            f" p90 {s[len(s) * 9 // 10] * 1000:.0f} ms, max {s[-1] * 1000:.0f} ms"
+            f" over {len(s)} writes")
+
+
+@pytest.mark.timeout_s(180)
+def test_a_mount_in_a_pool_full_of_anothers_pages_writes_by_evicting_its_least_recently_used(mount):
+    a, b = mounts(mount, 2, *FULL)
+    pool_everywhere([a, b])
+    fill(a, "a", FULL_SLOTS)
+    assert pages_in_index(a) == FULL_SLOTS
+    time.sleep(1.1)  # so that reading them again makes them the most recent
+    hot = [f"a{i:03d}" for i in range(0, FULL_SLOTS, 16)]  # one chunk in two has one
+    for name in hot:
+        assert decode_page(read_page(a.path(0, "kv", name))) == (name.encode(), 1)
+    most = [0]
+    stop = threading.Event()
+
+    def watch():  # the pool never holds more pages than it has slots
+        while not stop.is_set():
+            most[0] = max(most[0], pages_in_index(a))
+            time.sleep(0.05)
+
+    t = threading.Thread(target=watch)
+    t.start()
+    try:
+        took = timed_writes(b, "b", 50)
+    finally:
+        stop.set()
+        t.join()
+    assert most[0] <= FULL_SLOTS, f"the pool held {most[0]} pages in {FULL_SLOTS} slots"
+    names = wait_same_listing([a, b])
+    assert {f"b{i:03d}" for i in range(50)} <= names, "a page b wrote was evicted"
+    assert set(hot) <= names, f"pages a read lately were evicted: {set(hot) - names}"
+    left = len([n for n in names if n.startswith("a")])
+    assert FULL_SLOTS - 50 - 16 <= left <= FULL_SLOTS - 50, f"{left} of a's pages left"
+    check_pages([a, b])
+    print(f"b's writes into a pool full of a's pages: {figures(took)}")
+
+
+@pytest.mark.timeout_s(180)
+def test_a_pool_left_full_by_a_departed_mount_takes_new_pages(mount):
+    a, = mounts(mount, 1, *FULL)
+    pool_everywhere([a])
+    fill(a, "a", FULL_SLOTS)
+    time.sleep(1.1)
+    hot = [f"a{i:03d}" for i in range(0, FULL_SLOTS, 16)]
+    for name in hot:
+        read_page(a.path(0, "kv", name))
+    a.umount()
+    assert H.psql("SELECT count(*) FROM pagefs_chunks", uri=a.meta) == "0"
+    b = mount(*FULL, backing=a.backing, meta=a.meta)
+    took = timed_writes(b, "b", 48)
+    names = set(os.listdir(b.path(0, "kv")))
+    assert {f"b{i:03d}" for i in range(48)} <= names
+    assert set(hot) <= names, f"pages read last before a left were evicted: {set(hot) - names}"
+    assert pages_in_index(b) <= FULL_SLOTS
+    check_pages([b])
+    print(f"b's writes into a pool a left full: {figures(took)}")
+
+
+@pytest.mark.timeout_s(240)
+def test_a_page_open_on_one_mount_survives_eviction_pressure_from_another(mount):
+    a, b = mounts(mount, 2, *FULL)
+    pool_everywhere([a, b])
+    fill(a, "a", FULL_SLOTS)
+    # A reader on a in every chunk: a cannot hand over a chunk free of them.
+    open_by_chunk = {}
+    for name, slot in sorted(slots_of(a).items()):
+        open_by_chunk.setdefault(slot // 8, name)
+    fds = {n: os.open(a.path(0, "kv", n), os.O_RDONLY) for n in open_by_chunk.values()}
+    try:
+        # b writes more than its share of the pool: it evicts among its own
+        # chunks too, where a's readers still are.
+        took = timed_writes(b, "b", 160)
+        time.sleep(VISIBLE_WITHIN_S)
+        names_a = set(os.listdir(a.path(0, "kv")))
+        for n, fd in fds.items():
+            want = make_page(n, 1, 3000)
+            assert_bytes_equal(os.pread(fd, 4096, 0), want, f"a's open page {n}")
+            assert n in names_a, f"{n} was evicted while a reader on a had it open"
+        check_pages([a, b])
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    names = wait_same_listing([a, b])
+    # Past its share b evicts its own oldest pages: the newest all stay.
+    assert {f"b{i:03d}" for i in range(128, 160)} <= names
+    check_pages([a, b])
+    print(f"b's writes beside 32 readers on a: {figures(took)}; "
+          f"{len([n for n in names if n.startswith('b')])} of b's pages left")
+
+
+@pytest.mark.timeout_s(240)
+def test_writers_and_readers_on_both_mounts_of_a_full_pool_never_share_a_slot(mount):
+    a, b = mounts(mount, 2, *FULL)
+    pool_everywhere([a, b])
+    fill(a, "a", FULL_SLOTS)
+    errors, bad = [], []
+    stop = threading.Event()
+
+    def writer(m, prefix, n):
+        for i in range(n):
+            name = f"{prefix}{i:03d}"
+            try:
+                write_page(m.path(0, "kv", name), make_page(name, 1, 3000 + i))
+            except OSError as e:
+                errors.append((str(m.mnt), name, e))
+
+    def reader(m):  # whatever a mount lists and opens reads as its own bytes
+        while not stop.is_set():
+            for name in os.listdir(m.path(0, "kv"))[::7]:
+                try:
+                    data = read_page(m.path(0, "kv", name))
+                except FileNotFoundError:
+                    continue
+                try:
+                    if decode_page(data)[0] != name.encode():
+                        bad.append((str(m.mnt), name))
+                except ValueError as e:
+                    bad.append((str(m.mnt), name, str(e)))
+
+    ws = [threading.Thread(target=writer, args=(m, p, 120))
+          for m, p in ((a, "x"), (a, "y"), (b, "u"), (b, "v"))]
+    rs = [threading.Thread(target=reader, args=(m,)) for m in (a, b)]
+    for t in ws + rs:
+        t.start()
+    for t in ws:
+        t.join(200)
+    stop.set()
+    for t in rs:
+        t.join(60)
+    assert not errors, f"writes into the full pool failed: {errors[:3]}"
+    assert not bad, f"pages read with bytes not their own: {bad[:3]}"
+    assert pages_in_index(a) <= FULL_SLOTS
+    wait_same_listing([a, b])
+    check_pages([a, b])
+    for m in (a, b):
+        m.umount()
+    r = run_pagefs("fsck", a.backing, "--meta", a.meta, "--verify-data", timeout=120)
+    assert r.returncode == 0, describe(r)
+
+
+def test_chunks_a_mount_emptied_go_back_to_the_pool(mount):
+    a, b = mounts(mount, 2, *FULL)
+    pool_everywhere([a, b])
+    fill(a, "a", FULL_SLOTS)
+    held = "SELECT count(*) FROM pagefs_chunks c JOIN pagefs_nodes n ON n.id = c.node" \
+           f" WHERE n.pid = {a.pid}"
+    assert H.psql(held, uri=a.meta) == "32"
+    for i in range(FULL_SLOTS):
+        os.unlink(a.path(0, "kv", f"a{i:03d}"))
+    t0 = time.monotonic()
+    while int(H.psql(held, uri=a.meta)) > 2:  # two are kept for the next writes
+        assert time.monotonic() - t0 < 5, "a kept the chunks it emptied"
+        time.sleep(0.1)
+    took = timed_writes(b, "b", 200)
+    assert pages_in_index(b) == 200
+    check_pages([a, b])
+    print(f"b's writes into a pool a emptied: {figures(took)}")
+
+
+def test_evict_none_fails_a_write_into_a_pool_another_mount_filled_with_enospc(mount):
+    a, b = mounts(mount, 2, *FULL, "--evict", "none")
+    pool_everywhere([a, b])
+    fill(a, "a", FULL_SLOTS)
+    t0 = time.monotonic()
+    with pytest.raises(OSError) as e:
+        write_page(b.path(0, "kv", "b000"), make_page("b000", 1, 3000))
+    assert e.value.errno == errno.ENOSPC, e.value
+    assert time.monotonic() - t0 < 3, "ENOSPC came only after a wait"
+    assert pages_in_index(a) == FULL_SLOTS
+    assert H.psql("SELECT count(*) FROM pagefs_wants", uri=a.meta) == "0"

@@ -11,6 +11,7 @@
 #include "meta/store.h"
 
 #include <libpq-fe.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 TestSuite(store_pg, .init = fx_init_dirs, .fini = fx_teardown, .timeout = 60);
@@ -366,6 +367,91 @@ Test(store_pg, a_slot_freed_on_one_node_is_not_reused_while_another_node_reads_i
 	meta_close(other);
 }
 
+struct reserver {
+	struct meta *m;
+	uint32_t pool;
+	struct meta_resv r;
+	int rc, done;
+	pthread_mutex_t lock;
+};
+
+static void *reserve_there(void *arg)
+{
+	struct reserver *x = arg;
+	int rc = meta_page_reserve(x->m, x->pool, "from-b", 0, &x->r);
+
+	pthread_mutex_lock(&x->lock);
+	x->rc = rc;
+	x->done = 1;
+	pthread_mutex_unlock(&x->lock);
+	return NULL;
+}
+
+static int reserver_done(struct reserver *x)
+{
+	pthread_mutex_lock(&x->lock);
+	int done = x->done;
+	pthread_mutex_unlock(&x->lock);
+	return done;
+}
+
+static long long chunk_holder_pid(uint64_t chunk)
+{
+	char sql[256];
+	PGconn *c = admin();
+
+	snprintf(sql, sizeof(sql),
+	         "SELECT coalesce((SELECT n.pid FROM %s.pagefs_chunks c JOIN %s.pagefs_nodes n"
+	         " ON n.id = c.node WHERE c.chunk = %llu), 0)",
+	         pg_schema, pg_schema, (unsigned long long)chunk);
+	PGresult *res = PQexec(c, sql);
+	cr_assert_eq(PQresultStatus(res), PGRES_TUPLES_OK, "%s", PQresultErrorMessage(res));
+	long long pid = atoll(PQgetvalue(res, 0, 0));
+	PQclear(res);
+	PQfinish(c);
+	return pid;
+}
+
+Test(store_pg, a_chunk_handed_over_waits_for_the_write_its_holder_had_in_flight_there,
+     .init = pg_setup, .fini = pg_teardown)
+{
+	struct meta_page_info seen;
+
+	fx_open();
+	fx_setup_pool(); /* 16 slots: chunks of one slot */
+	put_pages(fx.pool, FX_SLOTS - 1, NULL);
+	struct meta_resv mine = reserve_ok(fx.pool, "in-flight", 0); /* the last slot */
+	struct meta *other = open_node();
+	wait_lookup(other, fx.pool, "page-14", 0, &seen);
+	/* The other node finds every chunk held by this one: it asks for one.
+	 * The chunk without a committed page (the write in flight) is the
+	 * one to hand over, but only once that write has ended. */
+	struct reserver x = {.m = other, .pool = fx.pool};
+	pthread_t t;
+	pthread_mutex_init(&x.lock, NULL);
+	cr_assert_eq(pthread_create(&t, NULL, reserve_there, &x), 0);
+	sleep_ms(1000);
+	cr_assert_not(reserver_done(&x),
+	              "the other node got a slot (rc %d, slot %llu) while "
+	              "this one still writes into its last chunk",
+	              x.rc, (unsigned long long)x.r.slot);
+	cr_assert_eq(chunk_holder_pid(mine.slot), (long long)getpid(),
+	             "the chunk of a write in flight was released");
+	commit_ok(&mine, "in-flight", 10, 7);
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(x.rc, 0, "reserve on the other node: %s", strerror(-x.rc));
+	cr_assert_eq(x.r.slot, mine.slot, "the other node got slot %llu, want %llu (handed over)",
+	             (unsigned long long)x.r.slot, (unsigned long long)mine.slot);
+	/* The page committed there was evicted before the chunk changed hands. */
+	wait_lookup(fx.m, fx.pool, "in-flight", -ENOENT, &seen);
+	cr_assert_eq(meta_page_commit(other, &x.r, 20, 8), 0);
+	meta_slot_unpin(other, x.r.pool_id, x.r.slot);
+	wait_lookup(fx.m, fx.pool, "from-b", 0, &seen);
+	cr_assert_eq(seen.slot, mine.slot);
+	pthread_mutex_destroy(&x.lock);
+	meta_close(other);
+}
+
 Test(store_pg, an_index_of_schema_1_is_migrated_keeping_its_pages, .init = pg_setup,
      .fini = pg_teardown)
 {
@@ -374,7 +460,8 @@ Test(store_pg, an_index_of_schema_1_is_migrated_keeping_its_pages, .init = pg_se
 	struct meta_page_info a = put_page(fx.pool, "old", 10, 1);
 	fx_close();
 	/* Back to what version 1 had. */
-	schema_sql("DROP TABLE pagefs_changes, pagefs_pins, pagefs_chunks, pagefs_nodes;"
+	schema_sql("DROP TABLE pagefs_wants, pagefs_changes, pagefs_pins, pagefs_chunks,"
+	           " pagefs_nodes;"
 	           " DROP SEQUENCE pagefs_page_ids, pagefs_pool_ids;"
 	           " DROP FUNCTION pagefs_page_change, pagefs_pool_change CASCADE;"
 	           " UPDATE pagefs_settings SET value='1' WHERE key='schema_version'");
@@ -388,7 +475,42 @@ Test(store_pg, an_index_of_schema_1_is_migrated_keeping_its_pages, .init = pg_se
 	snprintf(sql, sizeof(sql),
 	         "SELECT value FROM %s.pagefs_settings WHERE key='schema_version'", pg_schema);
 	PGresult *res = PQexec(conn, sql);
-	cr_assert_str_eq(PQgetvalue(res, 0, 0), "2");
+	cr_assert_str_eq(PQgetvalue(res, 0, 0), "3");
+	PQclear(res);
+	PQfinish(conn);
+}
+
+Test(store_pg, an_index_of_schema_2_is_migrated_and_its_nodes_can_ask_for_chunks, .init = pg_setup,
+     .fini = pg_teardown)
+{
+	char sql[256];
+
+	fx_open();
+	fx_setup_pool();
+	struct meta_page_info a = put_page(fx.pool, "old", 10, 1);
+	fx_close();
+	/* Back to what version 2 had. */
+	schema_sql("DROP TABLE pagefs_wants;"
+	           " UPDATE pagefs_settings SET value='2' WHERE key='schema_version'");
+	fx_open();
+	struct meta_page_info b = lookup_ok(fx.pool, "old");
+	cr_assert(b.id == a.id && b.slot == a.slot, "the page changed in the migration");
+	PGconn *conn = admin();
+	snprintf(sql, sizeof(sql),
+	         "SELECT value FROM %s.pagefs_settings WHERE key='schema_version'", pg_schema);
+	PGresult *res = PQexec(conn, sql);
+	cr_assert_str_eq(PQgetvalue(res, 0, 0), "3");
+	PQclear(res);
+	/* The new table takes a request of a live node and goes with it. */
+	snprintf(sql, sizeof(sql),
+	         "SET search_path = %s; INSERT INTO pagefs_wants(node, pool)"
+	         " SELECT id, 1 FROM pagefs_nodes",
+	         pg_schema);
+	sql_ok(conn, sql);
+	fx_close();
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM %s.pagefs_wants", pg_schema);
+	res = PQexec(conn, sql);
+	cr_assert_str_eq(PQgetvalue(res, 0, 0), "0", "a departed node's request outlived it");
 	PQclear(res);
 	PQfinish(conn);
 }
