@@ -562,8 +562,9 @@ static void evict(struct meta *m, struct pool *pool, uint64_t n, struct drop_lis
 
 /* Shared index: the headroom counts the free slots of the chunks this
  * node holds, those in their grace period and expired reservations in
- * the quarantine, against headroom_pct of the held slots. Below it the
- * evictor leases another chunk; only when none is left does it evict. */
+ * the quarantine, against headroom_pct of the held slots (and leases a
+ * chunk ahead). Below it the evictor leases another chunk; only when none
+ * is left does it evict. */
 static void headroom_shared(struct meta *m, struct keys *k, struct pool *pool, struct kpool *kp,
                             int64_t now, uint32_t *lease, struct drop_list *dl,
                             struct dropped **drops)
@@ -575,12 +576,13 @@ static void headroom_shared(struct meta *m, struct keys *k, struct pool *pool, s
 	uint64_t want = held * k->t.headroom_pct / 100;
 	want = want ? want : 1;
 	uint64_t have = free_now + pool->ngrace + kp->quar_resv;
-	if (have >= want)
-		return;
-	if (now >= kp->lease_after) {
+	/* Leases run ahead by a chunk, so that reservations seldom wait for
+	 * one; eviction keeps only the headroom. */
+	uint64_t ahead = want > pool->chunk_slots ? want : pool->chunk_slots;
+	if (have < ahead && now >= kp->lease_after) {
 		if (!*lease)
 			*lease = kp->pool_id;
-	} else if (kp->full) {
+	} else if (have < want && kp->full) {
 		evict(m, pool, want - have, dl, drops);
 	}
 }

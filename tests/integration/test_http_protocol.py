@@ -426,3 +426,19 @@ def test_422_echoes_the_offending_value_as_sent(server):
     assert st == 422
     assert js["detail"][0]["type"] == "list_type"
     assert js["detail"][0]["input"] == value
+
+
+@pytest.mark.engines
+def test_a_key_confirmed_twice_in_one_batch_keeps_the_last_slot(server):
+    s = server()
+    c = s.client
+    c.initialize(0, 64)
+    res = c.reserve_and_allocate_page_indices(0, [["x", ""], ["y", ""], ["z", ""]])
+    (_, a), (_, b), (_, z) = res
+    c.confirm_write(0, [["k", a], ["other", z], ["k", b]], [])
+    assert c.get_page_indices(0, ["k", "other"]) == [b, z]
+    # the index holds the same: after a restart of the server
+    assert s.stop() == 0
+    s2 = server(meta=s.meta, backing=s.backing)
+    s2.client.initialize(0, 64)
+    assert s2.client.get_page_indices(0, ["k", "other"]) == [b, z]
