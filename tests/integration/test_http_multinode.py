@@ -243,3 +243,35 @@ def test_import_json_into_a_shared_index_then_served_by_two_nodes(nodes, tmp_roo
         assert all(i >= 0 for i in got), got
         assert not taken & set(got), "a reservation got an imported key's page or the other node's"
         taken |= set(got)
+
+
+@pytest.mark.timeout_s(120)
+def test_a_node_in_a_full_pool_evicts_only_its_own_pages(nodes):
+    """Node B wrote some keys and stopped; node A fills the pool and goes on
+    writing: A's evictor makes room among A's own pages (after their
+    quarantine), never among B's."""
+    a, b = nodes(2)
+    initialize_together([a.client, b.client], 64)  # chunks of 2 slots
+    bkeys = [f"b{i}" for i in range(20)]
+    res = b.client.reserve_and_allocate_page_indices(0, [[k, ""] for k in bkeys])
+    assert all(i >= 0 for _, i in res)
+    b.client.confirm_write(0, [[k, i] for k, (_, i) in zip(bkeys, res)], [])
+    wait_for(lambda: a.client.exists(0, bkeys), [True] * 20, "B's keys on A")
+    written, refused, n = [], 0, 0
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 20 and len(written) < 60:
+        k = f"a{n}"
+        n += 1
+        (_, s), = a.client.reserve_and_allocate_page_indices(0, [[k, ""]])
+        if s < 0:
+            refused += 1
+            time.sleep(0.1)
+            continue
+        a.client.confirm_write(0, [[k, s]], [])
+        written.append(k)
+    assert len(written) >= 50, (
+        f"node A wrote {len(written)} keys in a pool of 64 where B holds 20: its own "
+        f"pages should have been evicted for room ({refused} refusals)")
+    assert a.client.exists(0, bkeys) == [True] * 20, "node A evicted node B's pages"
+    assert b.client.exists(0, bkeys) == [True] * 20
+    assert not all(a.client.exists(0, written)), "nothing of A's was evicted"
