@@ -309,6 +309,13 @@ static int take_top(struct pool *p, struct kpool *kp, uint64_t *slot)
 	return 0;
 }
 
+/* Shared index: the number of the i-th chunk this node holds (the one
+ * place keys.c reads pool.chunks). */
+static uint64_t held_at(const struct pool *p, size_t i)
+{
+	return p->chunks[i];
+}
+
 /* Shared index: the free slots of held chunk c (bit i = slot c*k + i). */
 static uint64_t held_free_bits(const struct pool *p, uint64_t c)
 {
@@ -336,14 +343,14 @@ static int take_top_held(struct pool *p, struct kpool *kp, uint64_t *slot)
 {
 	uint64_t c = kp->cur_chunk, free_bits = 0;
 
-	if (kp->cur_ok && kp->cur_idx < p->nchunks && p->chunks[kp->cur_idx] == c)
+	if (kp->cur_ok && kp->cur_idx < p->nchunks && held_at(p, kp->cur_idx) == c)
 		free_bits = held_free_bits(p, c);
 	if (!free_bits) {
 		kp->cur_ok = 0;
 		for (size_t i = 0; i < p->nchunks; i++) {
-			uint64_t f = held_free_bits(p, p->chunks[i]);
-			if (f && (!kp->cur_ok || p->chunks[i] > c)) {
-				c = p->chunks[i];
+			uint64_t f = held_free_bits(p, held_at(p, i));
+			if (f && (!kp->cur_ok || held_at(p, i) > c)) {
+				c = held_at(p, i);
 				free_bits = f;
 				kp->cur_idx = i;
 				kp->cur_ok = 1;
@@ -542,8 +549,8 @@ static void evict(struct meta *m, struct pool *pool, uint64_t n, struct drop_lis
 	uint8_t *held = total ? calloc((size_t)(total + 7) / 8, 1) : NULL;
 
 	for (size_t i = 0; held && i < pool->nchunks; i++)
-		if (pool->chunks[i] < total)
-			held[pool->chunks[i] / 8] |= (uint8_t)(1u << (pool->chunks[i] % 8));
+		if (held_at(pool, i) < total)
+			held[held_at(pool, i) / 8] |= (uint8_t)(1u << (held_at(pool, i) % 8));
 	for (struct page *p = pool->lru_tail, *prev; p && n; p = prev) {
 		uint64_t c = pool->shared ? chunk_of(pool, p->slot) : 0;
 		prev = p->lru_prev;
@@ -572,7 +579,7 @@ static void headroom_shared(struct meta *m, struct keys *k, struct pool *pool, s
 	uint64_t free_now = 0, held = (uint64_t)pool->nchunks * pool->chunk_slots;
 
 	for (size_t i = 0; i < pool->nchunks; i++)
-		free_now += (uint64_t)__builtin_popcountll(held_free_bits(pool, pool->chunks[i]));
+		free_now += (uint64_t)__builtin_popcountll(held_free_bits(pool, held_at(pool, i)));
 	uint64_t want = held * k->t.headroom_pct / 100;
 	want = want ? want : 1;
 	uint64_t have = free_now + pool->ngrace + kp->quar_resv;
