@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Gives back the slots of the first n pages (caller holds meta.lock). */
 static void release_slots(const struct meta_adopt_page *in, struct pool **pools, size_t n)
@@ -52,8 +53,21 @@ int meta_adopt(struct meta *m, const struct meta_adopt_page *in, size_t n,
 		}
 	}
 	pthread_mutex_lock(&m->lock);
-	if (id_left(&m->page_ids) < n)
-		rc = -EAGAIN; /* a shared index hands out ids in blocks */
+	/* Ids first. A shared index hands them out in blocks of 2^20 from its
+	 * sequence: a bigger import waits for the sync thread to fetch each
+	 * next block (one a heartbeat), with meta.lock dropped. */
+	for (i = 0; rc == 0 && i < n; i++) {
+		for (int waited = 0; !(pages[i]->id = id_take(&m->page_ids)); waited += 20) {
+			if (!m->shared || waited >= 10000) {
+				rc = -EAGAIN;
+				break;
+			}
+			pthread_mutex_unlock(&m->lock);
+			sync_kick(m);
+			nanosleep(&(struct timespec){0, 20 * 1000000L}, NULL);
+			pthread_mutex_lock(&m->lock);
+		}
+	}
 	for (i = 0; rc == 0 && i < n; i++) {
 		struct pool *pool = i && in[i].pool_id == in[i - 1].pool_id
 		                            ? pools[i - 1]
@@ -78,7 +92,6 @@ int meta_adopt(struct meta *m, const struct meta_adopt_page *in, size_t n,
 	}
 	for (i = 0; i < n; i++) {
 		struct page *p = pages[i];
-		p->id = id_take(&m->page_ids);
 		p->pool = pools[i];
 		p->gen = m->epoch;
 		p->slot = in[i].slot;

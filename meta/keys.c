@@ -26,6 +26,14 @@
  * All state here is protected by meta.lock. Deletions leave memory at
  * once and are recorded with REC_DROP (handoff: apply does not free the
  * slot); their slots enter the quarantine only once the store has them.
+ *
+ * On a shared (PostgreSQL) index this node reserves only in the slot
+ * chunks it holds (chunks.c), leasing more through the journal, highest
+ * chunk first and from the top of each chunk down; a page slot in
+ * quarantine is pinned (a zombie pin, which the heartbeat lists in
+ * pagefs_pins, when another node holds its chunk), so it comes back only
+ * after the quarantine AND its grace period; the evictor evicts only
+ * pages of this node's chunks, and only once no chunk can be leased.
  */
 #include "meta/internal.h"
 #include "meta/log.h"
@@ -43,7 +51,8 @@
 
 struct fifo_ent {
 	uint64_t slot;
-	int64_t at; /* reservation: deadline; quarantine: release time */
+	int64_t at;    /* reservation: deadline; quarantine: release time */
+	int page_slot; /* quarantine: a page's slot (else a reservation's) */
 };
 
 struct fifo {
@@ -62,6 +71,15 @@ struct kpool {
 	uint64_t top;      /* where the downward search for a free slot starts */
 	uint64_t quarantined;
 	struct fifo resv_q, quar_q;
+	/* Shared index: the held chunk reservations are taken from (its
+	 * index in pool.chunks when cur_ok), expired reservations in the
+	 * quarantine, and whether the last lease found no chunk (then the
+	 * evictor evicts, and leases are tried at most once a second). */
+	uint64_t cur_chunk;
+	size_t cur_idx;
+	int cur_ok, full;
+	uint64_t quar_resv;
+	int64_t lease_after;
 };
 
 struct keys {
@@ -82,7 +100,7 @@ static int64_t mono_ns(void)
 	return (int64_t)ts.tv_sec * SEC + ts.tv_nsec;
 }
 
-static int fifo_push(struct fifo *f, uint64_t slot, int64_t at)
+static int fifo_push(struct fifo *f, uint64_t slot, int64_t at, int page_slot)
 {
 	if (f->len == f->cap) {
 		size_t n = f->cap ? f->cap * 2 : 64;
@@ -96,7 +114,7 @@ static int fifo_push(struct fifo *f, uint64_t slot, int64_t at)
 		f->head = 0;
 		f->cap = n;
 	}
-	f->v[(f->head + f->len) % f->cap] = (struct fifo_ent){slot, at};
+	f->v[(f->head + f->len) % f->cap] = (struct fifo_ent){slot, at, page_slot};
 	f->len++;
 	return 0;
 }
@@ -291,21 +309,161 @@ static int take_top(struct pool *p, struct kpool *kp, uint64_t *slot)
 	return 0;
 }
 
-/* Frees a quarantined or reserved slot for reuse (FUSE pins respected). */
-static void slot_back(struct pool *p, struct kpool *kp, uint64_t slot)
+/* Shared index: the number of the i-th chunk this node holds (the one
+ * place keys.c reads pool.chunks). */
+static uint64_t held_at(const struct pool *p, size_t i)
 {
+	return p->chunks[i].chunk;
+}
+
+/* Shared index: the free slots of the i-th held chunk c (bit j = slot
+ * c*k + j); none while it drains for a handover to another node. */
+static uint64_t held_free_bits(const struct pool *p, size_t i, uint64_t c)
+{
+	uint64_t k = p->chunk_slots, first = c * k;
+
+	if (p->chunks[i].draining || first >= p->capacity)
+		return 0;
+	uint64_t n = p->capacity - first < k ? p->capacity - first : k;
+	uint64_t valid = n == 64 ? ~0ULL : (1ULL << n) - 1;
+	/* A chunk lies in one bitmap word; bits at or above hwm are clear. */
+	uint64_t word = first / 64 < p->bits_words ? p->bits[first / 64] : 0;
+	uint64_t used = k == 64 ? word : (word >> (first % 64)) & ((1ULL << k) - 1);
+	return ~used & valid;
+}
+
+/*
+ * Shared index: the highest free slot of the chunk reservations are
+ * taken from; when it is full, of the highest-numbered held chunk with a
+ * free slot (a scan of the held chunks once per chunk used up). The
+ * chunks themselves come in the order the lease hands them out (the
+ * lowest free one from a per-node offset), so "from the top down" holds
+ * only within this node's chunks. 0 or -ENOSPC. meta.lock held.
+ */
+static int take_top_held(struct pool *p, struct kpool *kp, uint64_t *slot)
+{
+	uint64_t c = kp->cur_chunk, free_bits = 0;
+
+	if (kp->cur_ok && kp->cur_idx < p->nchunks && held_at(p, kp->cur_idx) == c)
+		free_bits = held_free_bits(p, kp->cur_idx, c);
+	if (!free_bits) {
+		kp->cur_ok = 0;
+		for (size_t i = 0; i < p->nchunks; i++) {
+			uint64_t f = held_free_bits(p, i, held_at(p, i));
+			if (f && (!kp->cur_ok || held_at(p, i) > c)) {
+				c = held_at(p, i);
+				free_bits = f;
+				kp->cur_idx = i;
+				kp->cur_ok = 1;
+			}
+		}
+		if (!kp->cur_ok)
+			return -ENOSPC;
+		kp->cur_chunk = c;
+	}
+	*slot = c * p->chunk_slots + 63 - (uint64_t)__builtin_clzll(free_bits);
+	if (slot_mark(p, *slot) < 0)
+		return -ENOSPC;
+	p->chunks[kp->cur_idx].inflight++; /* until chunk_done: no handover meanwhile */
+	return 0;
+}
+
+/* Shared index: leases another chunk of the pool through the journal
+ * (REC_LEASE, as FUSE writers do). meta.lock held on entry and return,
+ * dropped while waiting: the caller looks the pool up again. */
+static int keys_lease(struct meta *m, uint32_t pool_id, struct kpool *kp)
+{
+	struct pool *pool = pool_by_id(m, pool_id);
+	struct rec *r;
+
+	if (!pool)
+		return -ENOENT;
+	if (!(r = rec_new(REC_LEASE)))
+		return -ENOMEM;
+	r->pool_id = pool_id;
+	r->chunk_slots = pool->chunk_slots;
+	r->capacity_slots = pool->capacity;
+	r->ask = 1; /* the protocol always evicts: a full unheld chunk, or a handover */
+	r->waited = 1;
+	journal_submit(m, r);
+	pthread_mutex_unlock(&m->lock);
+	int rc = journal_wait(m, r);
+	pthread_mutex_lock(&m->lock);
+	/* LEASE_FULL: a chunk came without a free slot (the evictor makes
+	 * room in it); LEASE_ASKED: a node over its share hands one over at
+	 * its next heartbeat. */
+	kp->full = rc == -ENOSPC || rc == LEASE_FULL || rc == LEASE_ASKED;
+	kp->lease_after = rc == 0 ? 0 : mono_ns() + SEC;
+	return rc;
+}
+
+/*
+ * A free slot for a new reservation, marked taken: on an index of one
+ * daemon the highest free slot of the pool; on a shared index one of the
+ * chunks this node holds, leasing another when they are full (meta.lock
+ * is then dropped while the lease is waited for). Every reservation gets
+ * its slot here (chunk handover between nodes plugs in here). 0,
+ * -ENOSPC, or -ENOENT when the pool went away. meta.lock held.
+ */
+static int keys_take(struct meta *m, uint32_t pool_id, struct kpool *kp, uint64_t *slot)
+{
+	struct pool *pool = pool_by_id(m, pool_id);
+	int rc;
+
+	if (!pool)
+		return -ENOENT;
+	if (!pool->shared)
+		return take_top(pool, kp, slot);
+	rc = take_top_held(pool, kp, slot);
+	/* A full pool: no database round trip per request, the evictor
+	 * makes room (and leases again once a second). */
+	if (rc == -ENOSPC && kp->full && mono_ns() < kp->lease_after)
+		return rc;
+	for (int round = 0; rc == -ENOSPC && round < 3; round++) {
+		int lrc = keys_lease(m, pool_id, kp);
+		if (!(pool = pool_by_id(m, pool_id)))
+			return -ENOENT;
+		rc = take_top_held(pool, kp, slot);
+		if (lrc != 0 && lrc != -EAGAIN)
+			break; /* no chunk free anywhere (evict, or wait for a handover) */
+	}
+	return rc;
+}
+
+/* A reserved slot that no page ever named goes back to the pool. */
+static void resv_free(struct pool *p, struct kpool *kp, uint64_t slot)
+{
+	if (p->shared) {
+		chunk_done(p, slot);
+		slot_release(p, slot); /* in this node's chunk; nobody else knows it */
+		return;
+	}
 	slot_put(p, slot);
 	if (slot > kp->top)
 		kp->top = slot;
 }
 
-static void quarantine(struct keys *k, struct kpool *kp, uint64_t slot)
+/* A quarantined slot leaves the quarantine. A page's slot on a shared
+ * index loses the quarantine's pin: its grace period (chunks.c) or, in
+ * another node's chunk, that node's frees it. */
+static void quarantine_end(struct pool *p, struct kpool *kp, const struct fifo_ent *e)
 {
-	if (fifo_push(&kp->quar_q, slot, mono_ns() + k->t.quarantine_ns) == 0)
+	if (!e->page_slot || !p->shared) {
+		resv_free(p, kp, e->slot);
+		return;
+	}
+	slot_unpin(p, e->slot);
+}
+
+static void quarantine(struct keys *k, struct kpool *kp, uint64_t slot, int page_slot)
+{
+	if (fifo_push(&kp->quar_q, slot, mono_ns() + k->t.quarantine_ns, page_slot) == 0) {
 		kp->quarantined++;
-	else
+		kp->quar_resv += !page_slot;
+	} else {
 		log_error("out of memory: slot %llu of pool %u stays used until remount",
 		          (unsigned long long)slot, kp->pool_id);
+	}
 }
 
 /* ---- drops (delete, clear, eviction) ---- */
@@ -339,6 +497,15 @@ static int drop_page(struct meta *m, struct page *p, struct drop_list *dl, struc
 	r->drop_slot = p->slot;
 	r->handoff = 1; /* the slot goes to the quarantine, not back to the pool */
 	r->waited = 1;
+	if (p->pool->shared) {
+		/* HTTP readers may read the slot: pinned from now on through
+		 * the quarantine. In another node's chunk the pin is a zombie
+		 * (its page is gone), listed in pagefs_pins by the heartbeat
+		 * that acknowledges the drop, so the holder waits for it. */
+		slot_pin(p->pool, p->slot);
+		if (!chunk_owned(p->pool, chunk_of(p->pool, p->slot)))
+			slot_put(p->pool, p->slot); /* pinned: only marks it a zombie */
+	}
 	page_unlink_committed(m, p);
 	drops_add(drops, p);
 	free(p);
@@ -359,17 +526,20 @@ static int drops_finish(struct meta *m, struct drop_list *dl, struct dropped *dr
 		uint32_t pool_id = r->pool_id;
 		uint64_t slot = r->drop_slot;
 		int err = journal_wait(m, r);
-		if (err < 0) {
-			rc = rc ? rc : err; /* apply.c logged it; the slot stays taken */
-			continue;
-		}
 		pthread_mutex_lock(&m->lock);
 		struct pool *pool = pool_by_id(m, pool_id);
 		struct kpool *kp = pool && m->keys ? kpool_get(m, pool) : NULL;
-		if (kp)
-			quarantine(m->keys, kp, slot);
-		else if (pool)
+		if (err < 0) {
+			rc = rc ? rc : err; /* apply.c logged it; the slot stays taken */
+			if (pool && pool->shared)
+				slot_unpin(pool, slot);
+		} else if (kp) {
+			quarantine(m->keys, kp, slot, 1);
+		} else if (pool && pool->shared) {
+			slot_unpin(pool, slot);
+		} else if (pool) {
 			slot_put(pool, slot);
+		}
 		pthread_mutex_unlock(&m->lock);
 	}
 	free(dl->recs);
@@ -378,17 +548,66 @@ static int drops_finish(struct meta *m, struct drop_list *dl, struct dropped *dr
 
 /* ---- the evictor ---- */
 
-static struct page *lru_victim(struct pool *pool)
+/* Evicts up to n least recently used unpinned pages of the pool (on a
+ * shared index, of the chunks this node holds). meta.lock held. */
+static void evict(struct meta *m, struct pool *pool, uint64_t n, struct drop_list *dl,
+                  struct dropped **drops)
 {
-	for (struct page *p = pool->lru_tail; p; p = p->lru_prev)
-		if (!slot_pinned(pool, p->slot))
-			return p;
-	return NULL;
+	uint64_t total =
+		pool->shared ? (pool->capacity + pool->chunk_slots - 1) / pool->chunk_slots : 0;
+	uint8_t *held = total ? calloc((size_t)(total + 7) / 8, 1) : NULL;
+
+	for (size_t i = 0; held && i < pool->nchunks; i++)
+		if (held_at(pool, i) < total)
+			held[held_at(pool, i) / 8] |= (uint8_t)(1u << (held_at(pool, i) % 8));
+	for (struct page *p = pool->lru_tail, *prev; p && n; p = prev) {
+		uint64_t c = pool->shared ? chunk_of(pool, p->slot) : 0;
+		prev = p->lru_prev;
+		if (slot_pinned(pool, p->slot))
+			continue;
+		if (pool->shared &&
+		    (held ? c >= total || !((held[c / 8] >> (c % 8)) & 1) : !chunk_owned(pool, c)))
+			continue; /* another node's page: that node evicts it */
+		if (drop_page(m, p, dl, drops) < 0)
+			break;
+		pool->evictions++;
+		n--;
+	}
+	free(held);
+}
+
+/* Shared index: the headroom counts the free slots of the chunks this
+ * node holds, those in their grace period and expired reservations in
+ * the quarantine, against headroom_pct of the held slots (and leases a
+ * chunk ahead). Below it the evictor leases another chunk; only when none
+ * is left does it evict. */
+static void headroom_shared(struct meta *m, struct keys *k, struct pool *pool, struct kpool *kp,
+                            int64_t now, uint32_t *lease, struct drop_list *dl,
+                            struct dropped **drops)
+{
+	uint64_t free_now = 0, held = (uint64_t)pool->nchunks * pool->chunk_slots;
+
+	for (size_t i = 0; i < pool->nchunks; i++)
+		free_now +=
+			(uint64_t)__builtin_popcountll(held_free_bits(pool, i, held_at(pool, i)));
+	uint64_t want = held * k->t.headroom_pct / 100;
+	want = want ? want : 1;
+	uint64_t have = free_now + pool->ngrace + kp->quar_resv;
+	/* Leases run ahead by a chunk, so that reservations seldom wait for
+	 * one; eviction keeps only the headroom. */
+	uint64_t ahead = want > pool->chunk_slots ? want : pool->chunk_slots;
+	if (have < ahead && now >= kp->lease_after) {
+		if (!*lease)
+			*lease = kp->pool_id;
+	} else if (have < want && kp->full) {
+		evict(m, pool, want - have, dl, drops);
+	}
 }
 
 /* Expires reservations and quarantines, evicts for headroom. meta.lock
- * held; queues drops in dl. */
-static void housekeep(struct meta *m, struct keys *k, struct drop_list *dl, struct dropped **drops)
+ * held; queues drops in dl; *lease: a shared pool that needs a chunk. */
+static void housekeep(struct meta *m, struct keys *k, struct drop_list *dl, struct dropped **drops,
+                      uint32_t *lease)
 {
 	int64_t now = mono_ns();
 
@@ -398,8 +617,9 @@ static void housekeep(struct meta *m, struct keys *k, struct drop_list *dl, stru
 		if (!pool)
 			continue;
 		while ((e = fifo_peek(&kp->quar_q)) && e->at <= now) {
-			slot_back(pool, kp, e->slot);
+			quarantine_end(pool, kp, e);
 			kp->quarantined--;
+			kp->quar_resv -= !e->page_slot;
 			fifo_pop(&kp->quar_q);
 		}
 		while ((e = fifo_peek(&kp->resv_q)) && e->at <= now) {
@@ -409,19 +629,19 @@ static void housekeep(struct meta *m, struct keys *k, struct drop_list *dl, stru
 					"it returns to the pool after the quarantine",
 					pool->rank, pool->ns, (unsigned long long)e->slot);
 				resv_set(kp, e->slot, 0);
-				quarantine(k, kp, e->slot);
+				quarantine(k, kp, e->slot, 0);
 			}
 			fifo_pop(&kp->resv_q);
+		}
+		if (pool->shared) {
+			headroom_shared(m, k, pool, kp, now, lease, dl, drops);
+			continue;
 		}
 		uint64_t want = pool->capacity * k->t.headroom_pct / 100;
 		want = want ? want : 1;
 		uint64_t have = pool->capacity - pool->nused + kp->quarantined;
-		for (; have < want; have++) {
-			struct page *v = lru_victim(pool);
-			if (!v || drop_page(m, v, dl, drops) < 0)
-				break;
-			pool->evictions++;
-		}
+		if (have < want)
+			evict(m, pool, want - have, dl, drops);
 	}
 }
 
@@ -434,7 +654,8 @@ static void *evictor_main(void *arg)
 	while (!k->stop) {
 		struct drop_list dl = {0};
 		struct dropped *drops = NULL;
-		housekeep(m, k, &dl, &drops);
+		uint32_t lease = 0;
+		housekeep(m, k, &dl, &drops, &lease);
 		if (dl.n || drops) {
 			pthread_mutex_unlock(&m->lock);
 			drops_finish(m, &dl, drops);
@@ -442,6 +663,14 @@ static void *evictor_main(void *arg)
 			continue;
 		}
 		free(dl.recs);
+		if (lease) {
+			struct pool *pool = pool_by_id(m, lease);
+			struct kpool *kp = pool ? kpool_get(m, pool) : NULL;
+			if (kp) {
+				keys_lease(m, lease, kp);
+				continue;
+			}
+		}
 		struct timespec ts;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		ts.tv_nsec += 100 * 1000 * 1000;
@@ -493,6 +722,39 @@ static int size_from_file(struct meta *m, int rank, const char *ns, uint64_t num
 	return 0;
 }
 
+/* Sleeps 20 ms with no lock held, waking the sync thread. */
+static void nap(struct meta *m)
+{
+	struct timespec ts = {0, 20 * 1000000L};
+
+	sync_kick(m);
+	nanosleep(&ts, NULL);
+}
+
+/*
+ * Creates the pool, or finds it when it exists already. On a shared index
+ * another node may create it at the same moment: the loser's row is
+ * refused (UNIQUE(rank, ns): -EEXIST) and the winner's pool reaches this
+ * node through the change feed, which is waited for (up to 5 s); pool ids
+ * come in blocks (-EAGAIN until the sync thread fetched the next).
+ */
+static int create_pool(struct meta *m, int rank, const char *ns, uint64_t slot_size, uint64_t bytes,
+                       struct meta_pool_info *info)
+{
+	int rc = -EAGAIN;
+
+	for (int waited = 0; waited <= 5000; waited += 20) {
+		if (rc == -EAGAIN)
+			rc = meta_pool_create(m, rank, ns, slot_size, bytes, info);
+		if (rc == -EEXIST)
+			rc = meta_pool_find(m, rank, ns, info) == 0 ? 0 : -EEXIST;
+		if ((rc != -EEXIST && rc != -EAGAIN) || !m->shared)
+			break;
+		nap(m);
+	}
+	return rc;
+}
+
 int meta_keys_initialize(struct meta *m, int rank, const char *ns, uint64_t num_pages, int *differs,
                          char *msg, size_t msglen)
 {
@@ -501,14 +763,6 @@ int meta_keys_initialize(struct meta *m, int rank, const char *ns, uint64_t num_
 	int rc;
 
 	*differs = 0;
-	if (m->shared) {
-		/* Its slots come from the top of the whole pool: not yet from
-		 * this node's chunks. */
-		snprintf(msg, msglen,
-		         "the key protocol does not serve a shared (PostgreSQL) index "
-		         "yet; use an SQLite index");
-		return -EOPNOTSUPP;
-	}
 	if (rank < 0 || rank > META_RANK_MAX || meta_check_ns(ns) < 0 || num_pages == 0) {
 		snprintf(msg, msglen,
 		         "rank must be 0..%d, namespace [a-z0-9_]{1,64}, num_pages > 0",
@@ -525,12 +779,10 @@ int meta_keys_initialize(struct meta *m, int rank, const char *ns, uint64_t num_
 			         (unsigned long long)num_pages);
 			return -EINVAL;
 		}
-		rc = meta_pool_create(m, rank, ns, slot_size, num_pages * slot_size, &info);
+		rc = create_pool(m, rank, ns, slot_size, num_pages * slot_size, &info);
 		if (rc == 0)
 			log_info("pool %d/%s initialized: %llu pages of %llu bytes", rank, ns,
 			         (unsigned long long)num_pages, (unsigned long long)slot_size);
-		if (rc == -EEXIST)
-			rc = meta_pool_find(m, rank, ns, &info);
 		if (rc == -EFBIG)
 			snprintf(msg, msglen,
 			         "num_pages %llu of %llu bytes make a data file larger than the "
@@ -560,8 +812,8 @@ int meta_keys_pool(struct meta *m, int rank, const char *ns, uint32_t *pool_id)
 {
 	int rc = -ENOENT;
 
-	if (rank < 0 || rank > META_RANK_MAX || meta_check_ns(ns) < 0 || m->shared)
-		return -ENOENT; /* a shared index does not serve the key protocol yet */
+	if (rank < 0 || rank > META_RANK_MAX || meta_check_ns(ns) < 0)
+		return -ENOENT;
 	pthread_mutex_lock(&m->lock);
 	struct pool *p = pool_by_name(m, rank, ns);
 	if (p) {
@@ -705,10 +957,12 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 	}
 	int64_t deadline = mono_ns() + m->keys->t.reserve_timeout_ns;
 	for (size_t i = 0; i < n; i++) {
-		struct page *p = find_key(m, pool_id, keys[i]);
-		int64_t prev;
 		existed[i] = 0;
 		slot[i] = -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct page *p = find_key(m, pool_id, keys[i]);
+		int64_t prev;
 		if (p) {
 			existed[i] = 1;
 			slot[i] = (int64_t)p->slot;
@@ -722,16 +976,23 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 		uint64_t s;
 		if (meta_check_name(keys[i]) < 0)
 			continue; /* cannot become a page: -1, the writer skips it */
-		if (take_top(pool, kp, &s) < 0) {
+		int trc = keys_take(m, pool_id, kp, &s);
+		if (!(pool = pool_by_id(m, pool_id)))
+			break; /* removed while a lease was waited for: -1 for the rest */
+		if (trc < 0) {
 			short_of_slots = 1;
 			continue;
 		}
-		if (resv_set(kp, s, deadline) < 0 || fifo_push(&kp->resv_q, s, deadline) < 0) {
+		if (resv_set(kp, s, deadline) < 0 || fifo_push(&kp->resv_q, s, deadline, 0) < 0) {
 			resv_set(kp, s, 0);
-			slot_release(pool, s);
+			resv_free(pool, kp, s);
 			continue;
 		}
 		slot[i] = (int64_t)s;
+	}
+	if (!pool) {
+		rc = -ENOENT; /* its reservations expire */
+		goto out;
 	}
 	if (short_of_slots || pool->capacity - pool->nused + kp->quarantined <
 	                              pool->capacity * m->keys->t.headroom_pct / 100)
@@ -742,6 +1003,21 @@ out:
 	return rc;
 }
 
+/* Shared index: page ids come in blocks from the index's sequence; when
+ * this node's ran out, waits (up to 2 s, meta.lock dropped) for the sync
+ * thread to fetch the next. 0 once there are ids, else -EAGAIN. */
+static int ids_wait(struct meta *m)
+{
+	for (int waited = 0; id_left(&m->page_ids) == 0; waited += 20) {
+		if (waited >= 2000)
+			return -EAGAIN;
+		pthread_mutex_unlock(&m->lock);
+		nap(m);
+		pthread_mutex_lock(&m->lock);
+	}
+	return 0;
+}
+
 int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
                       const int64_t *slots, size_t n, const int64_t *release, size_t nrel,
                       size_t *ignored)
@@ -749,14 +1025,16 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 	struct drop_list dl = {0};
 	struct dropped *drops = NULL;
 	struct page **pages = calloc(n ? n : 1, sizeof(*pages));
+	uint64_t *done = calloc(n ? n : 1, sizeof(*done)); /* slots of pages[] */
 	struct rec *r = rec_new(REC_BULK);
 	struct bulk bulk = {pages, 0, NULL, NULL};
 	int64_t now = now_ns();
-	int rc = 0;
+	int rc = 0, shared = m->shared;
 
 	*ignored = 0;
-	if (!pages || !r) {
+	if (!pages || !done || !r) {
 		free(pages);
+		free(done);
 		free(r);
 		return -ENOMEM;
 	}
@@ -767,11 +1045,20 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 		rc = !pool ? -ENOENT : m->cfg.read_only ? -EROFS : -ENOMEM;
 		pthread_mutex_unlock(&m->lock);
 		free(pages);
+		free(done);
 		free(r);
 		return rc;
 	}
 	for (size_t i = 0; i < n; i++) {
 		int64_t s = slots[i];
+		if (id_left(&m->page_ids) == 0 && shared) {
+			/* (Reserved slots keep the pool from being removed meanwhile.) */
+			rc = ids_wait(m);
+			if (rc == 0 && !(pool = pool_by_id(m, pool_id)))
+				rc = -ENOENT;
+			if (rc < 0)
+				break;
+		}
 		struct page *old = find_key(m, pool_id, keys[i]);
 		if (old && (int64_t)old->slot == s) {
 			keys_touch(m, old, now_ns()); /* confirmed again: nothing changes */
@@ -805,13 +1092,14 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 		p->has_checksum = 0; /* summed on its first read through pagefs */
 		p->mtime_ns = p->atime_ns = p->atime_saved_ns = now;
 		p->name_hash = name_hash(pool_id, p->name, p->name_len);
+		done[bulk.n] = p->slot;
 		pages[bulk.n++] = p;
 	}
 	for (size_t i = 0; rc == 0 && i < nrel; i++) {
 		int64_t s = release[i];
 		if (s >= 0 && resv_get(kp, (uint64_t)s)) {
 			resv_set(kp, (uint64_t)s, 0);
-			slot_back(pool, kp, (uint64_t)s);
+			resv_free(pool, kp, (uint64_t)s);
 		} else if (s >= 0 && (uint64_t)s < kp->capacity && bit_set(pool, (uint64_t)s)) {
 			log_warn("pool %u/%s: release of page %lld ignored: it is in use",
 			         pool->rank, pool->ns, (long long)s);
@@ -829,6 +1117,15 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 	int drc = drops_finish(m, &dl, drops);
 	if (bulk.n) {
 		int err = journal_wait(m, r);
+		if (err == -EEXIST && shared && (r = rec_new(REC_BULK))) {
+			/* Another node committed one of these names at the same
+			 * moment: its row is visible now, and a second try
+			 * replaces it, as a later confirm would. */
+			r->bulk = &bulk;
+			r->waited = 1;
+			journal_submit(m, r);
+			err = journal_wait(m, r);
+		}
 		if (err < 0) {
 			rc = rc ? rc : err;
 			pthread_mutex_lock(&m->lock);
@@ -839,10 +1136,18 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 			for (size_t i = 0; i < bulk.n; i++)
 				free(pages[i]);
 		}
+		/* Committed or given back: the slots are no writer's any more,
+		 * their chunks may be handed over (pages[] may be gone: done[]). */
+		pthread_mutex_lock(&m->lock);
+		if (shared && (pool = pool_by_id(m, pool_id)))
+			for (size_t i = 0; i < bulk.n; i++)
+				chunk_done(pool, done[i]);
+		pthread_mutex_unlock(&m->lock);
 	} else {
 		free(r);
 	}
 	free(pages);
+	free(done);
 	return rc ? rc : drc;
 }
 
@@ -894,7 +1199,7 @@ int meta_keys_clear(struct meta *m, uint32_t pool_id)
 		}
 		if (resv_get(kp, s)) {
 			resv_set(kp, s, 0);
-			quarantine(m->keys, kp, s); /* its writer may still be writing */
+			quarantine(m->keys, kp, s, 0); /* its writer may still be writing */
 		}
 	}
 	pthread_mutex_unlock(&m->lock);

@@ -176,39 +176,159 @@ static int run_ids(struct pg_store *s, enum pg_stmt id, int nargs, int64_t x, in
 	return pg_run(s, id, &a, NULL);
 }
 
-/* REC_BULK: one row per page; the record's savepoint makes it all or nothing. */
+/* REC_BULK in chunks of PG_BULK_ROWS pages: per chunk, one DELETE of the
+ * other rows of their names and one INSERT, the columns passed as arrays
+ * in text form (names in hex). The rows are what one PG_COMMIT_DEL and
+ * PG_COMMIT_PUT per page in list order leave (a name twice in a chunk:
+ * the last page of it). The record's savepoint makes it all or nothing. */
+#define PG_BULK_ROWS 1024
+#define PG_BULK_COLS 9
+
+/* A growing text buffer: the arrays' text form. */
+struct tbuf {
+	char *p;
+	size_t len, cap;
+	int failed; /* out of memory */
+};
+
+/* Room for need more bytes and a NUL; 0, or 0 with failed set. */
+static int tb_room(struct tbuf *b, size_t need)
+{
+	if (b->failed)
+		return 0;
+	if (b->len + need + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 4096;
+		while (cap < b->len + need + 1)
+			cap *= 2;
+		char *n = realloc(b->p, cap);
+		if (!n) {
+			b->failed = 1;
+			return 0;
+		}
+		b->p = n;
+		b->cap = cap;
+	}
+	return 1;
+}
+
+static void tb_str(struct tbuf *b, const char *str)
+{
+	size_t n = strlen(str);
+
+	if (tb_room(b, n)) {
+		memcpy(b->p + b->len, str, n + 1);
+		b->len += n;
+	}
+}
+
+static void tb_i64(struct tbuf *b, int64_t v)
+{
+	if (tb_room(b, 24))
+		b->len += (size_t)snprintf(b->p + b->len, 24, "%lld", (long long)v);
+}
+
+static void tb_hex(struct tbuf *b, const void *bytes, size_t n)
+{
+	static const char digits[] = "0123456789abcdef";
+	const unsigned char *h = bytes;
+
+	if (!tb_room(b, 2 * n))
+		return;
+	for (size_t i = 0; i < n; i++) {
+		b->p[b->len++] = digits[h[i] >> 4];
+		b->p[b->len++] = digits[h[i] & 15];
+	}
+	b->p[b->len] = '\0';
+}
+
+static int bulk_chunk(struct pg_store *s, struct page *const *pages, size_t n)
+{
+	struct tbuf col[PG_BULK_COLS] = {0};
+	struct pg_args a = {0};
+	PGresult *res;
+	int rc = 0;
+
+	for (int c = 0; c < PG_BULK_COLS; c++)
+		tb_str(&col[c], "{");
+	for (size_t i = 0; i < n; i++) {
+		const struct page *p = pages[i];
+		int64_t v[PG_BULK_COLS] = {
+			(int64_t)p->id,   (int64_t)p->pool->id, 0,
+			(int64_t)p->slot, (int64_t)p->length,   (int64_t)p->checksum,
+			p->mtime_ns,      p->atime_ns,          p->gen};
+		for (int c = 0; c < PG_BULK_COLS; c++) {
+			if (i)
+				tb_str(&col[c], ",");
+			if (c == 2)
+				tb_hex(&col[c], p->name, p->name_len);
+			else if (c == 5 && !p->has_checksum)
+				tb_str(&col[c], "NULL");
+			else
+				tb_i64(&col[c], v[c]);
+		}
+	}
+	for (int c = 0; c < PG_BULK_COLS; c++) {
+		tb_str(&col[c], "}");
+		if (col[c].failed)
+			rc = -ENOMEM;
+	}
+	if (rc == 0) {
+		for (int c = 0; c < 3; c++)
+			pg_arg_text(&a, col[c].p);
+		res = PQexecParams(
+			s->conn,
+			/* LATERAL: one index probe per name, whatever the
+		                    * planner guesses of the arrays' length */
+			"DELETE FROM pagefs_pages WHERE id IN (SELECT q.id FROM"
+			" unnest($1::text::bigint[], $2::text::bigint[], $3::text::text[])"
+			" AS t(id, pool, name), LATERAL (SELECT id FROM pagefs_pages p"
+			" WHERE p.pool = t.pool AND p.name = decode(t.name, 'hex')"
+			" AND p.id <> t.id) AS q)",
+			a.n, NULL, a.val, a.len, a.fmt, 1);
+		if (PQresultStatus(res) != PGRES_COMMAND_OK)
+			rc = pg_error(s->conn, res, "bulk delete");
+		PQclear(res);
+	}
+	if (rc == 0) {
+		for (int c = 3; c < PG_BULK_COLS; c++)
+			pg_arg_text(&a, col[c].p);
+		res = PQexecParams(
+			s->conn,
+			"INSERT INTO "
+			"pagefs_pages(id,pool,name,slot,length,checksum,mtime,atime,gen)"
+			" SELECT DISTINCT ON (pool, name) id, pool, decode(name, 'hex'), slot, "
+			"length,"
+			" checksum, mtime, atime, gen FROM unnest($1::text::bigint[],"
+			" $2::text::bigint[], $3::text::text[], $4::text::bigint[], "
+			"$5::text::bigint[],"
+			" $6::text::bigint[], $7::text::bigint[], $8::text::bigint[], "
+			"$9::text::bigint[])"
+			" WITH ORDINALITY AS t(id, pool, name, slot, length, checksum, mtime, "
+			"atime, gen,"
+			" ord) ORDER BY pool, name, ord DESC ON CONFLICT(id) DO UPDATE SET"
+			" name=excluded.name, slot=excluded.slot, length=excluded.length,"
+			" checksum=excluded.checksum, mtime=excluded.mtime, atime=excluded.atime",
+			a.n, NULL, a.val, a.len, a.fmt, 1);
+		if (PQresultStatus(res) != PGRES_COMMAND_OK)
+			rc = pg_error(s->conn, res, "bulk insert");
+		PQclear(res);
+	}
+	for (int c = 0; c < PG_BULK_COLS; c++)
+		free(col[c].p);
+	return rc;
+}
+
 static int apply_bulk(struct pg_store *s, const struct rec *r)
 {
 	const struct bulk *b = r->bulk;
-	struct rec *row = rec_new(REC_COMMIT);
 	int rc = 0;
 
-	if (!row)
-		return -ENOMEM;
-	for (size_t i = 0; i < b->n && rc == 0; i++) {
-		const struct page *p = b->pages[i];
-		struct pg_args a = {0};
-		row->page_id = p->id;
-		row->pool_id = p->pool->id;
-		memcpy(row->name, p->name, p->name_len);
-		row->name_len = p->name_len;
-		row->slot = p->slot;
-		row->length = p->length;
-		row->checksum = p->checksum;
-		row->has_checksum = p->has_checksum;
-		row->mtime_ns = p->mtime_ns;
-		row->atime_ns = p->atime_ns;
-		row->gen = p->gen;
-		rc = run_pool_name_id(s, PG_COMMIT_DEL, row->pool_id, row->name, row->name_len,
-		                      row->page_id);
-		if (rc == 0) {
-			args_page(&a, row);
-			rc = pg_run(s, PG_COMMIT_PUT, &a, NULL);
-		}
-		if (b->progress && ((i + 1) % 65536 == 0 || i + 1 == b->n))
-			b->progress(b->arg, i + 1, b->n);
+	for (size_t i = 0; i < b->n && rc == 0; i += PG_BULK_ROWS) {
+		size_t n = b->n - i < PG_BULK_ROWS ? b->n - i : PG_BULK_ROWS;
+		rc = bulk_chunk(s, b->pages + i, n);
+		if (rc == 0 && b->progress)
+			b->progress(b->arg, i + n, b->n);
 	}
-	free(row);
 	return rc;
 }
 

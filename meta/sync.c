@@ -34,6 +34,7 @@ struct sync {
 	pthread_cond_t wake;
 	int stop;
 	int pools_changed;       /* sync thread only */
+	int reload_again;        /* sync thread only: reload the pools at the next poll */
 	struct store_change *ch; /* sync thread only: changes of one poll */
 	size_t nch, cap;
 };
@@ -71,9 +72,13 @@ static int row_pool(void *arg, const struct store_pool_row *row)
 	return 0;
 }
 
-/* Brings the pools and ranks in memory to the index's rows. */
-static void reload_pools(struct meta *m)
+/* Brings the pools and ranks in memory to the index's rows. 1 when it
+ * must run again: the store failed, or a row collided with a pool this
+ * node is creating (whose create fails if the row is another node's). */
+static int reload_pools(struct meta *m)
 {
+	int again = 0;
+
 	struct pool_rows pr = {0};
 	struct store_load_cb cb = {&pr, row_rank, row_pool, NULL};
 	char err[512];
@@ -85,7 +90,7 @@ static void reload_pools(struct meta *m)
 	pthread_mutex_unlock(&m->lock);
 	if (m->store->sync->pools(m->store, &cb) < 0) {
 		free(pr.rows);
-		return; /* tried again at the next change */
+		return 1;
 	}
 	for (size_t i = 0; i < pr.n; i++) {
 		const struct store_pool_row *row = &pr.rows[i];
@@ -105,7 +110,9 @@ static void reload_pools(struct meta *m)
 			continue;
 		}
 		pthread_mutex_lock(&m->lock);
-		if (pool_by_id(m, row->id) || pool_by_name(m, row->rank, row->ns)) {
+		struct pool *q = pool_by_name(m, row->rank, row->ns);
+		if (pool_by_id(m, row->id) || q) {
+			again |= q && q->id != row->id && q->creating;
 			pthread_mutex_unlock(&m->lock);
 			pool_free(p);
 			continue;
@@ -134,6 +141,7 @@ static void reload_pools(struct meta *m)
 	}
 	pthread_mutex_unlock(&m->lock);
 	free(pr.rows);
+	return again;
 }
 
 /* ---- the feed ---- */
@@ -163,11 +171,14 @@ static void poll_feed(struct meta *m, struct sync *y)
 	struct dropped *drops = NULL;
 
 	y->nch = 0;
-	y->pools_changed = 0;
-	if (m->store->sync->poll(m->store, collect, y) < 0)
+	y->pools_changed = y->reload_again;
+	y->reload_again = 0;
+	if (m->store->sync->poll(m->store, collect, y) < 0) {
+		y->reload_again = y->pools_changed;
 		return; /* the same changes come again at the next poll */
+	}
 	if (y->pools_changed)
-		reload_pools(m);
+		y->reload_again = reload_pools(m);
 	if (!y->nch)
 		return;
 	pthread_mutex_lock(&m->lock);

@@ -1,6 +1,10 @@
 """The mini_3fs_metadata_server HTTP protocol (`pagefs serve-meta`, `pagefs
 mount --http`): SGLang's client flow against the FUSE tree, every route's
-error cases, the safety differences from the Python server, concurrency."""
+error cases, the safety differences from the Python server, concurrency.
+
+Tests marked `engines` also run on a PostgreSQL index (one node; several
+nodes: test_http_multinode.py). There a node reserves in the slot chunks it
+leases, so which page index comes first differs (`top_down` is False)."""
 import os
 import threading
 import time
@@ -14,12 +18,16 @@ PAGE = 64 * 1024
 
 
 @pytest.fixture
-def server(tmp_root, request):
-    servers = []
+def server(tmp_root, request, engine):
+    """server(*opts) -> a serve-meta on a new index of the test's engine."""
+    servers, schemas = [], []
 
     def start(*opts, **kw):
         d = os.path.join(tmp_root, f"{request.node.name[:50]}-{time.monotonic_ns()}")
         os.makedirs(d)
+        if engine == "postgres" and "meta" not in kw:
+            schema, kw["meta"] = H.new_pg_index("http")
+            schemas.append(schema)
         s = MC.Server(d, "--page-size", "64K", *opts, **kw)
         servers.append(s)
         return s
@@ -29,6 +37,15 @@ def server(tmp_root, request):
         assert s.stop() == 0, f"serve-meta did not exit cleanly:\n{s.log_text()}"
         reports = s.sanitizer_reports()
         assert not reports, "sanitizer reports from serve-meta:\n" + "\n".join(reports)[:20000]
+    for schema in schemas:
+        H.psql(f"SET client_min_messages=warning; DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture
+def top_down(engine):
+    """True where new page indices come from the top of the pool down (one
+    daemon's SQLite index); on a shared index only within held chunks."""
+    return engine == "sqlite"
 
 
 def snapshot(c, keys, rank=0, ns="kv"):
@@ -37,7 +54,8 @@ def snapshot(c, keys, rank=0, ns="kv"):
 
 # ---- SGLang's flow through a mount ----
 
-def test_http_written_pages_are_files_in_the_tree(mount):
+@pytest.mark.engines
+def test_http_written_pages_are_files_in_the_tree(mount, top_down):
     port = MC.free_port()
     m = mount("--page-size", "64K", "--http", f"127.0.0.1:{port}")
     c = MC.MetaClient(f"http://127.0.0.1:{port}")
@@ -47,7 +65,10 @@ def test_http_written_pages_are_files_in_the_tree(mount):
     keys = [f"{i:064x}_Qwen-Qwen3-32B_0_2" for i in range(3)]
     res = c.reserve_and_allocate_page_indices(0, [[k, ""] for k in keys])
     assert [r[0] for r in res] == [False] * 3
-    assert [r[1] for r in res] == [15, 14, 13], "new pages come from the top of the pool down"
+    slots = [r[1] for r in res]
+    if top_down:
+        assert slots == [15, 14, 13], "new pages come from the top of the pool down"
+    assert len(set(slots)) == 3 and all(0 <= i < 16 for i in slots), slots
     data = {}
     fd = os.open(m.backing / "hicache.0.bin", os.O_WRONLY)
     try:
@@ -66,18 +87,19 @@ def test_http_written_pages_are_files_in_the_tree(mount):
         H.assert_bytes_equal(H.read_page(p), data[k], f"page {k} read through the mount")
         assert len(H.xattr_str(p, "user.pagefs.checksum")) == 16, "first read records a checksum"
     assert c.exists(0, keys + ["nope"]) == [True, True, True, False]
-    assert c.get_page_indices(0, keys) == [15, 14, 13]
+    assert c.get_page_indices(0, keys) == slots
     # reserve of an existing key answers [true, its slot]
-    assert c.reserve_and_allocate_page_indices(0, [[keys[0], ""]]) == [(True, 15)]
+    assert c.reserve_and_allocate_page_indices(0, [[keys[0], ""]]) == [(True, slots[0])]
     # confirmed keys are durable: still there after a remount
     m.remount()
     c2 = MC.MetaClient(f"http://127.0.0.1:{port}")
     c2.initialize(0, 16)
-    assert c2.get_page_indices(0, keys) == [15, 14, 13]
+    assert c2.get_page_indices(0, keys) == slots
     H.assert_bytes_equal(H.read_page(m.path(0, "kv", keys[1])), data[keys[1]], "after remount")
     m.umount()
 
 
+@pytest.mark.engines
 def test_files_written_through_the_mount_are_found_over_http(mount):
     port = MC.free_port()
     m = mount("--page-size", "64K", "--capacity", "1M", "--http", f"127.0.0.1:{port}")
@@ -98,7 +120,8 @@ def test_files_written_through_the_mount_are_found_over_http(mount):
 
 # ---- the protocol's answers ----
 
-def test_routes_answer_as_the_python_server(server):
+@pytest.mark.engines
+def test_routes_answer_as_the_python_server(server, top_down):
     s = server()
     c = s.client
     nf = ("Rank 0 namespace 'kv' not initialized. Please call /0/initialize first.")
@@ -112,11 +135,15 @@ def test_routes_answer_as_the_python_server(server):
     assert c.raw("0/initialize", {"num_pages": 8}) == (204, None)
     assert c.raw("0/initialize", {"num_pages": 8, "namespace": "mamba"}) == (204, None)
     assert c.raw("0/exists", {"keys": ["a"]}) == (200, {"exists": [False]})
-    assert c.raw("0/reserve_and_allocate_page_indices", {"keys": [["a", "p"], ["b", None]]}) == (
-        200, {"indices": [[False, 7], [False, 6]]})
-    assert c.raw("0/confirm_write", {"written_keys_to_confirm": [["a", 7]],
-                                     "pages_to_release": [6]}) == (204, None)
-    assert c.raw("0/get_page_indices", {"keys": ["a", "b"]}) == (200, {"indices": [7, None]})
+    st, js = c.raw("0/reserve_and_allocate_page_indices", {"keys": [["a", "p"], ["b", None]]})
+    ia, ib = (js["indices"][0][1], js["indices"][1][1]) if st == 200 else (None, None)
+    assert (st, js) == (200, {"indices": [[False, ia], [False, ib]]})
+    assert ia != ib and 0 <= ia < 8 and 0 <= ib < 8
+    if top_down:
+        assert (ia, ib) == (7, 6)
+    assert c.raw("0/confirm_write", {"written_keys_to_confirm": [["a", ia]],
+                                     "pages_to_release": [ib]}) == (204, None)
+    assert c.raw("0/get_page_indices", {"keys": ["a", "b"]}) == (200, {"indices": [ia, None]})
     assert c.raw("0/delete_keys", {"keys": ["a", "zz"]}) == (204, None)
     assert c.raw("0/exists", {"keys": ["a"], "namespace": "mamba"}) == (200, {"exists": [False]})
     assert c.raw("0/clear", {"namespace": "mamba"}) == (204, None)
@@ -124,11 +151,15 @@ def test_routes_answer_as_the_python_server(server):
     assert c.raw("0/exists", None, method="GET")[0] == 405
     # re-initialize with another size: logged, never applied
     assert c.raw("0/initialize", {"num_pages": 2}) == (204, None)
-    # 7 (deleted "a") is in quarantine; 6 was released: it is the top free slot
-    assert c.reserve_and_allocate_page_indices(0, [["x", ""]]) == [(False, 6)]
+    # ia (deleted "a") is in quarantine; ib was released: it is the top free slot
+    (_, ix), = c.reserve_and_allocate_page_indices(0, [["x", ""]])
+    assert ix != ia and ix >= 0
+    if top_down:
+        assert ix == ib
 
 
-def test_bad_requests_get_422_and_change_nothing(server):
+@pytest.mark.engines
+def test_bad_requests_get_422_and_change_nothing(server, top_down):
     s = server()
     c = s.client
     c.initialize(0, 8)
@@ -173,29 +204,40 @@ def test_bad_requests_get_422_and_change_nothing(server):
     st, js = c.raw("0/exists", {"keys": ["k"] * 1000001})
     assert st == 413, "a huge batch is refused"
     assert snapshot(c, keys) == before
-    assert c.reserve_and_allocate_page_indices(0, [["c", ""]])[0][1] == 5, (
-        "no bad request took a slot")
+    (_, ic), = c.reserve_and_allocate_page_indices(0, [["c", ""]])
+    assert ic >= 0 and ic not in (res[0][1], res[1][1])
+    if top_down:
+        assert ic == 5, "no bad request took a slot"
 
 
 # ---- where pagefs answers safely and the Python server does not ----
 
-def test_repeated_key_in_a_batch_gets_one_slot(server):
+@pytest.mark.engines
+def test_repeated_key_in_a_batch_gets_one_slot(server, top_down):
     c = server().client
     c.initialize(0, 8)
     res = c.reserve_and_allocate_page_indices(0, [["a", ""], ["b", ""], ["a", ""]])
-    assert res == [(False, 7), (False, 6), (False, 7)]
+    assert res == [(False, res[0][1]), (False, res[1][1]), (False, res[0][1])]
+    assert res[0][1] != res[1][1] and min(res)[1] >= 0
+    if top_down:
+        assert res == [(False, 7), (False, 6), (False, 7)]
 
 
-def test_exhausted_pool_answers_minus_one_and_leaks_nothing(server):
+@pytest.mark.engines
+def test_exhausted_pool_answers_minus_one_and_leaks_nothing(server, top_down):
     c = server().client
     c.initialize(0, 4)
     res = c.reserve_and_allocate_page_indices(0, [[f"k{i}", ""] for i in range(6)])
-    assert [r[1] for r in res] == [3, 2, 1, 0, -1, -1]
-    c.confirm_write(0, [], [3, 2, 1, 0])
+    got = [r[1] for r in res]
+    assert sorted(got[:4]) == [0, 1, 2, 3] and got[4:] == [-1, -1], got
+    if top_down:
+        assert got == [3, 2, 1, 0, -1, -1]
+    c.confirm_write(0, [], got[:4])
     res = c.reserve_and_allocate_page_indices(0, [[f"k{i}", ""] for i in range(4)])
     assert sorted(r[1] for r in res) == [0, 1, 2, 3], "released slots are all free again"
 
 
+@pytest.mark.engines
 def test_release_of_a_mapped_slot_is_ignored(server):
     c = server().client
     c.initialize(0, 8)
@@ -207,6 +249,7 @@ def test_release_of_a_mapped_slot_is_ignored(server):
     assert a not in [r[1] for r in res], "never two keys on one slot"
 
 
+@pytest.mark.engines
 def test_confirm_of_an_unreserved_slot_is_ignored(server):
     c = server().client
     c.initialize(0, 8)
@@ -219,6 +262,7 @@ def test_confirm_of_an_unreserved_slot_is_ignored(server):
 
 
 @pytest.mark.timeout_s(60)
+@pytest.mark.engines
 def test_unconfirmed_reservation_expires(server):
     c = server("--reserve-timeout", "1").client
     c.initialize(0, 4)
@@ -233,7 +277,8 @@ def test_unconfirmed_reservation_expires(server):
 
 
 @pytest.mark.timeout_s(60)
-def test_deleted_slot_is_quarantined_longer_than_the_client_timeout(server):
+@pytest.mark.engines
+def test_deleted_slot_is_quarantined_longer_than_the_client_timeout(server, top_down):
     c = server().client
     c.initialize(0, 8)
     (_, a), = c.reserve_and_allocate_page_indices(0, [["a", ""]])
@@ -248,11 +293,23 @@ def test_deleted_slot_is_quarantined_longer_than_the_client_timeout(server):
         time.sleep(0.5)
     assert a not in got, f"slot {a} was handed out again within 5 s: {got}"
     time.sleep(1.5)
-    (_, s), = c.reserve_and_allocate_page_indices(0, [["late", ""]])
-    assert s == a, "after the quarantine the top slot is free again"
+    if top_down:
+        (_, s), = c.reserve_and_allocate_page_indices(0, [["late", ""]])
+        assert s == a, "after the quarantine the top slot is free again"
+        return
+    # shared index: back once its grace period is over too (a heartbeat)
+    deadline = time.monotonic() + 3
+    while True:
+        res = c.reserve_and_allocate_page_indices(0, [[f"late{j}", ""] for j in range(8)])
+        c.confirm_write(0, [], [s for _, s in res if s >= 0])
+        if a in [s for _, s in res]:
+            break
+        assert time.monotonic() < deadline, f"slot {a} did not come back after the quarantine"
+        time.sleep(0.1)
 
 
 @pytest.mark.timeout_s(90)
+@pytest.mark.engines
 def test_evictor_keeps_room_and_never_takes_a_pinned_page(mount):
     port = MC.free_port()
     m = mount("--page-size", "64K", "--http", f"127.0.0.1:{port}")
@@ -282,6 +339,7 @@ def test_evictor_keeps_room_and_never_takes_a_pinned_page(mount):
     m.umount()
 
 
+@pytest.mark.engines
 def test_clear_removes_every_key(server):
     c = server().client
     c.initialize(0, 8)
@@ -292,6 +350,7 @@ def test_clear_removes_every_key(server):
 
 
 @pytest.mark.timeout_s(120)
+@pytest.mark.engines
 def test_concurrent_clients_never_share_a_slot(server):
     s = server()
     s.client.initialize(0, 4096)
@@ -322,6 +381,7 @@ def test_concurrent_clients_never_share_a_slot(server):
     assert got == [results[k] for k in keys]
 
 
+@pytest.mark.engines
 def test_page_confirmed_over_http_appears_where_a_miss_was_cached(mount):
     """A stat miss through the mount is cached by the kernel (negative
     entry); a key confirmed over HTTP afterwards must still show up as a
@@ -366,3 +426,19 @@ def test_422_echoes_the_offending_value_as_sent(server):
     assert st == 422
     assert js["detail"][0]["type"] == "list_type"
     assert js["detail"][0]["input"] == value
+
+
+@pytest.mark.engines
+def test_a_key_confirmed_twice_in_one_batch_keeps_the_last_slot(server):
+    s = server()
+    c = s.client
+    c.initialize(0, 64)
+    res = c.reserve_and_allocate_page_indices(0, [["x", ""], ["y", ""], ["z", ""]])
+    (_, a), (_, b), (_, z) = res
+    c.confirm_write(0, [["k", a], ["other", z], ["k", b]], [])
+    assert c.get_page_indices(0, ["k", "other"]) == [b, z]
+    # the index holds the same: after a restart of the server
+    assert s.stop() == 0
+    s2 = server(meta=s.meta, backing=s.backing)
+    s2.client.initialize(0, 64)
+    assert s2.client.get_page_indices(0, ["k", "other"]) == [b, z]

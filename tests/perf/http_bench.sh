@@ -11,7 +11,11 @@
 # every measurement is taken on both, one after the other, with the ratio
 # of keys per CPU second.
 #
-# Usage: [SGLANG_SRC=DIR] tests/perf/http_bench.sh [BUILD_DIR] [SECONDS]
+# With META_URI=postgres://... (a database or schema of one's own; pagefs
+# creates its tables there on first use) pagefs serves from that
+# PostgreSQL index instead of an SQLite file in the temporary directory.
+#
+# Usage: [SGLANG_SRC=DIR] [META_URI=URI] tests/perf/http_bench.sh [BUILD_DIR] [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
@@ -34,7 +38,7 @@ wait_port() { # FILE -> prints the port of the first "listening on ADDR:PORT"
 	sed -n 's/.*127\.0\.0\.1:\([0-9]*\).*/\1/p' "$1" | head -n 1
 }
 
-"$BUILD/pagefs" serve-meta --backing "$DIR/backing" --meta "sqlite:$DIR/index.db" \
+"$BUILD/pagefs" serve-meta --backing "$DIR/backing" --meta "${META_URI:-sqlite:$DIR/index.db}" \
 	--listen 127.0.0.1:0 --page-size 4K --threads 2 --log-level warn >"$DIR/out" 2>"$DIR/err" &
 PID=$!
 PIDS+=("$PID")

@@ -1,0 +1,277 @@
+"""The 3FS key protocol on a shared PostgreSQL index: several `pagefs
+serve-meta` (or `mount --http`) daemons on one backing directory and one
+index, each a node. Keys confirmed through one are found through the
+others within the feed's bound, reservations never hand one page index to
+two keys, a slot freed through the protocol on one node stays unused on
+every node for the quarantine, and clear and delete reach every node.
+Needs PAGEFS_TEST_PG_URI (skipped without it).
+"""
+import json
+import os
+import threading
+import time
+
+import pytest
+
+import metaclient as MC
+import pagefs_helpers as H
+
+pytestmark = pytest.mark.skipif(bool(H.PG_SKIP), reason=H.PG_SKIP)
+
+PAGE = 64 * 1024
+VISIBLE_WITHIN_S = 2.0  # the feed polls every 50 ms; README states 2 s
+
+
+@pytest.fixture
+def nodes(tmp_root, request):
+    """nodes(n, *opts) -> n serve-meta daemons on one backing dir and one new
+    PostgreSQL index (dropped at teardown)."""
+    started, schemas = [], []
+
+    def start(n, *opts, meta=None, backing=None):
+        meta = meta or index()
+        base = os.path.join(tmp_root, f"{request.node.name[:50]}-{time.monotonic_ns()}")
+        backing = backing or os.path.join(base, "backing")
+        out = []
+        for i in range(n):
+            d = os.path.join(base, f"node{i}")
+            os.makedirs(d)
+            s = MC.Server(d, "--page-size", "64K", *opts, backing=backing, meta=meta)
+            started.append(s)
+            out.append(s)
+        return out
+
+    def index():
+        schema, uri = H.new_pg_index("keys")
+        schemas.append(schema)
+        return uri
+
+    start.index = index
+    yield start
+    for s in started:
+        assert s.stop() == 0, f"serve-meta did not exit cleanly:\n{s.log_text()}"
+        reports = s.sanitizer_reports()
+        assert not reports, "sanitizer reports from serve-meta:\n" + "\n".join(reports)[:20000]
+    for schema in schemas:
+        H.psql(f"SET client_min_messages=warning; DROP SCHEMA {schema} CASCADE")
+
+
+def wait_for(fn, want, what, timeout=VISIBLE_WITHIN_S):
+    t0 = time.monotonic()
+    got = fn()
+    while got != want:
+        assert time.monotonic() - t0 < timeout, f"{what}: {got!r} after {timeout} s, want {want!r}"
+        time.sleep(0.02)
+        got = fn()
+    return time.monotonic() - t0
+
+
+def initialize_together(clients, num_pages, ns="kv"):
+    """Every client initializes the same pool at the same moment."""
+    errors = []
+    go = threading.Barrier(len(clients))
+
+    def one(c):
+        try:
+            go.wait()
+            c.initialize(0, num_pages, ns)
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+
+    ts = [threading.Thread(target=one, args=(c,)) for c in clients]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, f"initialize of one pool by several nodes at once failed: {errors}"
+
+
+def test_keys_confirmed_on_one_node_are_found_on_the_other(nodes):
+    a, b = nodes(2)
+    initialize_together([a.client, b.client], 4096)
+    keys = [f"{i:064x}_Qwen-Qwen3-32B_0_2" for i in range(50)]
+    res = a.client.reserve_and_allocate_page_indices(0, [[k, ""] for k in keys])
+    assert all(not e and 0 <= i < 4096 for e, i in res), res
+    a.client.confirm_write(0, [[k, i] for k, (_, i) in zip(keys, res)], [])
+    took = wait_for(lambda: b.client.exists(0, keys + ["nope"]), [True] * 50 + [False],
+                    "keys confirmed on node A, asked on node B")
+    assert b.client.get_page_indices(0, keys) == [i for _, i in res]
+    # B's reserve of a key A confirmed answers A's page
+    assert b.client.reserve_and_allocate_page_indices(0, [[keys[3], ""]]) == [(True, res[3][1])]
+    # delete on B disappears on A; the other keys stay
+    b.client.delete_keys(0, keys[:10])
+    wait_for(lambda: a.client.exists(0, keys[:12]), [False] * 10 + [True, True],
+             "keys deleted on node B, asked on node A")
+    # a key confirmed again on B over A's page: A finds B's page
+    (_, s), = b.client.reserve_and_allocate_page_indices(0, [["fresh", ""]])
+    b.client.confirm_write(0, [["fresh", s]], [])
+    wait_for(lambda: a.client.get_page_indices(0, ["fresh"]), [s], "a key of node B on node A")
+    (_, s2), = a.client.reserve_and_allocate_page_indices(0, [["other", ""]])
+    a.client.confirm_write(0, [["fresh", s2]], [])  # A's reservation confirmed for "fresh"
+    assert a.client.get_page_indices(0, ["fresh"]) == [s2]
+    wait_for(lambda: b.client.get_page_indices(0, ["fresh"]), [s2],
+             "a key replaced on node A, asked on node B")
+    # clear on A empties the pool on B
+    a.client.clear(0)
+    wait_for(lambda: b.client.exists(0, keys[10:]), [False] * 40, "clear on A, asked on B")
+    print(f"visible on the other node after {took * 1000:.0f} ms")
+
+
+@pytest.mark.timeout_s(180)
+def test_reservations_on_two_nodes_never_share_a_page(nodes):
+    a, b = nodes(2)
+    initialize_together([a.client, b.client], 2048)
+    errors, results = [], {}
+    lock = threading.Lock()
+
+    def worker(srv, t):
+        try:
+            c = MC.MetaClient(srv.url)
+            for r in range(6):
+                keys = [f"{srv.url[-5:]}-t{t}-r{r}-{i}" for i in range(40)]
+                res = c.reserve_and_allocate_page_indices(0, [[k, ""] for k in keys])
+                # a few released unused, the rest confirmed
+                c.confirm_write(0, [[k, i] for k, (_, i) in zip(keys[5:], res[5:])],
+                                [i for _, i in res[:5]])
+                with lock:
+                    for k, (_, i) in zip(keys[5:], res[5:]):
+                        results[k] = i
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+
+    ts = [threading.Thread(target=worker, args=(srv, t)) for srv in (a, b) for t in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors
+    assert all(i >= 0 for i in results.values()), "2048 slots hold these keys: none refused"
+    assert len(set(results.values())) == len(results) == 2 * 4 * 6 * 35, (
+        "two keys got one page index")
+    keys = sorted(results)
+    want = [results[k] for k in keys]
+    for c in (a.client, b.client):
+        wait_for(lambda: c.get_page_indices(0, keys), want, "every key on every node",
+                 timeout=5)
+
+
+@pytest.mark.timeout_s(120)
+def test_slot_deleted_on_another_node_is_quarantined_on_its_holder(nodes):
+    """A key of node B's chunk deleted through node A: HTTP readers of A may
+    still read it, so B hands that page index out to no one for the
+    quarantine (over 5 s), then it comes back."""
+    a, b = nodes(2)
+    initialize_together([a.client, b.client], 8)
+    (_, s), = b.client.reserve_and_allocate_page_indices(0, [["k", ""]])
+    assert s >= 0
+    b.client.confirm_write(0, [["k", s]], [])
+    wait_for(lambda: a.client.exists(0, ["k"]), [True], "B's key on A")
+    t0 = time.monotonic()
+    a.client.delete_keys(0, ["k"])
+    wait_for(lambda: b.client.exists(0, ["k"]), [False], "A's delete on B")
+    seen = []
+    while time.monotonic() - t0 < 5.0:
+        res = b.client.reserve_and_allocate_page_indices(0, [[f"n{j}", ""] for j in range(8)])
+        got = [i for _, i in res if i >= 0]
+        seen += got
+        b.client.confirm_write(0, [], got)
+        time.sleep(0.3)
+    assert s not in seen, f"page {s} was handed out again within 5 s of its delete: {seen}"
+    deadline = time.monotonic() + 10
+    while True:
+        res = b.client.reserve_and_allocate_page_indices(0, [[f"m{j}", ""] for j in range(8)])
+        got = [i for _, i in res if i >= 0]
+        b.client.confirm_write(0, [], got)
+        if s in got:
+            break
+        assert time.monotonic() < deadline, f"page {s} never came back after the quarantine"
+        time.sleep(0.3)
+
+
+def test_bytes_written_for_a_key_on_one_mount_are_read_through_another(mount):
+    ports = [MC.free_port(), MC.free_port()]
+    opts = ("--page-size", "64K", "--capacity", "4M")
+    a = mount(*opts, "--http", f"127.0.0.1:{ports[0]}", meta=mount.pg_index())
+    b = mount(*opts, "--http", f"127.0.0.1:{ports[1]}", backing=a.backing, meta=a.meta)
+    ca, cb = (MC.MetaClient(f"http://127.0.0.1:{p}") for p in ports)
+    initialize_together([ca, cb], 64)
+    keys = [f"{i:064x}_Qwen-Qwen3-32B_0_2" for i in range(4)]
+    res = ca.reserve_and_allocate_page_indices(0, [[k, ""] for k in keys])
+    data = {}
+    fd = os.open(a.backing / "hicache.0.bin", os.O_WRONLY)
+    try:
+        for k, (_, idx) in zip(keys, res):
+            data[k] = os.urandom(PAGE)
+            H.write_all(fd, data[k], idx * PAGE)  # as USRBIO would
+    finally:
+        os.close(fd)
+    ca.confirm_write(0, [[k, i] for k, (_, i) in zip(keys, res)], [])
+    for k, (_, idx) in zip(keys, res):
+        p = b.path(0, "kv", k)
+        wait_for(lambda: os.path.exists(p), True, f"{k} in node B's tree")
+        assert H.xattr_int(p, "user.pagefs.slot") == idx
+        H.assert_bytes_equal(H.read_page(p), data[k], f"page {k} read through node B")
+    assert cb.get_page_indices(0, keys) == [i for _, i in res]
+    ca.delete_keys(0, keys[:2])
+    for k in keys[:2]:
+        wait_for(lambda: os.path.exists(b.path(0, "kv", k)), False, f"{k} deleted on A, on B")
+    assert cb.exists(0, keys) == [False, False, True, True]
+    a.umount()
+    b.umount()
+
+
+def test_import_json_into_a_shared_index_then_served_by_two_nodes(nodes, tmp_root):
+    uri = nodes.index()
+    base = os.path.join(tmp_root, f"import-{time.monotonic_ns()}")
+    backing = os.path.join(base, "backing")
+    os.makedirs(backing)
+    kti = [[f"imported-{i}", i * 3] for i in range(40)]
+    f = os.path.join(base, "state.json")
+    with open(f, "w") as fh:
+        json.dump({"0:kv": {"num_pages": 256, "free_pages": [], "key_to_index": kti}}, fh)
+    r = H.run_pagefs("import-json", f, "--backing", backing, "--meta", uri, "--page-size", "64K")
+    assert r.returncode == 0, H.describe(r)
+    a, b = nodes(2, backing=backing, meta=uri)
+    initialize_together([a.client, b.client], 256)  # exists: kept
+    names = [k for k, _ in kti]
+    for c in (a.client, b.client):
+        assert c.get_page_indices(0, names) == [i for _, i in kti]
+    taken = {i for _, i in kti}
+    for n, c in enumerate((a.client, b.client)):
+        res = c.reserve_and_allocate_page_indices(0, [[f"new-{n}-{j}", ""] for j in range(100)])
+        got = [i for _, i in res]
+        assert all(i >= 0 for i in got), got
+        assert not taken & set(got), "a reservation got an imported key's page or the other node's"
+        taken |= set(got)
+
+
+@pytest.mark.timeout_s(120)
+def test_a_node_in_a_full_pool_evicts_only_its_own_pages(nodes):
+    """Node B wrote some keys and stopped; node A fills the pool and goes on
+    writing: A's evictor makes room among A's own pages (after their
+    quarantine), never among B's."""
+    a, b = nodes(2)
+    initialize_together([a.client, b.client], 64)  # chunks of 2 slots
+    bkeys = [f"b{i}" for i in range(20)]
+    res = b.client.reserve_and_allocate_page_indices(0, [[k, ""] for k in bkeys])
+    assert all(i >= 0 for _, i in res)
+    b.client.confirm_write(0, [[k, i] for k, (_, i) in zip(bkeys, res)], [])
+    wait_for(lambda: a.client.exists(0, bkeys), [True] * 20, "B's keys on A")
+    written, refused, n = [], 0, 0
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 20 and len(written) < 60:
+        k = f"a{n}"
+        n += 1
+        (_, s), = a.client.reserve_and_allocate_page_indices(0, [[k, ""]])
+        if s < 0:
+            refused += 1
+            time.sleep(0.1)
+            continue
+        a.client.confirm_write(0, [[k, s]], [])
+        written.append(k)
+    assert len(written) >= 50, (
+        f"node A wrote {len(written)} keys in a pool of 64 where B holds 20: its own "
+        f"pages should have been evicted for room ({refused} refusals)")
+    assert a.client.exists(0, bkeys) == [True] * 20, "node A evicted node B's pages"
+    assert b.client.exists(0, bkeys) == [True] * 20
+    assert not all(a.client.exists(0, written)), "nothing of A's was evicted"
