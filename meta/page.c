@@ -150,7 +150,7 @@ int meta_page_lookup(struct meta *m, uint32_t pool_id, const char *name, struct 
 	if (pending)
 		*pending = 0;
 	pthread_mutex_lock(&m->lock);
-	struct pool *pool = pool_by_id(m, pool_id);
+	struct pool *pool = pool_live(m, pool_id);
 	if (pool) {
 		struct page *p = table_find_name(&m->by_name, pool_id, name, pending);
 		if (p) {
@@ -197,7 +197,7 @@ static int lease_chunk(struct meta *m, uint32_t pool_id)
 
 	if (!lease)
 		return -ENOMEM;
-	struct pool *pool = pool_by_id(m, pool_id);
+	struct pool *pool = pool_live(m, pool_id);
 	if (!pool) {
 		free(lease);
 		return -ENOENT;
@@ -219,7 +219,7 @@ static int lease_chunk(struct meta *m, uint32_t pool_id)
 static int wait_grace(struct meta *m, uint32_t pool_id, uint64_t *slot)
 {
 	for (int waited = 0;; waited += 20) {
-		struct pool *pool = pool_by_id(m, pool_id);
+		struct pool *pool = pool_live(m, pool_id);
 		if (!pool)
 			return -ENOENT;
 		if (slot_take(pool, slot) == 0)
@@ -242,7 +242,7 @@ static int wait_grace(struct meta *m, uint32_t pool_id, uint64_t *slot)
 static int evict_shared(struct meta *m, uint32_t pool_id, uint64_t skip, uint64_t *slot,
                         struct dropped **drops)
 {
-	struct pool *pool = pool_by_id(m, pool_id);
+	struct pool *pool = pool_live(m, pool_id);
 	struct page *v = NULL;
 	struct rec *drop;
 	int rc;
@@ -275,12 +275,12 @@ static int evict_shared(struct meta *m, uint32_t pool_id, uint64_t skip, uint64_
 static int take_shared(struct meta *m, uint32_t pool_id, uint64_t skip, uint64_t *slot,
                        struct dropped **drops)
 {
-	struct pool *pool = pool_by_id(m, pool_id);
+	struct pool *pool = pool_live(m, pool_id);
 	int rc = pool ? slot_take(pool, slot) : -ENOENT;
 
 	for (int round = 0; rc == -ENOSPC && round < 3; round++) {
 		int lrc = lease_chunk(m, pool_id);
-		if (!(pool = pool_by_id(m, pool_id)))
+		if (!(pool = pool_live(m, pool_id)))
 			return -ENOENT;
 		rc = slot_take(pool, slot);
 		if (rc == -ENOSPC && lrc < 0 && lrc != -ENOSPC && lrc != -EAGAIN)
@@ -292,7 +292,7 @@ static int take_shared(struct meta *m, uint32_t pool_id, uint64_t skip, uint64_t
 		rc = wait_grace(m, pool_id, slot); /* freed slots come back soon */
 	if (rc == -ENOSPC && m->cfg.evict == META_EVICT_LRU)
 		rc = evict_shared(m, pool_id, skip, slot, drops);
-	if (rc == 0 && id_left(&m->page_ids) == 0 && (pool = pool_by_id(m, pool_id))) {
+	if (rc == 0 && id_left(&m->page_ids) == 0 && (pool = pool_live(m, pool_id))) {
 		slot_release(pool, *slot);
 		rc = -EAGAIN; /* ids come in blocks; the sync thread fetches the next */
 	}
@@ -316,7 +316,7 @@ int meta_page_reserve(struct meta *m, uint32_t pool_id, const char *name, uint64
 	if (m->fenced)
 		return -EIO;
 	pthread_mutex_lock(&m->lock);
-	pool = pool_by_id(m, pool_id);
+	pool = pool_live(m, pool_id);
 	if (!pool) {
 		rc = -ENOENT;
 		goto out;
@@ -330,7 +330,7 @@ int meta_page_reserve(struct meta *m, uint32_t pool_id, const char *name, uint64
 	}
 	if (m->shared) {
 		rc = take_shared(m, pool_id, replace_id, &slot, &drops);
-		if (rc == 0 && !(pool = pool_by_id(m, pool_id)))
+		if (rc == 0 && !(pool = pool_live(m, pool_id)))
 			rc = -ENOENT;
 	} else {
 		rc = slot_take(pool, &slot);
@@ -381,6 +381,8 @@ int meta_page_reserve(struct meta *m, uint32_t pool_id, const char *name, uint64
 		table_add_id(&m->by_id, pend);
 		pool->pending++;
 	}
+	/* The pool's data file stays open while a reservation holds it. */
+	pool->resv++;
 	out->pool_id = pool_id;
 	out->page_id = replace_id ? replace_id : pend->id;
 	out->slot = slot;
@@ -403,6 +405,8 @@ out:
 				pool->pending--;
 				free(pend);
 			}
+			pool->resv--;
+			pool_reap(m, pool);
 			pthread_mutex_unlock(&m->lock);
 		}
 	} else if (drop) {
@@ -424,8 +428,22 @@ void meta_page_abort(struct meta *m, const struct meta_resv *r)
 			free(p);
 		}
 	}
-	if (pool)
+	if (pool) {
 		slot_release(pool, r->slot);
+		if (pool->resv)
+			pool->resv--;
+		pool_reap(m, pool);
+	}
+	pthread_mutex_unlock(&m->lock);
+}
+
+/* A reservation ended with its commit. */
+static void resv_done(struct meta *m, uint32_t pool_id)
+{
+	pthread_mutex_lock(&m->lock);
+	struct pool *pool = pool_by_id(m, pool_id);
+	if (pool && pool->resv)
+		pool->resv--;
 	pthread_mutex_unlock(&m->lock);
 }
 
@@ -465,7 +483,9 @@ int meta_page_commit(struct meta *m, const struct meta_resv *r, uint64_t length,
 
 	rc = journal_wait(m, rec);
 	if (rc < 0)
-		meta_page_abort(m, r);
+		meta_page_abort(m, r); /* -ENOENT: the pool was removed meanwhile */
+	else
+		resv_done(m, r->pool_id);
 	return rc;
 }
 
@@ -493,8 +513,10 @@ void meta_slot_unpin(struct meta *m, uint32_t pool_id, uint64_t slot)
 {
 	pthread_mutex_lock(&m->lock);
 	struct pool *pool = pool_by_id(m, pool_id);
-	if (pool)
+	if (pool) {
 		slot_unpin(pool, slot);
+		pool_reap(m, pool);
+	}
 	pthread_mutex_unlock(&m->lock);
 }
 
@@ -539,7 +561,7 @@ static int submit_named(struct meta *m, struct rec *r, uint32_t pool_id, const c
 {
 	pthread_mutex_lock(&m->lock);
 	struct page *p =
-		pool_by_id(m, pool_id) ? table_find_name(&m->by_name, pool_id, name, NULL) : NULL;
+		pool_live(m, pool_id) ? table_find_name(&m->by_name, pool_id, name, NULL) : NULL;
 	if (!p) {
 		pthread_mutex_unlock(&m->lock);
 		free(r);

@@ -22,6 +22,7 @@ struct store_pool_row {
 	uint16_t rank;
 	char ns[META_NS_MAX + 1];
 	uint64_t slot_size, capacity;
+	int retired; /* a shared index's tombstone (being removed): not served */
 };
 
 struct store_load_cb {

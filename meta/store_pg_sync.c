@@ -164,7 +164,9 @@ static int pg_pools(struct store *base, const struct store_load_cb *cb)
 			snprintf(row.ns, sizeof(row.ns), "%.*s", PQgetlength(res, i, 2),
 			         PQgetvalue(res, i, 2));
 			row.slot_size = (uint64_t)pg_col_i64(res, i, 3);
-			row.capacity = (uint64_t)pg_col_i64(res, i, 4);
+			int64_t cap = pg_col_i64(res, i, 4);
+			row.retired = cap <= 0; /* being removed (pool.c) */
+			row.capacity = cap > 0 ? (uint64_t)cap : 0;
 			ret = cb->pool(cb->arg, &row);
 		}
 	}

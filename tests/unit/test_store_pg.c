@@ -203,6 +203,42 @@ static struct store *store_ok(void)
 	return s;
 }
 
+static int batch(struct store *s, struct rec **recs, int n, int *errs);
+
+/* A store-level pool record (page records need their pool's row). */
+static struct rec *pool_rec(enum rec_type type, uint32_t id, int rank)
+{
+	struct rec *r = rec_new(type);
+
+	cr_assert_not_null(r);
+	r->pool_id = id;
+	r->rank = (uint16_t)rank;
+	snprintf(r->ns, sizeof(r->ns), "ns%u", id);
+	r->slot_size = 4096;
+	r->capacity = 4096;
+	return r;
+}
+
+/* Runs one record in a batch of its own; returns its result. */
+static int apply_one(struct store *s, struct rec *r)
+{
+	struct rec *recs[] = {r};
+	int err = 0, ret = batch(s, recs, 1, &err);
+
+	cr_assert_eq(ret, 0, "commit: %s", strerror(-ret));
+	free(r);
+	return err;
+}
+
+/* store_ok, with the row of pool 1, which page_rec's pages are in. */
+static struct store *store_with_pool(void)
+{
+	struct store *s = store_ok();
+
+	cr_assert_eq(apply_one(s, pool_rec(REC_POOL_PUT, 1, 0)), 0);
+	return s;
+}
+
 /* Begins, applies, commits; returns the commit's result, records' in errs. */
 static int batch(struct store *s, struct rec **recs, int n, int *errs)
 {
@@ -473,7 +509,7 @@ Test(store_pg, an_idle_connection_lost_is_replaced_without_a_failed_commit, .ini
 Test(store_pg, a_connection_lost_in_a_batch_fails_it_with_eio_and_the_next_batch_reconnects,
      .init = pg_setup, .fini = pg_teardown)
 {
-	struct store *s = store_ok();
+	struct store *s = store_with_pool();
 	struct rec *a = page_rec(1, "a", 0), *b = page_rec(2, "b", 1);
 	int errs[2];
 
@@ -501,7 +537,7 @@ Test(store_pg, a_connection_lost_in_a_batch_fails_it_with_eio_and_the_next_batch
 
 Test(store_pg, a_record_that_breaks_a_constraint_fails_alone, .init = pg_setup, .fini = pg_teardown)
 {
-	struct store *s = store_ok();
+	struct store *s = store_with_pool();
 	/* Two names on one slot: UNIQUE(pool, slot) refuses the second. */
 	struct rec *recs[] = {page_rec(1, "a", 5), page_rec(2, "b", 5), page_rec(3, "c", 6)};
 	int errs[3];
@@ -537,7 +573,7 @@ static int iter_cb(void *arg, const struct meta_page_info *p)
 Test(store_pg, iteration_walks_a_pool_in_id_order_across_chunks_and_stops_when_asked,
      .init = pg_setup, .fini = pg_teardown)
 {
-	struct store *s = store_ok();
+	struct store *s = store_with_pool();
 	enum { N = 700 };
 	static struct rec *recs[N];
 	static int errs[N];
@@ -561,5 +597,41 @@ Test(store_pg, iteration_walks_a_pool_in_id_order_across_chunks_and_stops_when_a
 	cr_assert_eq(other.n, 0, "pages of another pool listed");
 	for (int i = 0; i < N; i++)
 		free(recs[i]);
+	store_close(s);
+}
+
+Test(store_pg, a_commit_or_lease_into_a_pool_being_removed_fails_and_a_full_pool_stays,
+     .init = pg_setup, .fini = pg_teardown)
+{
+	struct store *s = store_with_pool();
+
+	/* A pool with a page is not retired; a rank with a pool stays. */
+	cr_assert_eq(apply_one(s, page_rec(1, "a", 0)), 0);
+	cr_assert_eq(apply_one(s, pool_rec(REC_POOL_RETIRE, 1, 0)), -ENOTEMPTY);
+	struct rec *rank = pool_rec(REC_RANK_DEL, 0, 0);
+	cr_assert_eq(apply_one(s, rank), -ENOTEMPTY);
+	/* An empty pool is: then no commit and no lease lands in it. */
+	cr_assert_eq(apply_one(s, pool_rec(REC_POOL_PUT, 2, 1)), 0);
+	cr_assert_eq(apply_one(s, pool_rec(REC_POOL_RETIRE, 2, 1)), 0);
+	struct rec *late = page_rec(2, "late", 0);
+	late->pool_id = 2;
+	cr_assert_eq(apply_one(s, late), -ENOENT, "commit into a retired pool");
+	struct rec *lease = pool_rec(REC_LEASE, 2, 1);
+	lease->chunk_slots = 64;
+	lease->capacity_slots = 4096;
+	cr_assert_eq(apply_one(s, lease), -ENOENT, "lease in a retired pool");
+	struct rec *set = pool_rec(REC_POOL_PUT, 2, 1);
+	set->pool_update = 1;
+	cr_assert_eq(apply_one(s, set), -ENOENT, "a capacity change revives a retired pool");
+	cr_assert_eq(apply_one(s, pool_rec(REC_POOL_RETIRE, 2, 1)), -ENOENT, "retired twice");
+	/* Removed for good: still nothing lands in it; its rank may go. */
+	cr_assert_eq(apply_one(s, pool_rec(REC_POOL_DEL, 2, 1)), 0);
+	late = page_rec(3, "later", 1);
+	late->pool_id = 2;
+	cr_assert_eq(apply_one(s, late), -ENOENT, "commit into a removed pool");
+	cr_assert_eq(apply_one(s, pool_rec(REC_RANK_DEL, 0, 1)), 0);
+	cr_assert_eq(apply_one(s, pool_rec(REC_RANK_DEL, 0, 1)), -ENOENT);
+	struct seen seen = load_pages(s);
+	cr_assert(seen.n == 1 && seen.ids[0] == 1, "pages: %d", seen.n);
 	store_close(s);
 }
