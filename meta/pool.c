@@ -5,6 +5,12 @@
  * under meta.lock, submit the record, wait for the store, and undo the
  * memory change if the store failed. Pools stay in a list sorted by id
  * (ids only grow), which is also the readdir order of a rank directory.
+ *
+ * On a shared index a pool is removed in steps that other nodes' commits
+ * cannot slip between (retire, unlink the file, delete the row; see
+ * remove_shared and docs/DESIGN.md), and a pool removed by any node stays
+ * in the list, hidden (removed), until this node's writers and readers no
+ * longer use its data file (pool_reap).
  */
 #include "meta/internal.h"
 #include "meta/log.h"
@@ -515,10 +521,19 @@ static int remove_shared(struct meta *m, struct pool *p)
 			log_warn("pool %u/%s not removed: another node still reads a page of it "
 			         "that was removed",
 			         p->rank, p->ns);
+		int rank = p->rank;
+		char ns[META_NS_MAX + 1];
+		memcpy(ns, p->ns, sizeof(ns));
 		pthread_mutex_lock(&m->lock);
 		p->removing = 0;
-		pool_reap(m, p); /* removed meanwhile by another node */
+		/* -ENOENT: another node retired or removed it first (the reload
+		 * that saw it left it to this call). */
+		if (rc == -ENOENT)
+			pool_retire(m, p, &drops); /* may free p */
 		pthread_mutex_unlock(&m->lock);
+		drops_notify(m, drops);
+		if (rc == -ENOENT && m->dir_cb)
+			m->dir_cb(m->dir_arg, rank, ns);
 		return rc == -EAGAIN ? -EBUSY : rc;
 	}
 	pthread_mutex_lock(&m->lock);

@@ -39,12 +39,12 @@
 
 static const char *const stmt_sql[PG_STMT_COUNT] = {
 	[PG_COMMIT_DEL] = "DELETE FROM pagefs_pages WHERE pool=$1 AND name=$2 AND id<>$3",
-	/* Only into a pool whose row exists and is not retired; the lock on
-	 * that row orders the commit with a removal (pool.c). */
+	/* Only into a pool whose row exists and is not retired (pool.c; the
+	 * record's pool lock, taken before, orders it with a removal). */
 	[PG_COMMIT_PUT] = "INSERT INTO pagefs_pages(id,pool,name,slot,length,checksum,mtime,atime,"
 			  "gen) SELECT $1::bigint,$2::bigint,$3::bytea,$4::bigint,$5::bigint,"
 			  "$6::bigint,$7::bigint,$8::bigint,$9::bigint WHERE EXISTS(SELECT 1 FROM"
-			  " pagefs_pools WHERE id=$2::bigint AND capacity>0 FOR KEY SHARE)"
+			  " pagefs_pools WHERE id=$2::bigint AND capacity>0)"
 			  " ON CONFLICT(id) DO UPDATE SET"
 			  " name=excluded.name, slot=excluded.slot, length=excluded.length,"
 			  " checksum=excluded.checksum, mtime=excluded.mtime, atime=excluded.atime",
@@ -71,7 +71,7 @@ static const char *const stmt_sql[PG_STMT_COUNT] = {
 	 * capacity -node (the node removing it). */
 	[PG_POOL_SET] =
 		"UPDATE pagefs_pools SET slot_size=$2, capacity=$3 WHERE id=$1 AND capacity>0",
-	[PG_POOL_LIVE] = "SELECT 1 FROM pagefs_pools WHERE id=$1 AND capacity>0 FOR KEY SHARE",
+	[PG_POOL_LIVE] = "SELECT 1 FROM pagefs_pools WHERE id=$1 AND capacity>0",
 	[PG_POOL_LOCK] = "SELECT 1 FROM pagefs_pools WHERE id=$1 AND capacity>0 FOR UPDATE",
 	/* Pages in it; or another node may still read it: pins, or frees in
 	 * it that a live node has not acknowledged (it may still list the

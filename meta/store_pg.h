@@ -68,6 +68,10 @@ struct pg_store {
 };
 
 #define PG_NODE_LOCK_CLASS 1885824629 /* (class, node id): held by its sync session */
+/* A pool's removal lock (one bigint key: the schema's hash, pool id):
+ * commits and leases take it shared, a removal exclusively (pool.c). */
+#define PG_POOL_KEY(pool)                                                                          \
+	"((hashtext(coalesce(current_schema(), ''))::bigint << 32) | (" pool ")::bigint)"
 #define PG_PAGE_ID_BLOCK (1ULL << 20)
 #define PG_POOL_ID_BLOCK 64ULL
 extern const struct store_sync_ops pg_sync_ops;

@@ -187,9 +187,10 @@ static int run_flag(struct pg_store *s, enum pg_stmt id, const struct pg_args *a
 	return rc;
 }
 
-/* Shared index, removing an empty pool (pool.c): locks its row against
- * commits and leases (which lock it to share), checks it in a statement
- * that therefore sees every commit that came first, and retires it. */
+/* Shared index, removing an empty pool (pool.c): with the pool's lock
+ * held exclusively (pg_apply), so that every commit into it came first
+ * and is seen, or comes after and sees the pool retired, checks it and
+ * retires it. Its row is locked too, against a concurrent change. */
 static int apply_retire(struct pg_store *s, const struct rec *r)
 {
 	struct pg_args a = {0};
@@ -255,6 +256,19 @@ static int apply_bulk(struct pg_store *s, const struct rec *r)
 
 	if (!row)
 		return -ENOMEM;
+	/* The pools' removal locks first (see savepoint_locked). */
+	for (size_t i = 0; i < b->n && rc == 0 && s->base.node_id; i++) {
+		char sql[160];
+		if (i > 0 && b->pages[i]->pool == b->pages[i - 1]->pool)
+			continue;
+		snprintf(sql, sizeof(sql),
+		         "SELECT pg_advisory_xact_lock_shared(" PG_POOL_KEY("%u") ")",
+		         b->pages[i]->pool->id);
+		PGresult *res = PQexec(s->conn, sql);
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+			rc = pg_error(s->conn, res, sql);
+		PQclear(res);
+	}
 	for (size_t i = 0; i < b->n && rc == 0; i++) {
 		const struct page *p = b->pages[i];
 		struct pg_args a = {0};
@@ -306,7 +320,7 @@ static int apply_lease(struct pg_store *s, struct rec *r)
 
 	if (!s->base.node_id || k <= 0)
 		return -EINVAL;
-	/* Not in a pool being removed; the lock orders it with the removal. */
+	/* Not in a pool being removed (pg_apply took its lock). */
 	pg_arg_i64(&a, r->pool_id);
 	int live = 0, rc = run_flag(s, PG_POOL_LIVE, &a, 0, &live);
 	if (rc <= 0)
@@ -471,11 +485,37 @@ static int exec_simple(struct pg_store *s, const char *sql)
 	return rc;
 }
 
+/* Takes pool's removal lock, shared (a commit or lease) or exclusive (a
+ * removal), for the rest of the transaction, in the savepoint's round
+ * trip. The statements that follow see the pool's row as it is once any
+ * removal that held the lock has committed; a removal waits for every
+ * transaction that holds it shared, then sees what they wrote. An
+ * advisory lock writes nothing (a row lock would, at every commit). */
+static int savepoint_locked(struct pg_store *s, uint32_t pool, int exclusive)
+{
+	char sql[256];
+
+	snprintf(sql, sizeof(sql),
+	         "SAVEPOINT rec; SELECT pg_advisory_xact_lock%s(" PG_POOL_KEY("%u") ")",
+	         exclusive ? "" : "_shared", pool);
+	PGresult *res = PQexec(s->conn, sql);
+	int rc = PQresultStatus(res) == PGRES_TUPLES_OK ? 0 : pg_error(s->conn, res, sql);
+
+	PQclear(res);
+	return rc;
+}
+
 int pg_apply(struct store *base, struct rec *r)
 {
 	struct pg_store *s = (struct pg_store *)base;
-	int rc = exec_simple(s, "SAVEPOINT rec");
+	int rc, shared = s->base.node_id != 0;
 
+	if (shared && (r->type == REC_COMMIT || r->type == REC_LEASE))
+		rc = savepoint_locked(s, r->pool_id, 0);
+	else if (shared && r->type == REC_POOL_RETIRE)
+		rc = savepoint_locked(s, r->pool_id, 1);
+	else
+		rc = exec_simple(s, "SAVEPOINT rec");
 	r->xid = (uint64_t)s->xid;
 	if (rc < 0)
 		return rc;

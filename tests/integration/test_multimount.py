@@ -297,6 +297,25 @@ def test_a_write_in_flight_on_another_mount_fails_cleanly_when_the_pool_is_remov
     fsck_clean([a, b])
 
 
+def test_a_reader_on_another_mount_of_a_removed_page_keeps_the_pool_until_it_closes(mount):
+    a, b = mounts(mount, 2)
+    pool_everywhere([a, b], 3, "indexer")
+    data = os.urandom(6000)
+    write_page(a.path(3, "indexer", "x"), data)
+    wait_visible(b.path(3, "indexer", "x"), data)
+    with open(b.path(3, "indexer", "x"), "rb") as reader:
+        os.unlink(a.path(3, "indexer", "x"))
+        # B still reads page x from the pool's data file: not removed.
+        t0 = time.monotonic()
+        expect_errno(errno.EBUSY, os.rmdir, a.path(3, "indexer"))
+        print(f"rmdir refused with EBUSY after {time.monotonic() - t0:.1f} s")
+        assert os.path.isdir(b.path(3, "indexer"))
+        assert_bytes_equal(reader.read(), data, "the reader on B")
+    os.rmdir(a.path(3, "indexer"))
+    wait_for(lambda: not os.path.exists(b.path(3, "indexer")), "B still shows the pool")
+    fsck_clean([a, b])
+
+
 def test_rmdir_racing_writers_on_another_mount_never_loses_a_committed_page(mount):
     a, b = mounts(mount, 2)
     removed = kept = 0
