@@ -10,6 +10,7 @@
 #include "fixture.h"
 #include "meta/store.h"
 
+#include <fcntl.h>
 #include <libpq-fe.h>
 #include <stdlib.h>
 
@@ -399,6 +400,58 @@ Test(store_pg, a_slot_freed_on_one_node_is_not_reused_while_another_node_reads_i
 	}
 	cr_assert(reused, "slot %llu never came back after the reader closed",
 	          (unsigned long long)a.slot);
+	meta_close(other);
+}
+
+/* A dir callback that counts what it was told. */
+struct dirs_seen {
+	int pools, ranks;
+};
+
+static void count_dirs(void *arg, int rank, const char *ns)
+{
+	struct dirs_seen *d = arg;
+
+	(void)rank;
+	if (ns)
+		__atomic_add_fetch(&d->pools, 1, __ATOMIC_SEQ_CST);
+	else
+		__atomic_add_fetch(&d->ranks, 1, __ATOMIC_SEQ_CST);
+}
+
+Test(store_pg, a_pool_removed_by_one_node_leaves_the_other_whose_writer_in_it_fails,
+     .init = pg_setup, .fini = pg_teardown)
+{
+	struct meta_pool_info pi;
+	struct dirs_seen dirs = {0};
+
+	fx_open();
+	fx_setup_pool();
+	struct meta *other = open_node();
+	meta_set_dir_cb(other, count_dirs, &dirs);
+	/* A writer on the other node: a reservation only it knows of. */
+	struct meta_resv r;
+	cr_assert_eq(meta_page_reserve(other, fx.pool, "late", 0, &r), 0);
+	struct meta_pool_info before;
+	cr_assert_eq(meta_pool_get(other, fx.pool, &before), 0);
+	cr_assert_eq(meta_pool_remove(fx.m, fx.pool), 0);
+	long ms = 0;
+	while (meta_pool_find(other, 0, "kv", &pi) == 0 && ms < 3000) {
+		sleep_ms(10);
+		ms += 10;
+	}
+	cr_assert_eq(meta_pool_find(other, 0, "kv", &pi), -ENOENT, "still there after %ld ms", ms);
+	cr_assert_eq(meta_pool_get(other, fx.pool, &pi), -ENOENT);
+	cr_assert_eq(__atomic_load_n(&dirs.pools, __ATOMIC_SEQ_CST), 1, "dir callbacks: %d",
+	             dirs.pools);
+	/* Its data file stays open for the writer, whose commit fails. */
+	cr_assert_eq(fcntl(before.data_fd, F_GETFD) >= 0, 1, "the writer's fd was closed");
+	cr_assert_eq(meta_page_commit(other, &r, 10, 1), -ENOENT);
+	cr_assert_eq(meta_page_reserve(other, fx.pool, "later", 0, &r), -ENOENT);
+	/* The name can be made again, on either node. */
+	cr_assert_eq(meta_pool_create(other, 0, "kv", 0, 0, &pi), 0);
+	cr_assert_neq(pi.id, fx.pool, "a removed pool's id came back");
+	cr_log_info("a removal reached the other node after %ld ms", ms);
 	meta_close(other);
 }
 
