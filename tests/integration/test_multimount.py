@@ -392,3 +392,29 @@ def test_a_rank_removed_on_one_mount_leaves_the_others(mount):
     os.mkdir(b.path(7))
     wait_for(lambda: os.path.isdir(a.path(7)), "the rank made again did not reach A")
     fsck_clean([a, b])
+
+
+def test_a_removal_stopped_half_way_hides_the_pool_and_fsck_repair_finishes_it(mount):
+    a, b = mounts(mount, 2)
+    pool_everywhere([a, b], 5, "draft")
+    data_file = os.getxattr(a.path(5, "draft"), "user.pagefs.data_file").decode().rstrip("\0")
+    for m in (a, b):
+        m.umount()
+    # What a node that died between the two steps of a removal leaves: the
+    # pool's row retired (capacity -node), its data file maybe still there.
+    H.psql("UPDATE pagefs_pools SET capacity = -424242 WHERE rank = 5", uri=a.meta)
+    a.start(*OPTS)
+    assert "draft" not in os.listdir(a.path(5))
+    expect_errno(errno.EEXIST, os.mkdir, a.path(5, "draft"))  # the row holds the name
+    a.umount()
+    r = run_pagefs("fsck", a.backing, "--meta", a.meta)
+    assert r.returncode != 0 and "pool-retired" in r.stdout, describe(r)
+    r = run_pagefs("fsck", a.backing, "--meta", a.meta, "--repair")
+    assert "pool-retired" in r.stdout, describe(r)
+    assert not os.path.exists(data_file)
+    r = run_pagefs("fsck", a.backing, "--meta", a.meta)
+    assert r.returncode == 0, describe(r)
+    a.start(*OPTS)
+    os.mkdir(a.path(5, "draft"))
+    write_page(a.path(5, "draft", "p"), b"z" * 100)
+    a.umount()
