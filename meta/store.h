@@ -87,6 +87,10 @@ struct store_peers {
 	uint64_t min_ack;    /* frees by transactions below it are seen by all */
 	size_t npins;        /* slots other nodes still pin (pool, slot) */
 	uint64_t (*pins)[2]; /* malloc'd; the caller frees */
+	/* Retired pool rows whose remover died, now this node's to finish
+	 * (unlink the data file, delete the row); malloc'd, the caller frees. */
+	size_t norphans;
+	struct store_pool_row *orphans;
 };
 
 struct store_sync_ops {

@@ -283,6 +283,33 @@ static int heartbeat_txn(struct pg_store *s, const uint64_t (*pins)[2], size_t n
 	if (out->npins && !out->pins)
 		rc = -ENOMEM;
 	PQclear(res);
+	/* A pool removal whose node died between retiring the row and
+	 * deleting it (pool.c): the row keeps the name; this node takes it
+	 * over (another that takes it later finds it taken, unless this one
+	 * died too) and finishes it (sync.c). */
+	if (rc == 0 && s->heartbeats % 8 == 0) {
+		PGresult *orph = NULL;
+		a.n = 1;
+		rc = hb_exec(s,
+		             "UPDATE pagefs_pools SET capacity = -$1::bigint WHERE capacity <= 0"
+		             " AND capacity <> -$1::bigint AND NOT EXISTS(SELECT 1 FROM"
+		             " pagefs_nodes n WHERE n.id = -pagefs_pools.capacity)"
+		             " RETURNING id, rank, ns",
+		             &a, &orph);
+		int n = rc == 0 ? PQntuples(orph) : 0;
+		if (n > 0 && !(out->orphans = calloc((size_t)n, sizeof(*out->orphans))))
+			rc = -ENOMEM;
+		for (int i = 0; out->orphans && i < n; i++) {
+			struct store_pool_row *o = &out->orphans[i];
+			o->id = (uint32_t)pg_col_i64(orph, i, 0);
+			o->rank = (uint16_t)pg_col_i64(orph, i, 1);
+			snprintf(o->ns, sizeof(o->ns), "%.*s", PQgetlength(orph, i, 2),
+			         PQgetvalue(orph, i, 2));
+			o->retired = 1;
+			out->norphans++;
+		}
+		PQclear(orph);
+	}
 	/* Changes every node has seen are history: keep the table small. */
 	if (rc == 0 && ++s->heartbeats % 64 == 0) {
 		struct pg_args old = {0};
@@ -313,6 +340,9 @@ static int pg_heartbeat(struct store *base, const uint64_t (*pins)[2], size_t np
 		free(out->pins);
 		out->pins = NULL;
 		out->npins = 0;
+		free(out->orphans);
+		out->orphans = NULL;
+		out->norphans = 0;
 	}
 	return rc;
 }

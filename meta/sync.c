@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define SYNC_TICK_MS 50
 #define SYNC_BEAT_TICKS 4
@@ -204,6 +205,29 @@ static void poll_feed(struct meta *m, struct sync *y)
 
 /* ---- heartbeat ---- */
 
+/* Pool removals whose node died half way, taken over by this node: the
+ * retired row still holds the name, so the file at the path is the
+ * removed pool's; it goes, then the row (pool.c's last two steps). */
+static void finish_orphans(struct meta *m, const struct store_pool_row *rows, size_t n)
+{
+	char path[4096];
+
+	for (size_t i = 0; i < n; i++) {
+		const struct store_pool_row *o = &rows[i];
+		struct rec *r = rec_new(REC_POOL_DEL);
+		if (!r)
+			return; /* the row stays, taken over again once this node is gone */
+		if (data_path(m, o->rank, o->ns, path, sizeof(path)) == 0 && unlink(path) < 0 &&
+		    errno != ENOENT)
+			log_warn("cannot remove data file %s: %s", path, strerror(errno));
+		log_warn("pool %u/%s: finished its removal, which a node that died left half way",
+		         o->rank, o->ns);
+		r->pool_id = o->id;
+		r->rank = o->rank;
+		journal_submit(m, r);
+	}
+}
+
 static void heartbeat(struct meta *m)
 {
 	uint64_t(*pins)[2] = NULL;
@@ -237,6 +261,8 @@ static void heartbeat(struct meta *m)
 		grace_release(p, peers.min_ack, (const uint64_t(*)[2])peers.pins, peers.npins);
 	pthread_mutex_unlock(&m->lock);
 	free(peers.pins);
+	finish_orphans(m, peers.orphans, peers.norphans);
+	free(peers.orphans);
 }
 
 /* Keeps a spare block of ids so that allocation never waits for one. */

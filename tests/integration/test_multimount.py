@@ -394,27 +394,38 @@ def test_a_rank_removed_on_one_mount_leaves_the_others(mount):
     fsck_clean([a, b])
 
 
-def test_a_removal_stopped_half_way_hides_the_pool_and_fsck_repair_finishes_it(mount):
+def test_a_removal_stopped_half_way_is_finished_by_a_live_node_or_by_fsck(mount):
     a, b = mounts(mount, 2)
     pool_everywhere([a, b], 5, "draft")
-    data_file = os.getxattr(a.path(5, "draft"), "user.pagefs.data_file").decode().rstrip("\0")
+    pool_everywhere([a, b], 5, "swa")
+    draft = os.getxattr(a.path(5, "draft"), "user.pagefs.data_file").decode().rstrip("\0")
+    swa = os.getxattr(a.path(5, "swa"), "user.pagefs.data_file").decode().rstrip("\0")
+    # What a node that died between the steps of a removal leaves: the
+    # pool's row retired (capacity -node), its data file still there.
+    H.psql("UPDATE pagefs_pools SET capacity = -424242 WHERE rank = 5 AND ns = 'draft'",
+           uri=a.meta)
+    # A live node takes it over (the remover is not a node) and finishes it.
+    wait_for(lambda: not os.path.exists(draft), "the half-done removal was not finished",
+             timeout=10)
+    for m in (a, b):
+        wait_for(lambda: "draft" not in os.listdir(m.path(5)), f"{m.mnt} still shows it")
+    wait_for(lambda: H.psql("SELECT count(*) FROM pagefs_pools WHERE ns = 'draft'",
+                            uri=a.meta) == "0", "its row stayed", timeout=10)
+    os.mkdir(b.path(5, "draft"))
+    wait_for(lambda: os.path.isdir(a.path(5, "draft")), "the pool made again did not reach A")
+    # With no daemon running, fsck reports it and --repair finishes it.
     for m in (a, b):
         m.umount()
-    # What a node that died between the two steps of a removal leaves: the
-    # pool's row retired (capacity -node), its data file maybe still there.
-    H.psql("UPDATE pagefs_pools SET capacity = -424242 WHERE rank = 5", uri=a.meta)
-    a.start(*OPTS)
-    assert "draft" not in os.listdir(a.path(5))
-    expect_errno(errno.EEXIST, os.mkdir, a.path(5, "draft"))  # the row holds the name
-    a.umount()
+    H.psql("UPDATE pagefs_pools SET capacity = -424242 WHERE rank = 5 AND ns = 'swa'",
+           uri=a.meta)
     r = run_pagefs("fsck", a.backing, "--meta", a.meta)
     assert r.returncode != 0 and "pool-retired" in r.stdout, describe(r)
     r = run_pagefs("fsck", a.backing, "--meta", a.meta, "--repair")
     assert "pool-retired" in r.stdout, describe(r)
-    assert not os.path.exists(data_file)
+    assert not os.path.exists(swa)
     r = run_pagefs("fsck", a.backing, "--meta", a.meta)
     assert r.returncode == 0, describe(r)
     a.start(*OPTS)
-    os.mkdir(a.path(5, "draft"))
-    write_page(a.path(5, "draft", "p"), b"z" * 100)
+    os.mkdir(a.path(5, "swa"))
+    write_page(a.path(5, "swa", "p"), b"z" * 100)
     a.umount()
