@@ -519,7 +519,7 @@ static int remove_shared(struct meta *m, struct pool *p)
 	if (rc < 0) {
 		if (rc == -EAGAIN)
 			log_warn("pool %u/%s not removed: another node still reads a page of it "
-			         "that was removed",
+			         "that was removed, or has not caught up with the removals",
 			         p->rank, p->ns);
 		int rank = p->rank;
 		char ns[META_NS_MAX + 1];
@@ -549,8 +549,8 @@ static int remove_shared(struct meta *m, struct pool *p)
 	r = pool_rec(m, REC_POOL_DEL, p);
 	rc = r ? journal_wait(m, r) : -ENOMEM;
 	if (rc < 0)
-		log_warn("pool %u/%s: its retired row stays in the index (%s); 'pagefs fsck "
-		         "--repair' removes it",
+		log_warn("pool %u/%s: its retired row stays in the index (%s); another node "
+		         "deletes it once this one is gone, or 'pagefs fsck --repair' does",
 		         p->rank, p->ns, strerror(-rc));
 	pthread_mutex_lock(&m->lock);
 	p->removing = 0;
