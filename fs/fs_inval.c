@@ -133,6 +133,18 @@ void fs_inval_on_drop(void *arg, uint32_t pool_id, uint64_t page_id, const char 
 	fs_inval_entry(arg, fs_ino_pool(pool_id), name);
 }
 
+void fs_inval_on_dir(void *arg, int rank, const char *ns)
+{
+	char name[16];
+
+	if (ns) {
+		fs_inval_entry(arg, fs_ino_rank(rank), ns);
+		return;
+	}
+	snprintf(name, sizeof(name), "%d", rank);
+	fs_inval_entry(arg, FUSE_ROOT_ID, name);
+}
+
 static void send_one(struct fs_inval *iv, const struct inval_item *it)
 {
 	int ret;

@@ -47,4 +47,8 @@ void fs_inval_free(struct fs_inval *iv);
  * itself, so the kernel must forget its name. */
 void fs_inval_on_drop(void *arg, uint32_t pool_id, uint64_t page_id, const char *name);
 
+/* A meta_dir_cb (arg: the struct fs_inval): another node removed a rank
+ * (ns NULL) or a pool directory; the kernel's entry for it must go. */
+void fs_inval_on_dir(void *arg, int rank, const char *ns);
+
 #endif

@@ -266,6 +266,7 @@ int pagefs_serve(const struct pagefs_mount_opts *o,
 		goto out_inval;
 	}
 	meta_set_drop_cb(fs.meta, fs_inval_on_drop, fs.inval);
+	meta_set_dir_cb(fs.meta, fs_inval_on_dir, fs.inval);
 	if (o->on_meta && (ret = o->on_meta(o->hook_arg, fs.meta, msg, sizeof(msg))) != 0) {
 		ready(arg, ret < 0 ? ret : -EIO, msg);
 		meta_close(fs.meta);

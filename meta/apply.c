@@ -175,8 +175,8 @@ void apply_remote(struct meta *m, const struct store_change *c, struct dropped *
 	const struct rec *r = &c->row;
 	struct page *p, *o;
 
-	if (!pool)
-		return;
+	if (!pool || pool->removed)
+		return; /* (no commit lands in a removed pool: the index checks) */
 	if (c->freed_slot >= 0 && chunk_owned(pool, chunk_of(pool, (uint64_t)c->freed_slot)))
 		grace_add(pool, (uint64_t)c->freed_slot, c->xid);
 	if (c->node == m->store->node_id)

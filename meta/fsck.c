@@ -14,6 +14,7 @@
  * reservation" cannot occur; "two names on one slot" is checked here.
  */
 #include "meta/internal.h"
+#include "meta/log.h"
 #include "meta/store.h"
 
 #include <errno.h>
@@ -29,6 +30,7 @@ enum problem {
 	PR_OWNER_MISSING,
 	PR_OWNER_OTHER,
 	PR_POOL_BAD,
+	PR_POOL_RETIRED,
 	PR_RANK_MISSING,
 	PR_DATA_MISSING,
 	PR_DATA_SHORT,
@@ -50,6 +52,7 @@ static const struct {
 	[PR_OWNER_MISSING] = {"owner-missing", "write the backing directory's owner mark", 1},
 	[PR_OWNER_OTHER] = {"owner-other", "check with the index that owns it (not repaired)", 0},
 	[PR_POOL_BAD] = {"pool-bad", "drop the pool and its pages", 1},
+	[PR_POOL_RETIRED] = {"pool-retired", "finish its removal: drop its row and data file", 1},
 	[PR_RANK_MISSING] = {"rank-missing", "add the rank row", 1},
 	[PR_DATA_MISSING] = {"data-missing", "drop the pool's pages and create an empty file", 1},
 	[PR_DATA_SHORT] = {"data-short", "drop pages past the end and grow the file", 1},
@@ -67,6 +70,7 @@ struct fpool {
 	char path[4096];
 	int fd;
 	int bad;
+	int retired; /* a shared index's removal stopped half way: finish it */
 	uint64_t file_size;
 };
 
@@ -212,6 +216,21 @@ static void pass_pools(struct fsck *f)
 		struct fpool *p = &f->pools[i];
 		struct stat st;
 
+		if (p->row.retired && meta_check_ns(p->row.ns) == 0 &&
+		    data_path_of(f->backing, f->prefix, p->row.rank, p->row.ns, p->path,
+		                 sizeof(p->path)) == 0) {
+			/* A node removing it (pool.c) stopped between retiring
+			 * its row and deleting it: the pool is gone everywhere,
+			 * but the row keeps its name from being made again. */
+			p->bad = p->retired = 1;
+			report(f, PR_POOL_RETIRED, "pool %u (%u/%s) was being removed", p->row.id,
+			       p->row.rank, p->row.ns);
+			struct rec *r = rec_new(REC_POOL_DEL);
+			if (r)
+				r->pool_id = p->row.id;
+			add_fix(f, r);
+			continue;
+		}
 		if (p->row.slot_size == 0 || p->row.capacity == 0 || meta_check_ns(p->row.ns) < 0 ||
 		    data_path_of(f->backing, f->prefix, p->row.rank, p->row.ns, p->path,
 		                 sizeof(p->path)) < 0) {
@@ -391,10 +410,14 @@ static int apply_fixes(struct fsck *f, char *err, size_t errlen)
 		snprintf(err, errlen, "repair failed, index left as it was: %s", strerror(-rc));
 		return rc;
 	}
-	/* Data files of pools that keep pages must cover their capacity. */
+	/* Data files of pools that keep pages must cover their capacity; a
+	 * removed pool's file goes (no daemon runs: nobody can have made the
+	 * name again, its row held it). */
 	for (size_t i = 0; i < f->npools; i++) {
 		struct fpool *p = &f->pools[i];
 		int fd;
+		if (p->retired && unlink(p->path) < 0 && errno != ENOENT)
+			log_warn("cannot remove %s: %s", p->path, strerror(errno));
 		if (!p->bad && data_open(p->path, p->row.capacity * p->row.slot_size, 0, &fd) == 0)
 			close(fd);
 	}

@@ -107,7 +107,14 @@ struct pool {
 	 * leased (allocation stays inside them) and their freed slots that
 	 * wait out a grace period. */
 	uint8_t shared;
-	uint8_t creating;     /* linked, its row not yet committed (sync.c keeps it) */
+	uint8_t creating; /* linked, its row not yet committed (sync.c keeps it) */
+	uint8_t removing; /* this node is removing it (pool.c) */
+	/* Its row is gone from the index (or retired, see pool.c): hidden
+	 * from every lookup, it stays linked only while writers or readers
+	 * of this node still use its data file (resv, pending, pins), and is
+	 * freed by pool_reap once they are done. */
+	uint8_t removed;
+	uint32_t resv;        /* reservations held (meta_page_reserve .. commit/abort) */
 	uint64_t created;     /* meta.pools_made when its row was committed here */
 	uint32_t chunk_slots; /* slots per chunk: pool_chunk_slots(capacity) */
 	struct held_chunk *chunks;
@@ -158,6 +165,12 @@ struct meta {
 
 	meta_drop_cb drop_cb;
 	void *drop_arg;
+	meta_dir_cb dir_cb; /* a rank or pool directory went (shared index) */
+	void *dir_arg;
+	/* sync.c: ranks this node is making (bit set, row not yet committed)
+	 * and made, so that a reload read before the commit keeps them. */
+	uint32_t ranks_busy;
+	uint64_t ranks_made;
 
 	struct store *store;
 	struct journal *journal;
@@ -174,6 +187,11 @@ enum rec_type {
 	REC_TOUCH,    /* atime update; no ticket */
 	REC_POOL_PUT, /* insert or update a pool row (and its rank) */
 	REC_POOL_DEL,
+	/* shared index: marks an empty pool's row as being removed (a
+	 * tombstone: no commit or lease lands in it any more), after checking
+	 * in the index that it holds no page and no other node may still
+	 * read it; -ENOTEMPTY, or -EAGAIN to try again (pool.c) */
+	REC_POOL_RETIRE,
 	REC_RANK_PUT,
 	REC_RANK_DEL,
 	REC_SETTING,  /* settings key = value */
@@ -216,6 +234,7 @@ struct rec {
 	/* pool fields (POOL_PUT/DEL, RANK_*) */
 	uint16_t rank;
 	uint64_t slot_size, capacity;
+	int pool_update; /* POOL_PUT: changes an existing pool (never re-creates it) */
 	char ns[META_NS_MAX + 1];
 	char key[32];
 	char value[256];
@@ -361,7 +380,25 @@ void pool_unlink(struct meta *m, struct pool *p);
 /* A pool from its store row, its data file opened (open.c). */
 int pool_from_row(struct meta *m, const struct store_pool_row *row, struct pool **out, char *err,
                   size_t errlen);
+/* A pool by id that lookups may see (not removed). */
+struct pool *pool_live(struct meta *m, uint32_t id);
+/* Its row left the index: hides the pool (its committed pages leave the
+ * mirror, to drops) and frees it once nothing of this node uses it. */
+void pool_retire(struct meta *m, struct pool *p, struct dropped **drops);
+/* Frees a removed pool when no reservation, pending page or pin of this
+ * node uses its data file any more. 1 if it was freed. */
+int pool_reap(struct meta *m, struct pool *p);
+/* A directory (rank, ns; ns NULL: the rank) another node removed, for
+ * the dir callback once meta.lock is released. */
+struct gone_dir {
+	struct gone_dir *next;
+	int rank;
+	char ns[META_NS_MAX + 1]; /* "" for the rank itself */
+};
+void dirs_add(struct gone_dir **list, int rank, const char *ns);
+void dirs_notify(struct meta *m, struct gone_dir *d);
 int rank_is_set(const struct meta *m, int rank);
+int rank_has_pools(struct meta *m, int rank); /* any pool not removed */
 void rank_set(struct meta *m, int rank, int on);
 
 /* slots.c */

@@ -148,6 +148,12 @@ int meta_default_uri(const char *backing, char *buf, size_t len);
 typedef void (*meta_drop_cb)(void *arg, uint32_t pool_id, uint64_t page_id, const char *name);
 void meta_set_drop_cb(struct meta *m, meta_drop_cb cb, void *arg);
 
+/* Called (outside all engine locks) when another node removed a rank
+ * (ns NULL) or a pool directory (rank, ns): the kernel's cached entry for
+ * it must go. */
+typedef void (*meta_dir_cb)(void *arg, int rank, const char *ns);
+void meta_set_dir_cb(struct meta *m, meta_dir_cb cb, void *arg);
+
 /* ---- ranks and pools ---- */
 
 int meta_rank_exists(struct meta *m, int rank); /* 1 or 0 */

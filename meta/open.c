@@ -262,6 +262,9 @@ static int load_pool(void *arg, const struct store_pool_row *row)
 	struct loader *l = arg;
 	struct meta *m = l->m;
 	struct pool *p;
+
+	if (row->retired)
+		return 0; /* another node is removing it (pool.c) */
 	int rc = pool_from_row(m, row, &p, l->err, l->errlen);
 
 	if (rc < 0)

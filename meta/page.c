@@ -151,7 +151,7 @@ int meta_page_lookup(struct meta *m, uint32_t pool_id, const char *name, struct 
 	if (pending)
 		*pending = 0;
 	pthread_mutex_lock(&m->lock);
-	struct pool *pool = pool_by_id(m, pool_id);
+	struct pool *pool = pool_live(m, pool_id);
 	if (pool) {
 		struct page *p = table_find_name(&m->by_name, pool_id, name, pending);
 		if (p) {
@@ -201,7 +201,7 @@ static int lease_chunk(struct meta *m, uint32_t pool_id)
 
 	if (!lease)
 		return -ENOMEM;
-	struct pool *pool = pool_by_id(m, pool_id);
+	struct pool *pool = pool_live(m, pool_id);
 	if (!pool) {
 		free(lease);
 		return -ENOENT;
@@ -236,7 +236,7 @@ static int evictable(struct meta *m, struct pool *pool, const struct page *p, ui
  * meta.lock held on entry and return. 0, or -ENOSPC: nothing to evict. */
 static int evict_shared(struct meta *m, uint32_t pool_id, uint64_t skip, struct dropped **drops)
 {
-	struct pool *pool = pool_by_id(m, pool_id);
+	struct pool *pool = pool_live(m, pool_id);
 	struct page *victims[EVICT_BATCH];
 	uint64_t window, seen = 0;
 	uint64_t n = 0;
@@ -316,7 +316,7 @@ static int take_shared(struct meta *m, uint32_t pool_id, uint64_t skip, uint64_t
 	int rc, in_vain = 0; /* a lease found no chunk with a free slot */
 
 	for (;;) {
-		if (!(pool = pool_by_id(m, pool_id)))
+		if (!(pool = pool_live(m, pool_id)))
 			return -ENOENT;
 		if ((rc = slot_take(pool, slot)) != -ENOSPC)
 			break;
@@ -330,7 +330,7 @@ static int take_shared(struct meta *m, uint32_t pool_id, uint64_t skip, uint64_t
 		int lrc = lease_chunk(m, pool_id);
 		if (lrc < 0 && lrc != -ENOSPC && lrc != -EAGAIN)
 			return lrc; /* the store failed (EIO): the pool is not full */
-		if (!(pool = pool_by_id(m, pool_id)))
+		if (!(pool = pool_live(m, pool_id)))
 			return -ENOENT;
 		if ((rc = slot_take(pool, slot)) != -ENOSPC)
 			break;
@@ -351,7 +351,7 @@ static int take_shared(struct meta *m, uint32_t pool_id, uint64_t skip, uint64_t
 		}
 		if (erc != -ENOSPC)
 			return erc;
-		if (!(pool = pool_by_id(m, pool_id)))
+		if (!(pool = pool_live(m, pool_id)))
 			return -ENOENT;
 		if (!pool->ngrace && lrc != LEASE_ASKED)
 			return -ENOSPC; /* nothing here or anywhere comes free */
@@ -382,7 +382,7 @@ int meta_page_reserve(struct meta *m, uint32_t pool_id, const char *name, uint64
 	if (m->fenced)
 		return -EIO;
 	pthread_mutex_lock(&m->lock);
-	pool = pool_by_id(m, pool_id);
+	pool = pool_live(m, pool_id);
 	if (!pool) {
 		rc = -ENOENT;
 		goto out;
@@ -396,7 +396,7 @@ int meta_page_reserve(struct meta *m, uint32_t pool_id, const char *name, uint64
 	}
 	if (m->shared) {
 		rc = take_shared(m, pool_id, replace_id, &slot, &drops);
-		if (rc == 0 && !(pool = pool_by_id(m, pool_id)))
+		if (rc == 0 && !(pool = pool_live(m, pool_id)))
 			rc = -ENOENT;
 	} else {
 		rc = slot_take(pool, &slot);
@@ -448,6 +448,8 @@ int meta_page_reserve(struct meta *m, uint32_t pool_id, const char *name, uint64
 		table_add_id(&m->by_id, pend);
 		pool->pending++;
 	}
+	/* The pool's data file stays open while a reservation holds it. */
+	pool->resv++;
 	out->pool_id = pool_id;
 	out->page_id = replace_id ? replace_id : pend->id;
 	out->slot = slot;
@@ -470,6 +472,8 @@ out:
 				pool->pending--;
 				free(pend);
 			}
+			pool->resv--;
+			pool_reap(m, pool);
 			pthread_mutex_unlock(&m->lock);
 		}
 	} else if (drop) {
@@ -494,7 +498,22 @@ void meta_page_abort(struct meta *m, const struct meta_resv *r)
 	if (pool) {
 		slot_release(pool, r->slot);
 		chunk_done(pool, r->slot);
+		if (pool->resv)
+			pool->resv--;
+		pool_reap(m, pool);
 	}
+	pthread_mutex_unlock(&m->lock);
+}
+
+/* A reservation ended with its commit: the slot is its page's now. */
+static void resv_done(struct meta *m, uint32_t pool_id, uint64_t slot)
+{
+	pthread_mutex_lock(&m->lock);
+	struct pool *pool = pool_by_id(m, pool_id);
+	if (pool && pool->resv)
+		pool->resv--;
+	if (pool)
+		chunk_done(pool, slot); /* (a shared index: it may be handed over now) */
 	pthread_mutex_unlock(&m->lock);
 }
 
@@ -533,15 +552,10 @@ int meta_page_commit(struct meta *m, const struct meta_resv *r, uint64_t length,
 	pthread_mutex_unlock(&m->lock);
 
 	rc = journal_wait(m, rec);
-	if (rc < 0) {
-		meta_page_abort(m, r);
-	} else if (m->shared) {
-		pthread_mutex_lock(&m->lock);
-		struct pool *pool = pool_by_id(m, r->pool_id);
-		if (pool)
-			chunk_done(pool, r->slot); /* the slot is its page's now */
-		pthread_mutex_unlock(&m->lock);
-	}
+	if (rc < 0)
+		meta_page_abort(m, r); /* -ENOENT: the pool was removed meanwhile */
+	else
+		resv_done(m, r->pool_id, r->slot);
 	return rc;
 }
 
@@ -569,8 +583,10 @@ void meta_slot_unpin(struct meta *m, uint32_t pool_id, uint64_t slot)
 {
 	pthread_mutex_lock(&m->lock);
 	struct pool *pool = pool_by_id(m, pool_id);
-	if (pool)
+	if (pool) {
 		slot_unpin(pool, slot);
+		pool_reap(m, pool);
+	}
 	pthread_mutex_unlock(&m->lock);
 }
 
@@ -615,7 +631,7 @@ static int submit_named(struct meta *m, struct rec *r, uint32_t pool_id, const c
 {
 	pthread_mutex_lock(&m->lock);
 	struct page *p =
-		pool_by_id(m, pool_id) ? table_find_name(&m->by_name, pool_id, name, NULL) : NULL;
+		pool_live(m, pool_id) ? table_find_name(&m->by_name, pool_id, name, NULL) : NULL;
 	if (!p) {
 		pthread_mutex_unlock(&m->lock);
 		free(r);

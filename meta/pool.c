@@ -5,6 +5,12 @@
  * under meta.lock, submit the record, wait for the store, and undo the
  * memory change if the store failed. Pools stay in a list sorted by id
  * (ids only grow), which is also the readdir order of a rank directory.
+ *
+ * On a shared index a pool is removed in steps that other nodes' commits
+ * cannot slip between (retire, unlink the file, delete the row; see
+ * remove_shared and docs/DESIGN.md), and a pool removed by any node stays
+ * in the list, hidden (removed), until this node's writers and readers no
+ * longer use its data file (pool_reap).
  */
 #include "meta/internal.h"
 #include "meta/log.h"
@@ -13,7 +19,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+/* Shared index: how long rmdir waits for the other nodes to acknowledge
+ * the pool's last frees (and to release their pins) before EBUSY. */
+#define RETIRE_WAIT_MS 3000
 
 struct pool *pool_by_id(struct meta *m, uint32_t id)
 {
@@ -23,12 +35,78 @@ struct pool *pool_by_id(struct meta *m, uint32_t id)
 	return NULL;
 }
 
+struct pool *pool_live(struct meta *m, uint32_t id)
+{
+	struct pool *p = pool_by_id(m, id);
+
+	return p && !p->removed && !p->creating ? p : NULL;
+}
+
+/* Any pool of that name but a removed one (creating ones included). */
 struct pool *pool_by_name(struct meta *m, int rank, const char *ns)
 {
 	for (struct pool *p = m->pools; p; p = p->next)
-		if (p->rank == rank && strcmp(p->ns, ns) == 0)
+		if (!p->removed && p->rank == rank && strcmp(p->ns, ns) == 0)
 			return p;
 	return NULL;
+}
+
+static int pool_pinned(const struct pool *p)
+{
+	for (int b = 0; b < PIN_BUCKETS; b++)
+		if (p->pins[b])
+			return 1;
+	return 0;
+}
+
+int pool_reap(struct meta *m, struct pool *p)
+{
+	if (!p->removed || p->removing || p->resv || p->pending || pool_pinned(p))
+		return 0;
+	pool_unlink(m, p);
+	pool_free(p);
+	return 1;
+}
+
+void pool_retire(struct meta *m, struct pool *p, struct dropped **drops)
+{
+	if (p->removed)
+		return;
+	p->removed = 1;
+	/* No page row names the pool any more (commits check its row): pages
+	 * still in the mirror are removals the feed has not brought yet. */
+	while (p->lru_head) {
+		struct page *pg = p->lru_head;
+		page_unlink_committed(m, pg);
+		slot_put(p, pg->slot);
+		if (drops)
+			drops_add(drops, pg);
+		free(pg);
+	}
+	pool_reap(m, p);
+}
+
+void dirs_add(struct gone_dir **list, int rank, const char *ns)
+{
+	struct gone_dir *d = calloc(1, sizeof(*d));
+
+	if (!d)
+		return; /* only a kernel cache hint is lost */
+	d->rank = rank;
+	snprintf(d->ns, sizeof(d->ns), "%s", ns ? ns : "");
+	d->next = *list;
+	*list = d;
+}
+
+void dirs_notify(struct meta *m, struct gone_dir *d)
+{
+	while (d) {
+		struct gone_dir *next = d->next;
+		if (m->dir_cb)
+			m->dir_cb(m->dir_arg, d->rank, d->ns[0] ? d->ns : NULL);
+		free(d);
+		d = next;
+	}
 }
 
 void pool_fill_info(const struct pool *p, struct meta_pool_info *out)
@@ -79,10 +157,10 @@ void rank_set(struct meta *m, int rank, int on)
 		m->ranks[rank / 8] &= (uint8_t) ~(1u << (rank % 8));
 }
 
-static int rank_has_pools(struct meta *m, int rank)
+int rank_has_pools(struct meta *m, int rank)
 {
 	for (struct pool *p = m->pools; p; p = p->next)
-		if (p->rank == rank)
+		if (p->rank == rank && !p->removed)
 			return 1;
 	return 0;
 }
@@ -146,14 +224,16 @@ int meta_rank_create(struct meta *m, int rank)
 		return -EEXIST;
 	}
 	rank_set(m, rank, 1);
+	m->ranks_busy++;
 	r = rank_rec(m, REC_RANK_PUT, rank);
 	pthread_mutex_unlock(&m->lock);
 	int rc = r ? journal_wait(m, r) : -ENOMEM;
-	if (rc < 0) {
-		pthread_mutex_lock(&m->lock);
+	pthread_mutex_lock(&m->lock);
+	m->ranks_busy--;
+	m->ranks_made++;
+	if (rc < 0)
 		rank_set(m, rank, rank_has_pools(m, rank));
-		pthread_mutex_unlock(&m->lock);
-	}
+	pthread_mutex_unlock(&m->lock);
 	return rc;
 }
 
@@ -172,13 +252,19 @@ int meta_rank_remove(struct meta *m, int rank)
 		return rc;
 	}
 	rank_set(m, rank, 0);
+	m->ranks_busy++;
 	r = rank_rec(m, REC_RANK_DEL, rank);
 	pthread_mutex_unlock(&m->lock);
+	/* A shared index checks again that no node made a pool in it. */
 	int rc = r ? journal_wait(m, r) : -ENOMEM;
-	if (rc < 0) {
-		pthread_mutex_lock(&m->lock);
+	pthread_mutex_lock(&m->lock);
+	m->ranks_busy--;
+	m->ranks_made++;
+	if (rc < 0 && rc != -ENOENT)
 		rank_set(m, rank, 1);
-		pthread_mutex_unlock(&m->lock);
+	pthread_mutex_unlock(&m->lock);
+	if (rc == -ENOENT && m->dir_cb) {
+		m->dir_cb(m->dir_arg, rank, NULL); /* another node removed it first */
 	}
 	return rc;
 }
@@ -204,6 +290,8 @@ int meta_pool_find(struct meta *m, int rank, const char *ns, struct meta_pool_in
 {
 	pthread_mutex_lock(&m->lock);
 	struct pool *p = pool_by_name(m, rank, ns);
+	if (p && p->creating)
+		p = NULL; /* visible once its row is committed */
 	pool_fill_info(p, p ? out : NULL);
 	pthread_mutex_unlock(&m->lock);
 	return p ? 0 : -ENOENT;
@@ -212,7 +300,7 @@ int meta_pool_find(struct meta *m, int rank, const char *ns, struct meta_pool_in
 int meta_pool_get(struct meta *m, uint32_t pool_id, struct meta_pool_info *out)
 {
 	pthread_mutex_lock(&m->lock);
-	struct pool *p = pool_by_id(m, pool_id);
+	struct pool *p = pool_live(m, pool_id);
 	if (p)
 		pool_fill_info(p, out);
 	pthread_mutex_unlock(&m->lock);
@@ -230,9 +318,43 @@ static struct rec *pool_rec(struct meta *m, enum rec_type type, const struct poo
 	memcpy(r->ns, p->ns, sizeof(r->ns));
 	r->slot_size = p->slot_size;
 	r->capacity = p->capacity;
+	r->pool_update = !p->creating;
 	r->waited = 1;
 	journal_submit(m, r);
 	return r;
+}
+
+/* 1 if fd is the file at path now (0 if not or unknown). */
+static int is_file_at(int fd, const char *path)
+{
+	struct stat a, b;
+
+	return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+	       a.st_ino == b.st_ino;
+}
+
+/* Shared index, after a new pool's row was committed: the data file it
+ * opened first may have been the file of a removed pool of that name
+ * whose remover unlinked it since (the remover unlinks before the last
+ * trace of the old pool, its retired row, leaves the index, and the new
+ * row could only be inserted after that). Then the pool's file is
+ * whatever is at the path now: made again, and put behind the same fd. */
+static void same_file(struct meta *m, struct pool *p)
+{
+	int fd;
+
+	if (is_file_at(p->fd, p->data_path))
+		return;
+	if (data_open(p->data_path, p->capacity * p->slot_size, m->cfg.read_only, &fd) < 0) {
+		log_error("pool %u/%s: cannot open its data file %s again", p->rank, p->ns,
+		          p->data_path);
+		return;
+	}
+	log_info("pool %u/%s: its data file was replaced while it was made; reopened", p->rank,
+	         p->ns);
+	if (dup2(fd, p->fd) < 0)
+		log_error("pool %u/%s: dup2: %s", p->rank, p->ns, strerror(errno));
+	close(fd);
 }
 
 int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_size,
@@ -292,13 +414,18 @@ int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_siz
 	pool_link(m, p);
 	p->creating = 1;
 	rank_set(m, rank, 1);
+	m->ranks_busy++;
 	r = pool_rec(m, REC_POOL_PUT, p);
 	pool_fill_info(p, out);
 	pthread_mutex_unlock(&m->lock);
 	rc = r ? journal_wait(m, r) : -ENOMEM;
+	if (rc == 0 && m->shared)
+		same_file(m, p); /* still hidden: nobody uses its fd yet */
 	pthread_mutex_lock(&m->lock);
 	p->creating = 0;
 	p->created = ++m->pools_made;
+	m->ranks_busy--;
+	m->ranks_made++;
 	pthread_mutex_unlock(&m->lock);
 	if (rc < 0) {
 		pthread_mutex_lock(&m->lock);
@@ -319,7 +446,7 @@ int meta_pool_set(struct meta *m, uint32_t pool_id, uint64_t slot_size, uint64_t
 	if (m->cfg.read_only)
 		return -EROFS;
 	pthread_mutex_lock(&m->lock);
-	p = pool_by_id(m, pool_id);
+	p = pool_live(m, pool_id);
 	if (!p) {
 		pthread_mutex_unlock(&m->lock);
 		return -ENOENT;
@@ -360,6 +487,78 @@ int meta_pool_set(struct meta *m, uint32_t pool_id, uint64_t slot_size, uint64_t
 	return rc;
 }
 
+/*
+ * Shared index (docs/DESIGN.md, "Removing a pool"): the row is first
+ * retired (a tombstone that fails every later commit and lease in the
+ * pool) in a transaction that checks in the index that no page names the
+ * pool and no other node may still read it; then the data file goes, then
+ * the row. Called with meta.lock held and the local checks done; returns
+ * with it released.
+ */
+static int remove_shared(struct meta *m, struct pool *p)
+{
+	struct dropped *drops = NULL;
+	struct rec *r;
+	int rc;
+
+	p->removing = 1; /* keeps p allocated while the lock is released */
+	for (int waited = 0;; waited += 50) {
+		r = pool_rec(m, REC_POOL_RETIRE, p);
+		pthread_mutex_unlock(&m->lock);
+		rc = r ? journal_wait(m, r) : -ENOMEM;
+		if (rc != -EAGAIN || waited >= RETIRE_WAIT_MS)
+			break;
+		/* Another node has not yet acknowledged the pool's last frees,
+		 * or still reads a page of it that was removed: heartbeats
+		 * settle the first within a few hundred ms. */
+		struct timespec ts = {0, 50 * 1000000L};
+		sync_kick(m);
+		nanosleep(&ts, NULL);
+		pthread_mutex_lock(&m->lock);
+	}
+	if (rc < 0) {
+		if (rc == -EAGAIN)
+			log_warn("pool %u/%s not removed: another node still reads a page of it "
+			         "that was removed, or has not caught up with the removals",
+			         p->rank, p->ns);
+		int rank = p->rank;
+		char ns[META_NS_MAX + 1];
+		memcpy(ns, p->ns, sizeof(ns));
+		pthread_mutex_lock(&m->lock);
+		p->removing = 0;
+		/* -ENOENT: another node retired or removed it first (the reload
+		 * that saw it left it to this call). */
+		if (rc == -ENOENT)
+			pool_retire(m, p, &drops); /* may free p */
+		pthread_mutex_unlock(&m->lock);
+		drops_notify(m, drops);
+		if (rc == -ENOENT && m->dir_cb)
+			m->dir_cb(m->dir_arg, rank, ns);
+		return rc == -EAGAIN ? -EBUSY : rc;
+	}
+	pthread_mutex_lock(&m->lock);
+	pool_retire(m, p, &drops);
+	pthread_mutex_unlock(&m->lock);
+	drops_notify(m, drops);
+	/* No commit or lease lands in the pool now: its file may go. */
+	if (!is_file_at(p->fd, p->data_path))
+		log_warn("data file %s of removed pool %u/%s was replaced meanwhile; left alone",
+		         p->data_path, p->rank, p->ns);
+	else if (unlink(p->data_path) < 0 && errno != ENOENT)
+		log_warn("cannot remove data file %s: %s", p->data_path, strerror(errno));
+	r = pool_rec(m, REC_POOL_DEL, p);
+	rc = r ? journal_wait(m, r) : -ENOMEM;
+	if (rc < 0)
+		log_warn("pool %u/%s: its retired row stays in the index (%s); another node "
+		         "deletes it once this one is gone, or 'pagefs fsck --repair' does",
+		         p->rank, p->ns, strerror(-rc));
+	pthread_mutex_lock(&m->lock);
+	p->removing = 0;
+	pool_reap(m, p);
+	pthread_mutex_unlock(&m->lock);
+	return 0;
+}
+
 int meta_pool_remove(struct meta *m, uint32_t pool_id)
 {
 	struct pool *p;
@@ -369,19 +568,19 @@ int meta_pool_remove(struct meta *m, uint32_t pool_id)
 	if (m->cfg.read_only)
 		return -EROFS;
 	pthread_mutex_lock(&m->lock);
-	p = pool_by_id(m, pool_id);
+	p = pool_live(m, pool_id);
 	/* (A shared index's slots in their grace period hold no page.) */
-	if (!p || p->pages || p->pending || p->nused > (p->shared ? p->ngrace : 0)) {
+	if (!p || p->pages || p->pending || p->resv || pool_pinned(p) ||
+	    p->nused > (p->shared ? p->ngrace : 0)) {
 		pthread_mutex_unlock(&m->lock);
 		return p ? -ENOTEMPTY : -ENOENT;
 	}
-	if (m->shared && m->live_nodes > 1) {
-		/* Other nodes may be writing into it: only the last node removes. */
+	if (p->removing) {
 		pthread_mutex_unlock(&m->lock);
-		log_warn("pool %u/%s not removed: %u nodes serve this index", p->rank, p->ns,
-		         m->live_nodes);
-		return -EBUSY;
+		return -EBUSY; /* another rmdir of it is running here */
 	}
+	if (m->shared)
+		return remove_shared(m, p);
 	pool_unlink(m, p);
 	r = pool_rec(m, REC_POOL_DEL, p);
 	pthread_mutex_unlock(&m->lock);
@@ -405,7 +604,7 @@ int meta_pool_list(struct meta *m, int rank, uint32_t after, struct meta_pool_in
 
 	pthread_mutex_lock(&m->lock);
 	for (struct pool *p = m->pools; p && n < max; p = p->next)
-		if (p->rank == rank && p->id > after)
+		if (p->rank == rank && p->id > after && !p->removed && !p->creating)
 			pool_fill_info(p, &out[n++]);
 	pthread_mutex_unlock(&m->lock);
 	return n;

@@ -21,6 +21,8 @@ void meta_get_stats(struct meta *m, struct meta_stats *out)
 	*out = (struct meta_stats){0};
 	pthread_mutex_lock(&m->lock);
 	for (struct pool *p = m->pools; p; p = p->next) {
+		if (p->removed)
+			continue;
 		uint64_t free_slots = p->capacity > p->nused ? p->capacity - p->nused : 0;
 		out->pools++;
 		out->pages += p->pages;
@@ -55,5 +57,13 @@ void meta_set_drop_cb(struct meta *m, meta_drop_cb cb, void *arg)
 	pthread_mutex_lock(&m->lock);
 	m->drop_cb = cb;
 	m->drop_arg = arg;
+	pthread_mutex_unlock(&m->lock);
+}
+
+void meta_set_dir_cb(struct meta *m, meta_dir_cb cb, void *arg)
+{
+	pthread_mutex_lock(&m->lock);
+	m->dir_cb = cb;
+	m->dir_arg = arg;
 	pthread_mutex_unlock(&m->lock);
 }

@@ -22,6 +22,7 @@ struct store_pool_row {
 	uint16_t rank;
 	char ns[META_NS_MAX + 1];
 	uint64_t slot_size, capacity;
+	int retired; /* a shared index's tombstone (being removed): not served */
 };
 
 struct store_load_cb {
@@ -91,6 +92,10 @@ struct store_peers {
 	 * of it. malloc'd; the caller frees. */
 	size_t nwants;
 	uint64_t (*wants)[3];
+	/* Retired pool rows whose remover died, now this node's to finish
+	 * (unlink the data file, delete the row); malloc'd, the caller frees. */
+	size_t norphans;
+	struct store_pool_row *orphans;
 };
 
 struct store_sync_ops {

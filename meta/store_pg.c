@@ -39,8 +39,13 @@
 
 static const char *const stmt_sql[PG_STMT_COUNT] = {
 	[PG_COMMIT_DEL] = "DELETE FROM pagefs_pages WHERE pool=$1 AND name=$2 AND id<>$3",
+	/* Only into a pool whose row exists and is not retired (pool.c; the
+	 * record's pool lock, taken before, orders it with a removal). */
 	[PG_COMMIT_PUT] = "INSERT INTO pagefs_pages(id,pool,name,slot,length,checksum,mtime,atime,"
-			  "gen) VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9) ON CONFLICT(id) DO UPDATE SET"
+			  "gen) SELECT $1::bigint,$2::bigint,$3::bytea,$4::bigint,$5::bigint,"
+			  "$6::bigint,$7::bigint,$8::bigint,$9::bigint WHERE EXISTS(SELECT 1 FROM"
+			  " pagefs_pools WHERE id=$2::bigint AND capacity>0)"
+			  " ON CONFLICT(id) DO UPDATE SET"
 			  " name=excluded.name, slot=excluded.slot, length=excluded.length,"
 			  " checksum=excluded.checksum, mtime=excluded.mtime, atime=excluded.atime",
 	[PG_DELETE] = "DELETE FROM pagefs_pages WHERE id=$1",
@@ -48,7 +53,10 @@ static const char *const stmt_sql[PG_STMT_COUNT] = {
 			  " AND EXISTS(SELECT 1 FROM pagefs_pages WHERE id=$3)",
 	[PG_RENAME] = "UPDATE pagefs_pages SET name=$2 WHERE id=$1",
 	[PG_TOUCH] = "UPDATE pagefs_pages SET atime=$2 WHERE id=$1 AND atime<$2",
-	[PG_RANK_PUT] = "INSERT INTO pagefs_ranks(rank) VALUES($1) ON CONFLICT DO NOTHING",
+	/* The update locks the row: a rank removal waits for the pool made
+	 * in it (and then sees it), or comes first and this makes it again. */
+	[PG_RANK_PUT] = "INSERT INTO pagefs_ranks(rank) VALUES($1) ON CONFLICT(rank) DO UPDATE"
+			" SET rank=excluded.rank",
 	[PG_POOL_PUT] = "INSERT INTO pagefs_pools(id,rank,ns,slot_size,capacity)"
 			" VALUES($1,$2,$3,$4,$5) ON CONFLICT(id) DO UPDATE SET"
 			" slot_size=excluded.slot_size, capacity=excluded.capacity",
@@ -59,6 +67,25 @@ static const char *const stmt_sql[PG_STMT_COUNT] = {
 	[PG_GET_SETTING] = "SELECT value FROM pagefs_settings WHERE key=$1",
 	[PG_CHECKSUM] = "UPDATE pagefs_pages SET checksum=$3 WHERE id=$1 AND slot=$2"
 			" AND checksum IS NULL",
+	/* Removing a pool on a shared index (pool.c): a retired row has
+	 * capacity -node (the node removing it). */
+	[PG_POOL_SET] =
+		"UPDATE pagefs_pools SET slot_size=$2, capacity=$3 WHERE id=$1 AND capacity>0",
+	[PG_POOL_LIVE] = "SELECT 1 FROM pagefs_pools WHERE id=$1 AND capacity>0",
+	[PG_POOL_LOCK] = "SELECT 1 FROM pagefs_pools WHERE id=$1 AND capacity>0 FOR UPDATE",
+	/* Pages in it; or another node may still read it: pins, or frees in
+	 * it that a live node has not acknowledged (it may still list the
+	 * page). This node's own readers are checked in memory. */
+	[PG_POOL_BUSY] =
+		"SELECT EXISTS(SELECT 1 FROM pagefs_pages WHERE pool=$1::bigint),"
+		" EXISTS(SELECT 1 FROM pagefs_pins WHERE pool=$1::bigint AND node<>$2::bigint)"
+		" OR EXISTS(SELECT 1 FROM pagefs_changes WHERE pool=$1::bigint AND"
+		" freed_slot IS NOT NULL AND xid >= (SELECT min(acked) FROM pagefs_nodes"
+		" WHERE lease_until >= now() AND id<>$2::bigint))",
+	[PG_POOL_RETIRE] = "WITH c AS (DELETE FROM pagefs_chunks WHERE pool=$1::bigint)"
+			   " UPDATE pagefs_pools SET capacity=-$2::bigint WHERE id=$1::bigint",
+	[PG_RANK_LOCK] = "SELECT 1 FROM pagefs_ranks WHERE rank=$1 FOR UPDATE",
+	[PG_RANK_USED] = "SELECT EXISTS(SELECT 1 FROM pagefs_pools WHERE rank=$1)",
 };
 
 /* ---- arguments and results ---- */

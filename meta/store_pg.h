@@ -30,6 +30,13 @@ enum pg_stmt {
 	PG_SETTING,
 	PG_GET_SETTING,
 	PG_CHECKSUM,
+	PG_POOL_SET,
+	PG_POOL_LIVE,
+	PG_POOL_LOCK,
+	PG_POOL_BUSY,
+	PG_POOL_RETIRE,
+	PG_RANK_LOCK,
+	PG_RANK_USED,
 	PG_STMT_COUNT
 };
 
@@ -63,6 +70,10 @@ struct pg_store {
 /* A handover request (pagefs_wants) counts while renewed within this. */
 #define PG_WANT_FRESH "interval '3 seconds'"
 #define PG_NODE_LOCK_CLASS 1885824629 /* (class, node id): held by its sync session */
+/* A pool's removal lock (one bigint key: the schema's hash, pool id):
+ * commits and leases take it shared, a removal exclusively (pool.c). */
+#define PG_POOL_KEY(pool)                                                                          \
+	"((hashtext(coalesce(current_schema(), ''))::bigint << 32) | (" pool ")::bigint)"
 #define PG_PAGE_ID_BLOCK (1ULL << 20)
 #define PG_POOL_ID_BLOCK 64ULL
 extern const struct store_sync_ops pg_sync_ops;

@@ -72,7 +72,9 @@ static int load_pool(void *arg, const PGresult *res)
 	row.rank = (uint16_t)pg_col_i64(res, 0, 1);
 	snprintf(row.ns, sizeof(row.ns), "%.*s", PQgetlength(res, 0, 2), PQgetvalue(res, 0, 2));
 	row.slot_size = (uint64_t)pg_col_i64(res, 0, 3);
-	row.capacity = (uint64_t)pg_col_i64(res, 0, 4);
+	int64_t cap = pg_col_i64(res, 0, 4);
+	row.retired = cap <= 0; /* being removed (pool.c) */
+	row.capacity = cap > 0 ? (uint64_t)cap : 0;
 	return l->cb->pool(l->cb->arg, &row);
 }
 
@@ -153,6 +155,75 @@ static void args_page(struct pg_args *a, const struct rec *r)
 	pg_arg_i64(a, r->mtime_ns);
 	pg_arg_i64(a, r->atime_ns);
 	pg_arg_i64(a, r->gen);
+}
+
+/* Runs a statement whose zero rows mean the pool is gone: -ENOENT. */
+static int run_rows(struct pg_store *s, enum pg_stmt id, const struct pg_args *a)
+{
+	PGresult *res;
+	int rc = pg_run(s, id, a, &res);
+
+	if (rc < 0)
+		return rc;
+	rc = atoi(PQcmdTuples(res)) > 0 ? 0 : -ENOENT;
+	PQclear(res);
+	return rc;
+}
+
+/* A query's first row, column col, as a boolean (binary results). */
+static int run_flag(struct pg_store *s, enum pg_stmt id, const struct pg_args *a, int cols,
+                    int *out)
+{
+	PGresult *res;
+	int rc = pg_run(s, id, a, &res);
+
+	if (rc < 0)
+		return rc;
+	for (int c = 0; c < cols; c++)
+		out[c] = PQntuples(res) > 0 && PQnfields(res) > c && !PQgetisnull(res, 0, c) &&
+		         PQgetvalue(res, 0, c)[0] != 0;
+	rc = PQntuples(res);
+	PQclear(res);
+	return rc;
+}
+
+/* Shared index, removing an empty pool (pool.c): with the pool's lock
+ * held exclusively (pg_apply), so that every commit into it came first
+ * and is seen, or comes after and sees the pool retired, checks it and
+ * retires it. Its row is locked too, against a concurrent change. */
+static int apply_retire(struct pg_store *s, const struct rec *r)
+{
+	struct pg_args a = {0};
+	int busy[2], rc;
+
+	pg_arg_i64(&a, r->pool_id);
+	if ((rc = run_flag(s, PG_POOL_LOCK, &a, 0, busy)) <= 0)
+		return rc < 0 ? rc : -ENOENT; /* retired or removed by another node */
+	pg_arg_i64(&a, s->base.node_id);
+	if ((rc = run_flag(s, PG_POOL_BUSY, &a, 2, busy)) < 0)
+		return rc;
+	if (busy[0])
+		return -ENOTEMPTY; /* another node committed a page in it */
+	if (busy[1])
+		return -EAGAIN;
+	return run_rows(s, PG_POOL_RETIRE, &a);
+}
+
+/* Shared index, removing a rank: only while no pool (retired ones too)
+ * is in it; the lock waits for a pool being made in it (PG_RANK_PUT). */
+static int apply_rank_del(struct pg_store *s, const struct rec *r)
+{
+	struct pg_args a = {0};
+	int used = 0, rc;
+
+	pg_arg_i64(&a, r->rank);
+	if ((rc = run_flag(s, PG_RANK_LOCK, &a, 0, &used)) <= 0)
+		return rc < 0 ? rc : -ENOENT;
+	if ((rc = run_flag(s, PG_RANK_USED, &a, 1, &used)) < 0)
+		return rc;
+	if (used)
+		return -ENOTEMPTY;
+	return pg_run(s, PG_RANK_DEL, &a, NULL);
 }
 
 static int run_pool_name_id(struct pg_store *s, enum pg_stmt id, uint32_t pool, const char *name,
@@ -323,6 +394,31 @@ static int apply_bulk(struct pg_store *s, const struct rec *r)
 	const struct bulk *b = r->bulk;
 	int rc = 0;
 
+	/* The pools' removal locks first (see savepoint_locked), then each
+	 * pool must still be live: a removal that committed before the lock
+	 * was granted is seen by this later statement (-ENOENT). */
+	for (size_t i = 0; i < b->n && rc == 0 && s->base.node_id; i++) {
+		char sql[200];
+		if (i > 0 && b->pages[i]->pool == b->pages[i - 1]->pool)
+			continue;
+		for (int q = 0; q < 2 && rc == 0; q++) {
+			if (q == 0)
+				snprintf(sql, sizeof(sql),
+				         "SELECT pg_advisory_xact_lock_shared(" PG_POOL_KEY(
+						 "%u") ")",
+				         b->pages[i]->pool->id);
+			else
+				snprintf(sql, sizeof(sql),
+				         "SELECT 1 FROM pagefs_pools WHERE id=%u AND capacity>0",
+				         b->pages[i]->pool->id);
+			PGresult *res = PQexec(s->conn, sql);
+			if (PQresultStatus(res) != PGRES_TUPLES_OK)
+				rc = pg_error(s->conn, res, sql);
+			else if (q == 1 && PQntuples(res) == 0)
+				rc = -ENOENT; /* retired or removed by another node */
+			PQclear(res);
+		}
+	}
 	for (size_t i = 0; i < b->n && rc == 0; i += PG_BULK_ROWS) {
 		size_t n = b->n - i < PG_BULK_ROWS ? b->n - i : PG_BULK_ROWS;
 		rc = bulk_chunk(s, b->pages + i, n);
@@ -401,6 +497,12 @@ static int apply_lease(struct pg_store *s, struct rec *r)
 
 	if (!s->base.node_id || k <= 0)
 		return -EINVAL;
+	/* Not in a pool being removed (pg_apply took its lock). */
+	pg_arg_i64(&a, r->pool_id);
+	int live = 0, rc = run_flag(s, PG_POOL_LIVE, &a, 0, &live);
+	if (rc <= 0)
+		return rc < 0 ? rc : -ENOENT;
+	a.n = 0;
 	int64_t nchunks = (int64_t)((r->capacity_slots + (uint64_t)k - 1) / (uint64_t)k);
 	pg_arg_i64(&a, r->pool_id);
 	pg_arg_i64(&a, s->base.node_id);
@@ -563,7 +665,7 @@ static int apply_one(struct pg_store *s, struct rec *r)
 		if (rc < 0)
 			return rc;
 		args_page(&a, r);
-		return pg_run(s, PG_COMMIT_PUT, &a, NULL);
+		return run_rows(s, PG_COMMIT_PUT, &a); /* -ENOENT: the pool went */
 	case REC_UNLINK:
 	case REC_DROP:
 		return run_ids(s, PG_DELETE, 1, (int64_t)r->page_id, 0);
@@ -580,8 +682,17 @@ static int apply_one(struct pg_store *s, struct rec *r)
 	case REC_RANK_PUT:
 		return run_ids(s, PG_RANK_PUT, 1, r->rank, 0);
 	case REC_RANK_DEL:
+		if (s->base.node_id)
+			return apply_rank_del(s, r);
 		return run_ids(s, PG_RANK_DEL, 1, r->rank, 0);
 	case REC_POOL_PUT:
+		if (r->pool_update) {
+			/* Never makes a pool another node removed meanwhile again. */
+			pg_arg_i64(&a, r->pool_id);
+			pg_arg_i64(&a, (int64_t)r->slot_size);
+			pg_arg_i64(&a, (int64_t)r->capacity);
+			return run_rows(s, PG_POOL_SET, &a);
+		}
 		if ((rc = run_ids(s, PG_RANK_PUT, 1, r->rank, 0)) < 0)
 			return rc;
 		pg_arg_i64(&a, r->pool_id);
@@ -592,6 +703,8 @@ static int apply_one(struct pg_store *s, struct rec *r)
 		return pg_run(s, PG_POOL_PUT, &a, NULL);
 	case REC_POOL_DEL:
 		return run_ids(s, PG_POOL_DEL, 1, r->pool_id, 0);
+	case REC_POOL_RETIRE:
+		return apply_retire(s, r);
 	case REC_SETTING:
 		pg_arg_text(&a, r->key);
 		pg_arg_text(&a, r->value);
@@ -620,11 +733,37 @@ static int exec_simple(struct pg_store *s, const char *sql)
 	return rc;
 }
 
+/* Takes pool's removal lock, shared (a commit or lease) or exclusive (a
+ * removal), for the rest of the transaction, in the savepoint's round
+ * trip. The statements that follow see the pool's row as it is once any
+ * removal that held the lock has committed; a removal waits for every
+ * transaction that holds it shared, then sees what they wrote. An
+ * advisory lock writes nothing (a row lock would, at every commit). */
+static int savepoint_locked(struct pg_store *s, uint32_t pool, int exclusive)
+{
+	char sql[256];
+
+	snprintf(sql, sizeof(sql),
+	         "SAVEPOINT rec; SELECT pg_advisory_xact_lock%s(" PG_POOL_KEY("%u") ")",
+	         exclusive ? "" : "_shared", pool);
+	PGresult *res = PQexec(s->conn, sql);
+	int rc = PQresultStatus(res) == PGRES_TUPLES_OK ? 0 : pg_error(s->conn, res, sql);
+
+	PQclear(res);
+	return rc;
+}
+
 int pg_apply(struct store *base, struct rec *r)
 {
 	struct pg_store *s = (struct pg_store *)base;
-	int rc = exec_simple(s, "SAVEPOINT rec");
+	int rc, shared = s->base.node_id != 0;
 
+	if (shared && (r->type == REC_COMMIT || r->type == REC_LEASE))
+		rc = savepoint_locked(s, r->pool_id, 0);
+	else if (shared && r->type == REC_POOL_RETIRE)
+		rc = savepoint_locked(s, r->pool_id, 1);
+	else
+		rc = exec_simple(s, "SAVEPOINT rec");
 	r->xid = (uint64_t)s->xid;
 	if (rc < 0)
 		return rc;

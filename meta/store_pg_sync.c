@@ -164,7 +164,9 @@ static int pg_pools(struct store *base, const struct store_load_cb *cb)
 			snprintf(row.ns, sizeof(row.ns), "%.*s", PQgetlength(res, i, 2),
 			         PQgetvalue(res, i, 2));
 			row.slot_size = (uint64_t)pg_col_i64(res, i, 3);
-			row.capacity = (uint64_t)pg_col_i64(res, i, 4);
+			int64_t cap = pg_col_i64(res, i, 4);
+			row.retired = cap <= 0; /* being removed (pool.c) */
+			row.capacity = cap > 0 ? (uint64_t)cap : 0;
 			ret = cb->pool(cb->arg, &row);
 		}
 	}
@@ -303,6 +305,33 @@ static int heartbeat_txn(struct pg_store *s, const uint64_t (*pins)[2], size_t n
 			rc = -ENOMEM;
 		PQclear(res);
 	}
+	/* A pool removal whose node died between retiring the row and
+	 * deleting it (pool.c): the row keeps the name; this node takes it
+	 * over (another that takes it later finds it taken, unless this one
+	 * died too) and finishes it (sync.c). */
+	if (rc == 0 && s->heartbeats % 8 == 0) {
+		PGresult *orph = NULL;
+		a.n = 1;
+		rc = hb_exec(s,
+		             "UPDATE pagefs_pools SET capacity = -$1::bigint WHERE capacity <= 0"
+		             " AND capacity <> -$1::bigint AND NOT EXISTS(SELECT 1 FROM"
+		             " pagefs_nodes n WHERE n.id = -pagefs_pools.capacity)"
+		             " RETURNING id, rank, ns",
+		             &a, &orph);
+		int n = rc == 0 ? PQntuples(orph) : 0;
+		if (n > 0 && !(out->orphans = calloc((size_t)n, sizeof(*out->orphans))))
+			rc = -ENOMEM;
+		for (int i = 0; out->orphans && i < n; i++) {
+			struct store_pool_row *o = &out->orphans[i];
+			o->id = (uint32_t)pg_col_i64(orph, i, 0);
+			o->rank = (uint16_t)pg_col_i64(orph, i, 1);
+			snprintf(o->ns, sizeof(o->ns), "%.*s", PQgetlength(orph, i, 2),
+			         PQgetvalue(orph, i, 2));
+			o->retired = 1;
+			out->norphans++;
+		}
+		PQclear(orph);
+	}
 	/* Changes every node has seen are history: keep the table small. */
 	if (rc == 0 && ++s->heartbeats % 64 == 0) {
 		struct pg_args old = {0};
@@ -335,6 +364,9 @@ static int pg_heartbeat(struct store *base, const uint64_t (*pins)[2], size_t np
 		out->pins = NULL;
 		out->wants = NULL;
 		out->npins = out->nwants = 0;
+		free(out->orphans);
+		out->orphans = NULL;
+		out->norphans = 0;
 	}
 	return rc;
 }

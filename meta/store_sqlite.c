@@ -518,7 +518,8 @@ static int apply_one(struct sqlite_store *s, struct rec *r)
 		return apply_bulk(s, r);
 	case REC_LEASE:
 	case REC_RELEASE:
-		return -EINVAL; /* one daemon per SQLite index: no chunks */
+	case REC_POOL_RETIRE:
+		return -EINVAL; /* one daemon per SQLite index: no chunks, no retiring */
 	case REC_CHECKSUM:
 		if (!(st = stmt(s, ST_CHECKSUM)))
 			return -EIO;

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define SYNC_TICK_MS 50
 #define SYNC_BEAT_TICKS 4
@@ -72,8 +73,18 @@ static int row_pool(void *arg, const struct store_pool_row *row)
 	return 0;
 }
 
-/* Brings the pools and ranks in memory to the index's rows. 1 when it
- * must run again: the store failed, or a row collided with a pool this
+static int row_present(const struct pool_rows *pr, uint32_t id)
+{
+	for (size_t i = 0; i < pr->n; i++)
+		if (pr->rows[i].id == id)
+			return !pr->rows[i].retired;
+	return 0;
+}
+
+/* Brings the pools and ranks in memory to the index's rows: pools and
+ * ranks other nodes made appear, those they removed go (pool.c), and the
+ * kernel forgets the names of those that went (the dir callback). 1 when
+ * it must run again: the store failed, or a row collided with a pool this
  * node is creating (whose create fails if the row is another node's). */
 static int reload_pools(struct meta *m)
 {
@@ -81,12 +92,14 @@ static int reload_pools(struct meta *m)
 
 	struct pool_rows pr = {0};
 	struct store_load_cb cb = {&pr, row_rank, row_pool, NULL};
+	struct dropped *drops = NULL;
+	struct gone_dir *dirs = NULL;
 	char err[512];
 
-	/* Pools this node creates while the rows are read may be missing
-	 * from them: those are kept. */
+	/* Pools and ranks this node creates while the rows are read may be
+	 * missing from them: those are kept. */
 	pthread_mutex_lock(&m->lock);
-	uint64_t made = m->pools_made;
+	uint64_t made = m->pools_made, ranks_made = m->ranks_made;
 	pthread_mutex_unlock(&m->lock);
 	if (m->store->sync->pools(m->store, &cb) < 0) {
 		free(pr.rows);
@@ -94,9 +107,11 @@ static int reload_pools(struct meta *m)
 	}
 	for (size_t i = 0; i < pr.n; i++) {
 		const struct store_pool_row *row = &pr.rows[i];
+		if (row->retired)
+			continue; /* being removed: gone below */
 		pthread_mutex_lock(&m->lock);
 		struct pool *p = pool_by_id(m, row->id);
-		if (p) {
+		if (p && !p->removed) {
 			p->slot_size = row->slot_size;
 			p->capacity = row->capacity;
 		}
@@ -121,25 +136,37 @@ static int reload_pools(struct meta *m)
 		rank_set(m, p->rank, 1);
 		pthread_mutex_unlock(&m->lock);
 	}
-	/* Pools and ranks another node made: a rank removed elsewhere stays
-	 * here (an empty directory) until the next mount. */
 	pthread_mutex_lock(&m->lock);
-	for (int r = 0; r <= META_RANK_MAX; r++)
-		if ((pr.ranks[r / 8] >> (r % 8)) & 1 && !rank_is_set(m, r))
-			rank_set(m, r, 1);
-	/* Pools another node removed (it removes empty ones only). */
+	/* Pools another node removed (retired or deleted their rows; it
+	 * removes empty ones only). A pool whose row this node is retiring
+	 * itself is left to pool.c. */
 	for (struct pool *p = m->pools, *next; p; p = next) {
-		size_t i = 0;
 		next = p->next;
-		while (i < pr.n && pr.rows[i].id != p->id)
-			i++;
-		if (i == pr.n && !p->creating && p->created <= made && !p->pages && !p->pending &&
-		    p->nused <= p->ngrace) {
-			pool_unlink(m, p);
-			pool_free(p);
+		if (p->removed || p->removing || p->creating || p->created > made ||
+		    row_present(&pr, p->id))
+			continue;
+		dirs_add(&dirs, p->rank, p->ns);
+		pool_retire(m, p, &drops); /* may free p */
+	}
+	/* Ranks: those another node made appear; those it removed go, unless
+	 * this node made or removed one, or is doing so, meanwhile (the rows
+	 * may predate it; the next reload, which that change brings, decides). */
+	int settled = !m->ranks_busy && m->ranks_made == ranks_made;
+	for (size_t i = 0; i < pr.n; i++)
+		if (!pr.rows[i].retired)
+			pr.ranks[pr.rows[i].rank / 8] |= (uint8_t)(1u << (pr.rows[i].rank % 8));
+	for (int r = 0; r <= META_RANK_MAX; r++) {
+		int in_index = (pr.ranks[r / 8] >> (r % 8)) & 1;
+		if (in_index && !rank_is_set(m, r) && settled) {
+			rank_set(m, r, 1);
+		} else if (!in_index && rank_is_set(m, r) && settled && !rank_has_pools(m, r)) {
+			rank_set(m, r, 0);
+			dirs_add(&dirs, r, NULL);
 		}
 	}
 	pthread_mutex_unlock(&m->lock);
+	drops_notify(m, drops);
+	dirs_notify(m, dirs);
 	free(pr.rows);
 	return again;
 }
@@ -190,6 +217,29 @@ static void poll_feed(struct meta *m, struct sync *y)
 
 /* ---- heartbeat ---- */
 
+/* Pool removals whose node died half way, taken over by this node: the
+ * retired row still holds the name, so the file at the path is the
+ * removed pool's; it goes, then the row (pool.c's last two steps). */
+static void finish_orphans(struct meta *m, const struct store_pool_row *rows, size_t n)
+{
+	char path[4096];
+
+	for (size_t i = 0; i < n; i++) {
+		const struct store_pool_row *o = &rows[i];
+		struct rec *r = rec_new(REC_POOL_DEL);
+		if (!r)
+			return; /* the row stays, taken over again once this node is gone */
+		if (data_path(m, o->rank, o->ns, path, sizeof(path)) == 0 && unlink(path) < 0 &&
+		    errno != ENOENT)
+			log_warn("cannot remove data file %s: %s", path, strerror(errno));
+		log_warn("pool %u/%s: finished its removal, which a node that died left half way",
+		         o->rank, o->ns);
+		r->pool_id = o->id;
+		r->rank = o->rank;
+		journal_submit(m, r);
+	}
+}
+
 static void heartbeat(struct meta *m)
 {
 	uint64_t(*pins)[2] = NULL;
@@ -228,6 +278,8 @@ static void heartbeat(struct meta *m)
 	pthread_mutex_unlock(&m->lock);
 	drops_notify(m, drops);
 	free(peers.wants);
+	finish_orphans(m, peers.orphans, peers.norphans);
+	free(peers.orphans);
 }
 
 /* Keeps a spare block of ids so that allocation never waits for one. */

@@ -8,6 +8,7 @@ PAGEFS_TEST_PG_URI (skipped without it).
 """
 import errno
 import os
+import random
 import subprocess
 import threading
 import time
@@ -15,7 +16,8 @@ import time
 import pytest
 
 import pagefs_helpers as H
-from pagefs_helpers import assert_bytes_equal, describe, read_page, run_pagefs, write_page
+from pagefs_helpers import (assert_bytes_equal, describe, expect_errno, read_page, run_pagefs,
+                            write_page)
 from pageformat import decode_page, make_page
 
 pytestmark = pytest.mark.skipif(bool(H.PG_SKIP), reason=H.PG_SKIP)
@@ -448,3 +450,216 @@ def test_evict_none_fails_a_write_into_a_pool_another_mount_filled_with_enospc(m
     assert time.monotonic() - t0 < 3, "ENOSPC came only after a wait"
     assert pages_in_index(a) == FULL_SLOTS
     assert H.psql("SELECT count(*) FROM pagefs_wants", uri=a.meta) == "0"
+
+
+# ---- removing pools and ranks while other nodes are live ----
+#
+# A directory removed through one mount leaves the others' listings (and
+# their kernels' cached entries) within the bound pages use:
+GONE_WITHIN_S = VISIBLE_WITHIN_S
+
+
+def wait_for(cond, what, timeout=GONE_WITHIN_S):
+    """Seconds until cond() holds (fails after timeout)."""
+    t0 = time.monotonic()
+    while not cond():
+        assert time.monotonic() - t0 < timeout, f"{what} after {timeout} s"
+        time.sleep(0.01)
+    return time.monotonic() - t0
+
+
+def fsck_clean(ms):
+    for m in ms:
+        m.umount()
+    r = run_pagefs("fsck", ms[0].backing, "--meta", ms[0].meta, "--verify-data", timeout=120)
+    assert r.returncode == 0, describe(r)
+
+
+def test_an_empty_pool_removed_on_one_mount_leaves_the_others_and_can_be_made_again(mount):
+    a, b = mounts(mount, 2)
+    pool_everywhere([a, b], 0, "swa")
+    data_file = os.getxattr(a.path(0, "swa"), "user.pagefs.data_file").decode().rstrip("\0")
+    assert os.path.exists(data_file)
+    os.stat(b.path(0, "swa"))  # B's kernel now caches the entry
+    os.rmdir(a.path(0, "swa"))
+    assert not os.path.exists(a.path(0, "swa"))
+    took = wait_for(lambda: "swa" not in os.listdir(b.path(0)) and
+                    not os.path.exists(b.path(0, "swa")), "B still shows the removed pool")
+    print(f"pool removal reached the other mount in {took * 1000:.0f} ms")
+    assert not os.path.exists(data_file), "the removed pool's data file is still there"
+    expect_errno(errno.ENOENT, os.open, b.path(0, "swa", "x"), os.O_WRONLY | os.O_CREAT)
+    # Made again through B: a new pool, served by both.
+    os.mkdir(b.path(0, "swa"))
+    wait_for(lambda: os.path.isdir(a.path(0, "swa")), "the pool made again did not reach A")
+    one, two = os.urandom(7000), os.urandom(9000)
+    write_page(a.path(0, "swa", "one"), one)
+    write_page(b.path(0, "swa", "two"), two)
+    wait_visible(b.path(0, "swa", "one"), one)
+    wait_visible(a.path(0, "swa", "two"), two)
+    assert os.path.exists(data_file)
+    fsck_clean([a, b])
+
+
+def test_rmdir_of_a_pool_holding_a_page_just_committed_on_another_mount_is_enotempty(mount):
+    a, b = mounts(mount, 2)
+    pool_everywhere([a, b])
+    pages = {}
+    for i in range(10):
+        name = f"p{i}"
+        pages[name] = os.urandom(3000 + i)
+        write_page(b.path(0, "kv", name), pages[name])
+        # Right after B's close returned: A's mirror may not have it yet.
+        expect_errno(errno.ENOTEMPTY, os.rmdir, a.path(0, "kv"))
+    for m in (a, b):
+        for name, data in pages.items():
+            wait_visible(m.path(0, "kv", name), data)
+    fsck_clean([a, b])
+
+
+def test_a_write_in_flight_on_another_mount_fails_cleanly_when_the_pool_is_removed(mount):
+    a, b = mounts(mount, 2)
+    pool_everywhere([a, b], 1, "mamba")
+    fd = os.open(b.path(1, "mamba", "late"), os.O_WRONLY | os.O_CREAT)
+    os.write(fd, b"x" * 5000)
+    # B's reservation is in its memory only: the pool is empty in the index.
+    os.rmdir(a.path(1, "mamba"))
+    os.write(fd, b"y" * 100)  # into the old file: harmless, never published
+    e = expect_errno((errno.ENOENT, errno.EIO), os.close, fd)
+    print(f"the writer's close after the removal: {errno.errorcode[e.errno]}")
+    wait_for(lambda: not os.path.exists(b.path(1, "mamba")), "B still shows the removed pool")
+    expect_errno(errno.ENOENT, os.stat, a.path(1, "mamba", "late"))
+    fsck_clean([a, b])
+
+
+def test_a_reader_on_another_mount_of_a_removed_page_keeps_the_pool_until_it_closes(mount):
+    a, b = mounts(mount, 2)
+    pool_everywhere([a, b], 3, "indexer")
+    data = os.urandom(6000)
+    write_page(a.path(3, "indexer", "x"), data)
+    wait_visible(b.path(3, "indexer", "x"), data)
+    with open(b.path(3, "indexer", "x"), "rb") as reader:
+        os.unlink(a.path(3, "indexer", "x"))
+        # B still reads page x from the pool's data file: not removed.
+        t0 = time.monotonic()
+        expect_errno(errno.EBUSY, os.rmdir, a.path(3, "indexer"))
+        print(f"rmdir refused with EBUSY after {time.monotonic() - t0:.1f} s")
+        assert os.path.isdir(b.path(3, "indexer"))
+        assert_bytes_equal(reader.read(), data, "the reader on B")
+    os.rmdir(a.path(3, "indexer"))
+    wait_for(lambda: not os.path.exists(b.path(3, "indexer")), "B still shows the pool")
+    fsck_clean([a, b])
+
+
+def test_rmdir_racing_writers_on_another_mount_never_loses_a_committed_page(mount):
+    a, b = mounts(mount, 2)
+    removed = kept = 0
+    for rnd in range(12):
+        ns = f"race{rnd}"
+        pool_everywhere([a, b], 2, ns)
+        code = (
+            "import os, random, sys, time\n"
+            f"pool = {str(b.path(2, ns))!r}\n"
+            "print('go', flush=True)\n"
+            "for j in range(40):\n"
+            "    name = 'w%d' % j\n"
+            "    data = (name.encode() * 500)[:2000 + j]\n"
+            "    try:\n"
+            "        fd = os.open(os.path.join(pool, name), os.O_WRONLY | os.O_CREAT)\n"
+            "        time.sleep(random.random() * 0.02)\n"
+            "        os.write(fd, data)\n"
+            "        os.close(fd)\n"
+            "        print('ok', name, time.monotonic(), flush=True)\n"
+            "    except OSError as e:\n"
+            "        print('err', name, e.errno, time.monotonic(), flush=True)\n")
+        writer = H.spawn([H.PYTHON, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert writer.stdout.readline().strip() == b"go"
+        # Sometimes before, sometimes after the first page's commit.
+        time.sleep(random.random() * 0.04)
+        gone_at = None
+        while writer.poll() is None and gone_at is None:
+            try:
+                os.rmdir(a.path(2, ns))
+                gone_at = time.monotonic()
+            except OSError as e:
+                assert e.errno in (errno.ENOTEMPTY, errno.EBUSY), errno.errorcode[e.errno]
+                time.sleep(0.002)
+        out, err = writer.communicate(timeout=120)
+        assert writer.returncode == 0, err.decode()
+        lines = [ln.split() for ln in out.decode().splitlines()]
+        ok = [ln[1] for ln in lines if ln[0] == "ok"]
+        failed = [(ln[1], int(ln[2])) for ln in lines if ln[0] == "err"]
+        for name, code_ in failed:
+            assert code_ in (errno.ENOENT, errno.EIO), f"{name}: {errno.errorcode[code_]}"
+        if gone_at is None:
+            kept += 1
+            assert not failed, f"writes failed though the pool stayed: {failed}"
+            for m in (a, b):
+                for name in ok:
+                    want = (name.encode() * 500)[:2000 + int(name[1:])]
+                    wait_visible(m.path(2, ns, name), want)
+        else:
+            removed += 1
+            # Nothing committed can be lost: the pool was empty in the index
+            # when it went, so every write of this round failed.
+            assert not ok, f"pages reported written into a pool that was removed: {ok}"
+            wait_for(lambda: not os.path.exists(b.path(2, ns)), "B still shows the pool")
+    print(f"rounds: pool removed {removed}, pool kept (ENOTEMPTY) {kept}")
+    fsck_clean([a, b])
+
+
+def test_a_rank_removed_on_one_mount_leaves_the_others(mount):
+    a, b = mounts(mount, 2)
+    os.mkdir(a.path(7))
+    wait_for(lambda: os.path.isdir(b.path(7)), "a new rank did not reach B")
+    os.stat(b.path(7))
+    os.rmdir(a.path(7))
+    took = wait_for(lambda: "7" not in os.listdir(b.mnt) and not os.path.exists(b.path(7)),
+                    "B still shows the removed rank")
+    print(f"rank removal reached the other mount in {took * 1000:.0f} ms")
+    # A pool made in a rank on B just before A removes the rank: ENOTEMPTY.
+    os.mkdir(a.path(8))
+    wait_for(lambda: os.path.isdir(b.path(8)), "a new rank did not reach B")
+    os.mkdir(b.path(8, "kv"))
+    expect_errno(errno.ENOTEMPTY, os.rmdir, a.path(8))
+    wait_for(lambda: os.path.isdir(a.path(8, "kv")), "the pool did not reach A")
+    # The rank made again on B appears on A.
+    os.mkdir(b.path(7))
+    wait_for(lambda: os.path.isdir(a.path(7)), "the rank made again did not reach A")
+    fsck_clean([a, b])
+
+
+def test_a_removal_stopped_half_way_is_finished_by_a_live_node_or_by_fsck(mount):
+    a, b = mounts(mount, 2)
+    pool_everywhere([a, b], 5, "draft")
+    pool_everywhere([a, b], 5, "swa")
+    draft = os.getxattr(a.path(5, "draft"), "user.pagefs.data_file").decode().rstrip("\0")
+    swa = os.getxattr(a.path(5, "swa"), "user.pagefs.data_file").decode().rstrip("\0")
+    # What a node that died between the steps of a removal leaves: the
+    # pool's row retired (capacity -node), its data file still there.
+    H.psql("UPDATE pagefs_pools SET capacity = -424242 WHERE rank = 5 AND ns = 'draft'",
+           uri=a.meta)
+    # A live node takes it over (the remover is not a node) and finishes it.
+    wait_for(lambda: not os.path.exists(draft), "the half-done removal was not finished",
+             timeout=10)
+    for m in (a, b):
+        wait_for(lambda: "draft" not in os.listdir(m.path(5)), f"{m.mnt} still shows it")
+    wait_for(lambda: H.psql("SELECT count(*) FROM pagefs_pools WHERE ns = 'draft'",
+                            uri=a.meta) == "0", "its row stayed", timeout=10)
+    os.mkdir(b.path(5, "draft"))
+    wait_for(lambda: os.path.isdir(a.path(5, "draft")), "the pool made again did not reach A")
+    # With no daemon running, fsck reports it and --repair finishes it.
+    for m in (a, b):
+        m.umount()
+    H.psql("UPDATE pagefs_pools SET capacity = -424242 WHERE rank = 5 AND ns = 'swa'",
+           uri=a.meta)
+    r = run_pagefs("fsck", a.backing, "--meta", a.meta)
+    assert r.returncode != 0 and "pool-retired" in r.stdout, describe(r)
+    r = run_pagefs("fsck", a.backing, "--meta", a.meta, "--repair")
+    assert "pool-retired" in r.stdout, describe(r)
+    assert not os.path.exists(swa)
+    r = run_pagefs("fsck", a.backing, "--meta", a.meta)
+    assert r.returncode == 0, describe(r)
+    a.start(*OPTS)
+    os.mkdir(a.path(5, "swa"))
+    write_page(a.path(5, "swa", "p"), b"z" * 100)
+    a.umount()

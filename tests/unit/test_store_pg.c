@@ -10,6 +10,7 @@
 #include "fixture.h"
 #include "meta/store.h"
 
+#include <fcntl.h>
 #include <libpq-fe.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -201,6 +202,42 @@ static struct store *store_ok(void)
 	cr_assert_eq(ret, 0, "store_open: %s: %s", strerror(-ret), err);
 	ret = store_lock(s, 0, err, sizeof(err));
 	cr_assert_eq(ret, 0, "store_lock: %s: %s", strerror(-ret), err);
+	return s;
+}
+
+static int batch(struct store *s, struct rec **recs, int n, int *errs);
+
+/* A store-level pool record (page records need their pool's row). */
+static struct rec *pool_rec(enum rec_type type, uint32_t id, int rank)
+{
+	struct rec *r = rec_new(type);
+
+	cr_assert_not_null(r);
+	r->pool_id = id;
+	r->rank = (uint16_t)rank;
+	snprintf(r->ns, sizeof(r->ns), "ns%u", id);
+	r->slot_size = 4096;
+	r->capacity = 4096;
+	return r;
+}
+
+/* Runs one record in a batch of its own; returns its result. */
+static int apply_one(struct store *s, struct rec *r)
+{
+	struct rec *recs[] = {r};
+	int err = 0, ret = batch(s, recs, 1, &err);
+
+	cr_assert_eq(ret, 0, "commit: %s", strerror(-ret));
+	free(r);
+	return err;
+}
+
+/* store_ok, with the row of pool 1, which page_rec's pages are in. */
+static struct store *store_with_pool(void)
+{
+	struct store *s = store_ok();
+
+	cr_assert_eq(apply_one(s, pool_rec(REC_POOL_PUT, 1, 0)), 0);
 	return s;
 }
 
@@ -452,6 +489,58 @@ Test(store_pg, a_chunk_handed_over_waits_for_the_write_its_holder_had_in_flight_
 	meta_close(other);
 }
 
+/* A dir callback that counts what it was told. */
+struct dirs_seen {
+	int pools, ranks;
+};
+
+static void count_dirs(void *arg, int rank, const char *ns)
+{
+	struct dirs_seen *d = arg;
+
+	(void)rank;
+	if (ns)
+		__atomic_add_fetch(&d->pools, 1, __ATOMIC_SEQ_CST);
+	else
+		__atomic_add_fetch(&d->ranks, 1, __ATOMIC_SEQ_CST);
+}
+
+Test(store_pg, a_pool_removed_by_one_node_leaves_the_other_whose_writer_in_it_fails,
+     .init = pg_setup, .fini = pg_teardown)
+{
+	struct meta_pool_info pi;
+	struct dirs_seen dirs = {0};
+
+	fx_open();
+	fx_setup_pool();
+	struct meta *other = open_node();
+	meta_set_dir_cb(other, count_dirs, &dirs);
+	/* A writer on the other node: a reservation only it knows of. */
+	struct meta_resv r;
+	cr_assert_eq(meta_page_reserve(other, fx.pool, "late", 0, &r), 0);
+	struct meta_pool_info before;
+	cr_assert_eq(meta_pool_get(other, fx.pool, &before), 0);
+	cr_assert_eq(meta_pool_remove(fx.m, fx.pool), 0);
+	long ms = 0;
+	while (meta_pool_find(other, 0, "kv", &pi) == 0 && ms < 3000) {
+		sleep_ms(10);
+		ms += 10;
+	}
+	cr_assert_eq(meta_pool_find(other, 0, "kv", &pi), -ENOENT, "still there after %ld ms", ms);
+	cr_assert_eq(meta_pool_get(other, fx.pool, &pi), -ENOENT);
+	cr_assert_eq(__atomic_load_n(&dirs.pools, __ATOMIC_SEQ_CST), 1, "dir callbacks: %d",
+	             dirs.pools);
+	/* Its data file stays open for the writer, whose commit fails. */
+	cr_assert_eq(fcntl(before.data_fd, F_GETFD) >= 0, 1, "the writer's fd was closed");
+	cr_assert_eq(meta_page_commit(other, &r, 10, 1), -ENOENT);
+	cr_assert_eq(meta_page_reserve(other, fx.pool, "later", 0, &r), -ENOENT);
+	/* The name can be made again, on either node. */
+	cr_assert_eq(meta_pool_create(other, 0, "kv", 0, 0, &pi), 0);
+	cr_assert_neq(pi.id, fx.pool, "a removed pool's id came back");
+	cr_log_info("a removal reached the other node after %ld ms", ms);
+	meta_close(other);
+}
+
 Test(store_pg, an_index_of_schema_1_is_migrated_keeping_its_pages, .init = pg_setup,
      .fini = pg_teardown)
 {
@@ -595,7 +684,7 @@ Test(store_pg, an_idle_connection_lost_is_replaced_without_a_failed_commit, .ini
 Test(store_pg, a_connection_lost_in_a_batch_fails_it_with_eio_and_the_next_batch_reconnects,
      .init = pg_setup, .fini = pg_teardown)
 {
-	struct store *s = store_ok();
+	struct store *s = store_with_pool();
 	struct rec *a = page_rec(1, "a", 0), *b = page_rec(2, "b", 1);
 	int errs[2];
 
@@ -623,7 +712,7 @@ Test(store_pg, a_connection_lost_in_a_batch_fails_it_with_eio_and_the_next_batch
 
 Test(store_pg, a_record_that_breaks_a_constraint_fails_alone, .init = pg_setup, .fini = pg_teardown)
 {
-	struct store *s = store_ok();
+	struct store *s = store_with_pool();
 	/* Two names on one slot: UNIQUE(pool, slot) refuses the second. */
 	struct rec *recs[] = {page_rec(1, "a", 5), page_rec(2, "b", 5), page_rec(3, "c", 6)};
 	int errs[3];
@@ -659,7 +748,7 @@ static int iter_cb(void *arg, const struct meta_page_info *p)
 Test(store_pg, iteration_walks_a_pool_in_id_order_across_chunks_and_stops_when_asked,
      .init = pg_setup, .fini = pg_teardown)
 {
-	struct store *s = store_ok();
+	struct store *s = store_with_pool();
 	enum { N = 700 };
 	static struct rec *recs[N];
 	static int errs[N];
@@ -791,4 +880,40 @@ Test(store_pg, key_reservations_of_two_nodes_never_share_a_slot_and_keys_cross, 
 	}
 	cr_assert(found[10], "a key nobody deleted is gone");
 	meta_close(node[1]);
+}
+
+Test(store_pg, a_commit_or_lease_into_a_pool_being_removed_fails_and_a_full_pool_stays,
+     .init = pg_setup, .fini = pg_teardown)
+{
+	struct store *s = store_with_pool();
+
+	/* A pool with a page is not retired; a rank with a pool stays. */
+	cr_assert_eq(apply_one(s, page_rec(1, "a", 0)), 0);
+	cr_assert_eq(apply_one(s, pool_rec(REC_POOL_RETIRE, 1, 0)), -ENOTEMPTY);
+	struct rec *rank = pool_rec(REC_RANK_DEL, 0, 0);
+	cr_assert_eq(apply_one(s, rank), -ENOTEMPTY);
+	/* An empty pool is: then no commit and no lease lands in it. */
+	cr_assert_eq(apply_one(s, pool_rec(REC_POOL_PUT, 2, 1)), 0);
+	cr_assert_eq(apply_one(s, pool_rec(REC_POOL_RETIRE, 2, 1)), 0);
+	struct rec *late = page_rec(2, "late", 0);
+	late->pool_id = 2;
+	cr_assert_eq(apply_one(s, late), -ENOENT, "commit into a retired pool");
+	struct rec *lease = pool_rec(REC_LEASE, 2, 1);
+	lease->chunk_slots = 64;
+	lease->capacity_slots = 4096;
+	cr_assert_eq(apply_one(s, lease), -ENOENT, "lease in a retired pool");
+	struct rec *set = pool_rec(REC_POOL_PUT, 2, 1);
+	set->pool_update = 1;
+	cr_assert_eq(apply_one(s, set), -ENOENT, "a capacity change revives a retired pool");
+	cr_assert_eq(apply_one(s, pool_rec(REC_POOL_RETIRE, 2, 1)), -ENOENT, "retired twice");
+	/* Removed for good: still nothing lands in it; its rank may go. */
+	cr_assert_eq(apply_one(s, pool_rec(REC_POOL_DEL, 2, 1)), 0);
+	late = page_rec(3, "later", 1);
+	late->pool_id = 2;
+	cr_assert_eq(apply_one(s, late), -ENOENT, "commit into a removed pool");
+	cr_assert_eq(apply_one(s, pool_rec(REC_RANK_DEL, 0, 1)), 0);
+	cr_assert_eq(apply_one(s, pool_rec(REC_RANK_DEL, 0, 1)), -ENOENT);
+	struct seen seen = load_pages(s);
+	cr_assert(seen.n == 1 && seen.ids[0] == 1, "pages: %d", seen.n);
+	store_close(s);
 }
