@@ -154,6 +154,8 @@ static void apply_lease(struct meta *m, const struct rec *r)
 			slot_mark(pool, slot); /* -EEXIST: the mirror knew it */
 		if (r->grace_bits & bit)
 			grace_add(pool, slot, r->grace_xid);
+		if (r->pinned_bits & bit)
+			lease_pin_add(m, pool->id, slot); /* not evicted here meanwhile */
 	}
 }
 

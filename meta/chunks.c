@@ -20,6 +20,8 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #define CHUNK_RESERVE 2 /* empty chunks a node keeps per pool */
 
@@ -183,21 +185,59 @@ static int cmp_pin(const void *a, const void *b)
 	return x[0] != y[0] ? (x[0] < y[0] ? -1 : 1) : (x[1] < y[1] ? -1 : x[1] > y[1]);
 }
 
+static uint64_t mono_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* How long a pin a lease found counts on its own: by then every node's
+ * heartbeat (200 ms) has published its pins and this node's has read
+ * them, even from a snapshot older than the lease. */
+#define LEASE_PIN_NS (3ULL * 1000000000ULL)
+
 void peer_pins_set(struct meta *m, uint64_t (*pins)[2], size_t n)
 {
+	uint64_t now = mono_now_ns();
+	size_t kept = 0;
+
 	if (n)
 		qsort(pins, n, sizeof(*pins), cmp_pin);
 	free(m->peer_pins);
 	m->peer_pins = pins;
 	m->npeer_pins = n;
+	for (size_t i = 0; i < m->nlease_pins; i++)
+		if (m->lease_pins[i][2] > now)
+			memmove(m->lease_pins[kept++], m->lease_pins[i], sizeof(*m->lease_pins));
+	m->nlease_pins = kept;
+}
+
+void lease_pin_add(struct meta *m, uint32_t pool, uint64_t slot)
+{
+	uint64_t(*l)[3] = realloc(m->lease_pins, (m->nlease_pins + 1) * sizeof(*l));
+
+	if (!l)
+		return; /* the next heartbeat brings it (as before leases carried pins) */
+	m->lease_pins = l;
+	l[m->nlease_pins][0] = pool;
+	l[m->nlease_pins][1] = slot;
+	l[m->nlease_pins][2] = mono_now_ns() + LEASE_PIN_NS;
+	m->nlease_pins++;
 }
 
 int slot_pinned_anywhere(const struct meta *m, const struct pool *p, uint64_t slot)
 {
 	uint64_t key[2] = {p->id, slot};
 
-	return slot_pinned(p, slot) || (m->npeer_pins && bsearch(key, m->peer_pins, m->npeer_pins,
-	                                                         sizeof(*m->peer_pins), cmp_pin));
+	if (slot_pinned(p, slot) || (m->npeer_pins && bsearch(key, m->peer_pins, m->npeer_pins,
+	                                                      sizeof(*m->peer_pins), cmp_pin)))
+		return 1;
+	for (size_t i = 0; i < m->nlease_pins; i++)
+		if (m->lease_pins[i][0] == p->id && m->lease_pins[i][1] == slot)
+			return 1;
+	return 0;
 }
 
 /* ---- handover: a chunk given to a node that asked for one ---- */

@@ -162,6 +162,10 @@ struct meta {
 	struct sync *sync;        /* the sync thread (sync.c) */
 	uint64_t (*peer_pins)[2]; /* (pool, slot) other nodes' readers pin, sorted */
 	size_t npeer_pins;
+	/* (pool, slot, until ns) pins a lease found in its chunk, kept until
+	 * heartbeats have surely brought them into peer_pins (chunks.c). */
+	uint64_t (*lease_pins)[3];
+	size_t nlease_pins;
 
 	meta_drop_cb drop_cb;
 	void *drop_arg;
@@ -244,6 +248,7 @@ struct rec {
 	 * pages and those freed but still in their grace period (reusable
 	 * once every node acked grace_xid), bit i = slot i of the chunk. */
 	uint64_t chunk_slots, chunk, used_bits, grace_bits, grace_xid;
+	uint64_t pinned_bits;    /* REC_LEASE: slots of it a reader on some node pins */
 	uint64_t capacity_slots; /* REC_LEASE: the pool's capacity in slots */
 	int ask;                 /* REC_LEASE: may ask for a handover (--evict lru) */
 	/* REC_RELEASE: chunk, and in grace_bits the slots of it readers
@@ -317,6 +322,9 @@ size_t slots_pinned(const struct pool *p, uint64_t (*out)[2], size_t max);
 void peer_pins_set(struct meta *m, uint64_t (*pins)[2], size_t n);
 /* Pinned by a reader here, or elsewhere as of the last heartbeat. */
 int slot_pinned_anywhere(const struct meta *m, const struct pool *p, uint64_t slot);
+/* A lease found slot pinned by another node's reader: it counts as a
+ * peer pin at once, before the next heartbeat lists it. */
+void lease_pin_add(struct meta *m, uint32_t pool, uint64_t slot);
 void chunks_free(struct pool *p);
 
 /* Slots per chunk of a pool of that many slots: 64, or fewer for small

@@ -563,8 +563,9 @@ static void evict(struct meta *m, struct pool *pool, uint64_t n, struct drop_lis
 	for (struct page *p = pool->lru_tail, *prev; p && n; p = prev) {
 		uint64_t c = pool->shared ? chunk_of(pool, p->slot) : 0;
 		prev = p->lru_prev;
-		if (slot_pinned(pool, p->slot))
-			continue;
+		if (pool->shared ? slot_pinned_anywhere(m, pool, p->slot)
+		                 : slot_pinned(pool, p->slot))
+			continue; /* a reader here, or on another node, has it open */
 		if (pool->shared &&
 		    (held ? c >= total || !((held[c / 8] >> (c % 8)) & 1) : !chunk_owned(pool, c)))
 			continue; /* another node's page: that node evicts it */

@@ -558,6 +558,7 @@ void meta_close(struct meta *m)
 	store_close(m->store); /* releases the daemon lock */
 	pthread_mutex_destroy(&m->lock);
 	free(m->peer_pins);
+	free(m->lease_pins);
 	free(m->uri);
 	free(m->backing);
 	free(m->prefix);

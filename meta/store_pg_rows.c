@@ -570,7 +570,7 @@ static int apply_lease(struct pg_store *s, struct rec *r)
 	r->chunk = (uint64_t)pg_col_i64(res, 0, 1);
 	PQclear(res);
 	first = (int64_t)r->chunk * k;
-	r->used_bits = r->grace_bits = 0;
+	r->used_bits = r->grace_bits = r->pinned_bits = 0;
 	r->grace_xid = (uint64_t)s->xid;
 	a.n = 0;
 	pg_arg_i64(&a, r->pool_id);
@@ -600,6 +600,8 @@ static int apply_lease(struct pg_store *s, struct rec *r)
 			r->used_bits |= 1ULL << bit;
 		} else {
 			r->grace_bits |= 1ULL << bit;
+			if (xid == -1)
+				r->pinned_bits |= 1ULL << bit; /* a reader's pin (pagefs_pins) */
 			if (xid > (int64_t)r->grace_xid)
 				r->grace_xid = (uint64_t)xid;
 		}

@@ -82,7 +82,10 @@ static const char *const migrate[PG_SCHEMA_VERSION + 1] = {
 	      "CREATE TRIGGER pagefs_ranks_change AFTER INSERT OR DELETE ON pagefs_ranks"
 	      " FOR EACH STATEMENT EXECUTE FUNCTION pagefs_pool_change();",
 	/* 2 -> 3: chunk handover; a node that finds no chunk asks for one
-	 * (renewed while it waits; stale after a few seconds). */
+	 * (renewed while it waits; stale after a few seconds). Version 3 also
+	 * means the pool removal protocol (a retired pool row has capacity
+	 * -node; commits and leases take the pool's advisory lock), which a
+	 * version-2 binary would not follow: it refuses the index. */
 	[2] = "CREATE TABLE pagefs_wants(node bigint NOT NULL REFERENCES pagefs_nodes(id)"
 	      " ON DELETE CASCADE, pool bigint NOT NULL, since timestamptz NOT NULL"
 	      " DEFAULT now(), PRIMARY KEY(node, pool));",

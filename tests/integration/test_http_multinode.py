@@ -275,3 +275,51 @@ def test_a_node_in_a_full_pool_evicts_only_its_own_pages(nodes):
     assert a.client.exists(0, bkeys) == [True] * 20, "node A evicted node B's pages"
     assert b.client.exists(0, bkeys) == [True] * 20
     assert not all(a.client.exists(0, written)), "nothing of A's was evicted"
+
+
+def test_a_node_arriving_in_a_pool_another_filled_gets_pages_by_global_eviction(nodes):
+    """Node A fills the pool through the protocol; node B, which holds no
+    chunk of it, then writes: its leases take a chunk A hands over (A is
+    over its fair share), so B's reservations stop answering -1 within a
+    bounded time, A's oldest pages make the room, and no page index is
+    ever held by two keys."""
+    a, b = nodes(2)
+    initialize_together([a.client, b.client], 64)  # chunks of 2 slots
+    akeys = [f"a{i}" for i in range(64)]
+    res = a.client.reserve_and_allocate_page_indices(0, [[k, ""] for k in akeys])
+    got = [(k, i) for k, (_, i) in zip(akeys, res) if i >= 0]
+    assert len(got) >= 60, f"node A got {len(got)} of 64 pages in an empty pool"
+    a.client.confirm_write(0, [list(x) for x in got], [])
+    wait_for(lambda: all(b.client.exists(0, [k for k, _ in got])), True, "A's keys on B")
+    written, n, t0, first = [], 0, time.monotonic(), None
+    while time.monotonic() - t0 < 30 and len(written) < 24:
+        k = f"b{n}"
+        n += 1
+        (_, s), = b.client.reserve_and_allocate_page_indices(0, [[k, ""]])
+        if s < 0:
+            time.sleep(0.05)
+            continue
+        first = first if first is not None else time.monotonic() - t0
+        b.client.confirm_write(0, [[k, s]], [])
+        written.append(k)
+    assert len(written) >= 24, (
+        f"node B wrote {len(written)} keys in 30 s into a pool node A filled: "
+        "no chunk was handed over")
+    print(f"B's first page after {first:.2f} s")
+    allkeys = [k for k, _ in got] + written
+    # Once both mirrors agree: every key present maps to its own page.
+    def settled():
+        ia = a.client.get_page_indices(0, allkeys)
+        ib = b.client.get_page_indices(0, allkeys)
+        return ia if ia == ib else None
+    t1 = time.monotonic()
+    idx = settled()
+    while idx is None:
+        assert time.monotonic() - t1 < VISIBLE_WITHIN_S * 2, "the nodes' mirrors disagree"
+        time.sleep(0.05)
+        idx = settled()
+    live = [i for i in idx if i is not None]
+    assert len(live) == len(set(live)), f"a page index held by two keys: {sorted(live)}"
+    assert len(live) <= 64
+    assert idx[-1] is not None, "node B's newest key is gone"
+    assert any(i is None for i in idx[:len(got)]), "none of A's pages was evicted"
