@@ -147,6 +147,7 @@ static void apply_lease(struct meta *m, const struct rec *r)
 	if (!pool || chunk_own(pool, r->chunk) < 0)
 		return;
 	uint64_t k = pool->chunk_slots;
+	pool->lease_from = r->chunk + 1; /* (past the end: the store starts anywhere) */
 
 	for (uint64_t i = 0; i < k && r->chunk * k + i < pool->capacity; i++) {
 		uint64_t slot = r->chunk * k + i, bit = 1ULL << i;

@@ -95,6 +95,10 @@ struct pool {
 	uint64_t hwm;
 	uint64_t nused; /* set bits */
 	uint64_t scan;  /* no clear bit below this index */
+	/* Shared index: where the next chunk lease starts looking (after the
+	 * last chunk leased), so a lease does not walk past the chunks this
+	 * node already holds. */
+	uint64_t lease_from;
 
 	struct pin *pins[PIN_BUCKETS];
 	struct page *lru_head, *lru_tail;
@@ -250,6 +254,7 @@ struct rec {
 	uint64_t chunk_slots, chunk, used_bits, grace_bits, grace_xid;
 	uint64_t pinned_bits;    /* REC_LEASE: slots of it a reader on some node pins */
 	uint64_t capacity_slots; /* REC_LEASE: the pool's capacity in slots */
+	uint64_t lease_from;     /* REC_LEASE: the chunk to start looking at (0: anywhere) */
 	int ask;                 /* REC_LEASE: may ask for a handover (--evict lru) */
 	/* REC_RELEASE: chunk, and in grace_bits the slots of it readers
 	 * here pin. */

@@ -383,6 +383,7 @@ static int keys_lease(struct meta *m, uint32_t pool_id, struct kpool *kp)
 	r->pool_id = pool_id;
 	r->chunk_slots = pool->chunk_slots;
 	r->capacity_slots = pool->capacity;
+	r->lease_from = pool->lease_from;
 	r->ask = 1; /* the protocol always evicts: a full unheld chunk, or a handover */
 	r->waited = 1;
 	journal_submit(m, r);

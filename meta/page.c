@@ -209,6 +209,7 @@ static int lease_chunk(struct meta *m, uint32_t pool_id)
 	lease->pool_id = pool_id;
 	lease->chunk_slots = pool->chunk_slots;
 	lease->capacity_slots = pool->capacity;
+	lease->lease_from = pool->lease_from;
 	lease->ask = m->cfg.evict == META_EVICT_LRU; /* (others evict for it) */
 	lease->waited = 1;
 	journal_submit(m, lease);

@@ -509,8 +509,13 @@ static int apply_lease(struct pg_store *s, struct rec *r)
 	pg_arg_i64(&a, nchunks);
 	pg_arg_i64(&a, k);
 	pg_arg_i64(&a, (int64_t)r->capacity_slots);
-	/* Nodes start looking at different places, so they seldom collide. */
-	pg_arg_i64(&a, (int64_t)((uint64_t)s->base.node_id * 7919u % (uint64_t)nchunks));
+	/* After the chunk this node leased last (the chunks below it are
+	 * mostly its own, or were full), else at a place of its own: nodes
+	 * start looking at different places, so they seldom collide. */
+	uint64_t from = r->lease_from > 0 && r->lease_from < (uint64_t)nchunks
+	                        ? r->lease_from
+	                        : (uint64_t)s->base.node_id * 7919u % (uint64_t)nchunks;
+	pg_arg_i64(&a, (int64_t)from);
 	pg_arg_i64(&f, r->pool_id);
 	pg_arg_i64(&f, s->base.node_id);
 	pg_arg_i64(&f, k);
