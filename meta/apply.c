@@ -68,6 +68,19 @@ static void remove_other(struct meta *m, const struct rec *r, struct pool *pool,
 	free(old);
 }
 
+/* A page takes its slot, length, checksum and times from the store's
+ * row (or record), unverified until its next read. */
+static void page_take_row(struct page *p, const struct rec *r)
+{
+	p->slot = r->slot;
+	p->length = r->length;
+	p->checksum = r->checksum;
+	p->has_checksum = (uint8_t)r->has_checksum;
+	p->mtime_ns = r->mtime_ns;
+	p->atime_ns = p->atime_saved_ns = r->atime_ns;
+	p->verified = 0;
+}
+
 static void apply_commit(struct meta *m, const struct rec *r, struct dropped **drops)
 {
 	struct pool *pool = pool_by_id(m, r->pool_id);
@@ -101,13 +114,7 @@ static void apply_commit(struct meta *m, const struct rec *r, struct dropped **d
 		p->gen = r->gen;
 		p->name_hash = name_hash(pool->id, p->name, p->name_len);
 	}
-	p->slot = r->slot;
-	p->length = r->length;
-	p->checksum = r->checksum;
-	p->has_checksum = (uint8_t)r->has_checksum;
-	p->mtime_ns = r->mtime_ns;
-	p->atime_ns = p->atime_saved_ns = r->atime_ns;
-	p->verified = 0;
+	page_take_row(p, r);
 	if (p->committed) {
 		pool->bytes += p->length;
 		lru_touch(pool, p);
@@ -225,14 +232,8 @@ void apply_remote(struct meta *m, const struct store_change *c, struct dropped *
 		p->name_hash = name_hash(pool->id, p->name, p->name_len);
 		slot_mark(pool, r->slot);
 	}
-	p->slot = r->slot;
-	p->length = r->length;
-	p->checksum = r->checksum;
-	p->has_checksum = (uint8_t)r->has_checksum;
-	p->mtime_ns = r->mtime_ns;
-	p->atime_ns = p->atime_saved_ns = r->atime_ns;
+	page_take_row(p, r);
 	p->gen = r->gen;
-	p->verified = 0;
 	if (!p->committed)
 		page_link_committed(m, p);
 	drops_add(drops, p);

@@ -216,14 +216,17 @@ void peer_pins_set(struct meta *m, uint64_t (*pins)[2], size_t n)
 
 void lease_pin_add(struct meta *m, uint32_t pool, uint64_t slot)
 {
-	uint64_t(*l)[3] = realloc(m->lease_pins, (m->nlease_pins + 1) * sizeof(*l));
-
-	if (!l)
-		return; /* the next heartbeat brings it (as before leases carried pins) */
-	m->lease_pins = l;
-	l[m->nlease_pins][0] = pool;
-	l[m->nlease_pins][1] = slot;
-	l[m->nlease_pins][2] = mono_now_ns() + LEASE_PIN_NS;
+	if (m->nlease_pins == m->lease_pins_cap) {
+		size_t cap = m->lease_pins_cap ? m->lease_pins_cap * 2 : 16;
+		uint64_t(*l)[3] = realloc(m->lease_pins, cap * sizeof(*l));
+		if (!l)
+			return; /* the next heartbeat brings it (as before leases carried pins) */
+		m->lease_pins = l;
+		m->lease_pins_cap = cap;
+	}
+	m->lease_pins[m->nlease_pins][0] = pool;
+	m->lease_pins[m->nlease_pins][1] = slot;
+	m->lease_pins[m->nlease_pins][2] = mono_now_ns() + LEASE_PIN_NS;
 	m->nlease_pins++;
 }
 

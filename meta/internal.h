@@ -169,7 +169,7 @@ struct meta {
 	/* (pool, slot, until ns) pins a lease found in its chunk, kept until
 	 * heartbeats have surely brought them into peer_pins (chunks.c). */
 	uint64_t (*lease_pins)[3];
-	size_t nlease_pins;
+	size_t nlease_pins, lease_pins_cap;
 
 	meta_drop_cb drop_cb;
 	void *drop_arg;

@@ -312,11 +312,20 @@ static void tb_hex(struct tbuf *b, const void *bytes, size_t n)
 	b->p[b->len] = '\0';
 }
 
+/* Runs one statement of a bulk record over the columns' arrays in a. */
+static int bulk_exec(struct pg_store *s, const char *sql, const struct pg_args *a, const char *what)
+{
+	PGresult *res = PQexecParams(s->conn, sql, a->n, NULL, a->val, a->len, a->fmt, 1);
+	int rc = PQresultStatus(res) == PGRES_COMMAND_OK ? 0 : pg_error(s->conn, res, what);
+
+	PQclear(res);
+	return rc;
+}
+
 static int bulk_chunk(struct pg_store *s, struct page *const *pages, size_t n)
 {
 	struct tbuf col[PG_BULK_COLS] = {0};
 	struct pg_args a = {0};
-	PGresult *res;
 	int rc = 0;
 
 	for (int c = 0; c < PG_BULK_COLS; c++)
@@ -346,25 +355,21 @@ static int bulk_chunk(struct pg_store *s, struct page *const *pages, size_t n)
 	if (rc == 0) {
 		for (int c = 0; c < 3; c++)
 			pg_arg_text(&a, col[c].p);
-		res = PQexecParams(
-			s->conn,
-			/* LATERAL: one index probe per name, whatever the
-		                    * planner guesses of the arrays' length */
-			"DELETE FROM pagefs_pages WHERE id IN (SELECT q.id FROM"
-			" unnest($1::text::bigint[], $2::text::bigint[], $3::text::text[])"
-			" AS t(id, pool, name), LATERAL (SELECT id FROM pagefs_pages p"
-			" WHERE p.pool = t.pool AND p.name = decode(t.name, 'hex')"
-			" AND p.id <> t.id) AS q)",
-			a.n, NULL, a.val, a.len, a.fmt, 1);
-		if (PQresultStatus(res) != PGRES_COMMAND_OK)
-			rc = pg_error(s->conn, res, "bulk delete");
-		PQclear(res);
+		/* LATERAL: one index probe per name, whatever the planner
+		 * guesses of the arrays' length. */
+		rc = bulk_exec(s,
+		               "DELETE FROM pagefs_pages WHERE id IN (SELECT q.id FROM"
+		               " unnest($1::text::bigint[], $2::text::bigint[], $3::text::text[])"
+		               " AS t(id, pool, name), LATERAL (SELECT id FROM pagefs_pages p"
+		               " WHERE p.pool = t.pool AND p.name = decode(t.name, 'hex')"
+		               " AND p.id <> t.id) AS q)",
+		               &a, "bulk delete");
 	}
 	if (rc == 0) {
 		for (int c = 3; c < PG_BULK_COLS; c++)
 			pg_arg_text(&a, col[c].p);
-		res = PQexecParams(
-			s->conn,
+		rc = bulk_exec(
+			s,
 			"INSERT INTO "
 			"pagefs_pages(id,pool,name,slot,length,checksum,mtime,atime,gen)"
 			" SELECT DISTINCT ON (pool, name) id, pool, decode(name, 'hex'), slot, "
@@ -379,13 +384,30 @@ static int bulk_chunk(struct pg_store *s, struct page *const *pages, size_t n)
 			" ord) ORDER BY pool, name, ord DESC ON CONFLICT(id) DO UPDATE SET"
 			" name=excluded.name, slot=excluded.slot, length=excluded.length,"
 			" checksum=excluded.checksum, mtime=excluded.mtime, atime=excluded.atime",
-			a.n, NULL, a.val, a.len, a.fmt, 1);
-		if (PQresultStatus(res) != PGRES_COMMAND_OK)
-			rc = pg_error(s->conn, res, "bulk insert");
-		PQclear(res);
+			&a, "bulk insert");
 	}
 	for (int c = 0; c < PG_BULK_COLS; c++)
 		free(col[c].p);
+	return rc;
+}
+
+/* Takes the pool's removal lock, shared (a commit, lease or bulk
+ * confirm) or exclusive (a removal), for the rest of the transaction;
+ * before: SQL sent in the same round trip ("SAVEPOINT rec; " or "").
+ * The statements that follow see the pool's row as it is once any
+ * removal that held the lock has committed; a removal waits for every
+ * transaction that holds it shared, then sees what they wrote. An
+ * advisory lock writes nothing (a row lock would, at every commit). */
+static int pool_lock(struct pg_store *s, const char *before, uint32_t pool, int exclusive)
+{
+	char sql[256];
+
+	snprintf(sql, sizeof(sql), "%sSELECT pg_advisory_xact_lock%s(" PG_POOL_KEY("%u") ")",
+	         before, exclusive ? "" : "_shared", pool);
+	PGresult *res = PQexec(s->conn, sql);
+	int rc = PQresultStatus(res) == PGRES_TUPLES_OK ? 0 : pg_error(s->conn, res, sql);
+
+	PQclear(res);
 	return rc;
 }
 
@@ -394,30 +416,19 @@ static int apply_bulk(struct pg_store *s, const struct rec *r)
 	const struct bulk *b = r->bulk;
 	int rc = 0;
 
-	/* The pools' removal locks first (see savepoint_locked), then each
-	 * pool must still be live: a removal that committed before the lock
-	 * was granted is seen by this later statement (-ENOENT). */
+	/* The pools' removal locks first (see pool_lock), then each pool
+	 * must still be live: a removal that committed before the lock was
+	 * granted is seen by this later statement (-ENOENT). */
 	for (size_t i = 0; i < b->n && rc == 0 && s->base.node_id; i++) {
-		char sql[200];
-		if (i > 0 && b->pages[i]->pool == b->pages[i - 1]->pool)
+		uint32_t pool = b->pages[i]->pool->id;
+		if (i > 0 && b->pages[i - 1]->pool->id == pool)
 			continue;
-		for (int q = 0; q < 2 && rc == 0; q++) {
-			if (q == 0)
-				snprintf(sql, sizeof(sql),
-				         "SELECT pg_advisory_xact_lock_shared(" PG_POOL_KEY(
-						 "%u") ")",
-				         b->pages[i]->pool->id);
-			else
-				snprintf(sql, sizeof(sql),
-				         "SELECT 1 FROM pagefs_pools WHERE id=%u AND capacity>0",
-				         b->pages[i]->pool->id);
-			PGresult *res = PQexec(s->conn, sql);
-			if (PQresultStatus(res) != PGRES_TUPLES_OK)
-				rc = pg_error(s->conn, res, sql);
-			else if (q == 1 && PQntuples(res) == 0)
-				rc = -ENOENT; /* retired or removed by another node */
-			PQclear(res);
-		}
+		struct pg_args a = {0};
+		int live = 0;
+		pg_arg_i64(&a, pool);
+		if ((rc = pool_lock(s, "", pool, 0)) == 0 &&
+		    (rc = run_flag(s, PG_POOL_LIVE, &a, 0, &live)) >= 0)
+			rc = rc > 0 ? 0 : -ENOENT; /* retired or removed by another node */
 	}
 	for (size_t i = 0; i < b->n && rc == 0; i += PG_BULK_ROWS) {
 		size_t n = b->n - i < PG_BULK_ROWS ? b->n - i : PG_BULK_ROWS;
@@ -740,35 +751,15 @@ static int exec_simple(struct pg_store *s, const char *sql)
 	return rc;
 }
 
-/* Takes pool's removal lock, shared (a commit or lease) or exclusive (a
- * removal), for the rest of the transaction, in the savepoint's round
- * trip. The statements that follow see the pool's row as it is once any
- * removal that held the lock has committed; a removal waits for every
- * transaction that holds it shared, then sees what they wrote. An
- * advisory lock writes nothing (a row lock would, at every commit). */
-static int savepoint_locked(struct pg_store *s, uint32_t pool, int exclusive)
-{
-	char sql[256];
-
-	snprintf(sql, sizeof(sql),
-	         "SAVEPOINT rec; SELECT pg_advisory_xact_lock%s(" PG_POOL_KEY("%u") ")",
-	         exclusive ? "" : "_shared", pool);
-	PGresult *res = PQexec(s->conn, sql);
-	int rc = PQresultStatus(res) == PGRES_TUPLES_OK ? 0 : pg_error(s->conn, res, sql);
-
-	PQclear(res);
-	return rc;
-}
-
 int pg_apply(struct store *base, struct rec *r)
 {
 	struct pg_store *s = (struct pg_store *)base;
 	int rc, shared = s->base.node_id != 0;
 
 	if (shared && (r->type == REC_COMMIT || r->type == REC_LEASE))
-		rc = savepoint_locked(s, r->pool_id, 0);
+		rc = pool_lock(s, "SAVEPOINT rec; ", r->pool_id, 0);
 	else if (shared && r->type == REC_POOL_RETIRE)
-		rc = savepoint_locked(s, r->pool_id, 1);
+		rc = pool_lock(s, "SAVEPOINT rec; ", r->pool_id, 1);
 	else
 		rc = exec_simple(s, "SAVEPOINT rec");
 	r->xid = (uint64_t)s->xid;

@@ -70,6 +70,20 @@ class MetaClient:
             return r.status_code, r.text
 
 
+def write_pages(data_file, keys, indices, page_size):
+    """Writes random bytes for each key at page_index * page_size of the
+    pool's data file, as SGLang's USRBIO client does; returns {key: bytes}."""
+    data = {}
+    fd = os.open(data_file, os.O_WRONLY)
+    try:
+        for k, idx in zip(keys, indices):
+            data[k] = os.urandom(page_size)
+            H.write_all(fd, data[k], idx * page_size)
+    finally:
+        os.close(fd)
+    return data
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -197,14 +197,7 @@ def test_bytes_written_for_a_key_on_one_mount_are_read_through_another(mount):
     initialize_together([ca, cb], 64)
     keys = [f"{i:064x}_Qwen-Qwen3-32B_0_2" for i in range(4)]
     res = ca.reserve_and_allocate_page_indices(0, [[k, ""] for k in keys])
-    data = {}
-    fd = os.open(a.backing / "hicache.0.bin", os.O_WRONLY)
-    try:
-        for k, (_, idx) in zip(keys, res):
-            data[k] = os.urandom(PAGE)
-            H.write_all(fd, data[k], idx * PAGE)  # as USRBIO would
-    finally:
-        os.close(fd)
+    data = MC.write_pages(a.backing / "hicache.0.bin", keys, [i for _, i in res], PAGE)
     ca.confirm_write(0, [[k, i] for k, (_, i) in zip(keys, res)], [])
     for k, (_, idx) in zip(keys, res):
         p = b.path(0, "kv", k)

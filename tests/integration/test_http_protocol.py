@@ -69,14 +69,7 @@ def test_http_written_pages_are_files_in_the_tree(mount, top_down):
     if top_down:
         assert slots == [15, 14, 13], "new pages come from the top of the pool down"
     assert len(set(slots)) == 3 and all(0 <= i < 16 for i in slots), slots
-    data = {}
-    fd = os.open(m.backing / "hicache.0.bin", os.O_WRONLY)
-    try:
-        for k, (_, idx) in zip(keys, res):
-            data[k] = os.urandom(PAGE)
-            H.write_all(fd, data[k], idx * PAGE)  # as USRBIO would
-    finally:
-        os.close(fd)
+    data = MC.write_pages(m.backing / "hicache.0.bin", keys, slots, PAGE)
     c.confirm_write(0, [[k, idx] for k, (_, idx) in zip(keys, res)], [])
     for k, (_, idx) in zip(keys, res):
         p = m.path(0, "kv", k)
@@ -395,12 +388,7 @@ def test_page_confirmed_over_http_appears_where_a_miss_was_cached(mount):
     assert not os.path.exists(p), "no such page yet"
     assert not os.path.exists(p), "the miss is now cached by the kernel"
     (_, idx), = c.reserve_and_allocate_page_indices(0, [[key, ""]])
-    data = os.urandom(PAGE)
-    fd = os.open(m.backing / "hicache.0.bin", os.O_WRONLY)
-    try:
-        H.write_all(fd, data, idx * PAGE)
-    finally:
-        os.close(fd)
+    data = MC.write_pages(m.backing / "hicache.0.bin", [key], [idx], PAGE)[key]
     c.confirm_write(0, [[key, idx]], [])
     deadline = time.monotonic() + 2
     while not os.path.exists(p) and time.monotonic() < deadline:
