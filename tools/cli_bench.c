@@ -40,7 +40,7 @@ static void usage(FILE *out)
 	        "Usage: pagefs bench [--quick] [--backing DIR] [--backing-fuse] [--json FILE]\n"
 	        "                    [--plot FILE.png] [--sizes LIST] [--clients LIST]\n"
 	        "                    [--meta URI] [--pages N] [--pt-cache MODE]\n"
-	        "                    [--repeat N]\n"
+	        "                    [--repeat N] [--workloads LIST]\n"
 	        "       pagefs bench --scale N [--backing DIR] [--meta URI]\n"
 	        "       pagefs bench --mounts LIST --meta postgres://... [--clients N] [--pages "
 	        "N]\n"
@@ -68,6 +68,9 @@ static void usage(FILE *out)
 	        "                        never: direct I/O, as pagefs page files)\n"
 	        "  -R, --repeat N        rounds of read, exists and list; the median is\n"
 	        "                        reported (default 3, 1 with --quick)\n"
+	        "  -W, --workloads LIST  report only these of write, read-cold, read-hot,\n"
+	        "                        exists, list, delete (write and delete always run:\n"
+	        "                        the others need the pages, and the run cleans up)\n"
 	        "  -M, --mounts LIST     commits/s of LIST daemons (e.g. 1,2,4) writing into\n"
 	        "                        one index over one backing; more than one needs\n"
 	        "                        --meta postgres://... (a fresh schema per run)\n"
@@ -111,6 +114,31 @@ static int parse_list(const char *arg, const char *what, int sizes, struct bench
 	return 0;
 }
 
+/* --workloads LIST: a mask of bench_workload bits. */
+static int parse_workloads(const char *arg, struct bench_opts *o)
+{
+	char buf[128], *save = NULL;
+
+	if (bench_fmt(buf, sizeof(buf), "%s", arg) < 0)
+		return cli_usage_error(BENCH_CMD, "--workloads: list too long");
+	o->workloads = 0;
+	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		int w = 0;
+
+		while (w < W_COUNT && strcmp(t, bench_workload_names[w]) != 0)
+			w++;
+		if (w == W_COUNT)
+			return cli_usage_error(BENCH_CMD,
+			                       "--workloads: '%s' is not one of write, read-cold, "
+			                       "read-hot, exists, list, delete",
+			                       t);
+		o->workloads |= 1U << w;
+	}
+	if (!o->workloads)
+		return cli_usage_error(BENCH_CMD, "--workloads: empty list");
+	return 0;
+}
+
 static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
 	static const struct option longopts[] = {
@@ -128,6 +156,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{"pt-cache", required_argument, NULL, 'C'},
 		{"repeat", required_argument, NULL, 'R'},
 		{"mounts", required_argument, NULL, 'M'},
+		{"workloads", required_argument, NULL, 'W'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -136,7 +165,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 
 	memset(o, 0, sizeof(*o));
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "qb:Fj:p:s:c:m:S:L:P:C:R:M:h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "qb:Fj:p:s:c:m:S:L:P:C:R:M:W:h", longopts, NULL)) !=
+	       -1) {
 		switch (c) {
 		case 'q':
 			o->quick = 1;
@@ -229,6 +259,10 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 				return cli_usage_error(BENCH_CMD, "--mounts: empty list");
 			break;
 		}
+		case 'W':
+			if ((ret = parse_workloads(optarg, o)) != 0)
+				return ret;
+			break;
 		case 'h':
 			usage(stdout);
 			return -1;
@@ -258,6 +292,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 	}
 	if (!o->repeat)
 		o->repeat = o->quick ? 1 : 3;
+	if (!o->workloads)
+		o->workloads = (1U << W_COUNT) - 1;
 	if (!o->pt_cache)
 		o->pt_cache = "never";
 	o->budget = o->quick ? (32ULL << 20) : (256ULL << 20);
@@ -371,6 +407,16 @@ static void unprepare(const struct bench_env *env, uint64_t size, long clients)
 	}
 }
 
+/* 1 if workload w is reported; 0 if it runs unreported (write and delete
+ * always run: the others need the pages, and the run cleans up); -1 if it
+ * does not run. */
+static int reported(const struct bench_opts *o, enum bench_workload w)
+{
+	if (o->workloads & (1U << w))
+		return 1;
+	return w == W_WRITE || w == W_DELETE ? 0 : -1;
+}
+
 /* Rounds of a workload: the ones that leave the pages as they found them
  * repeat (the median is reported); write and delete run once. */
 static int repeats(const struct bench_opts *o, enum bench_workload w)
@@ -437,7 +483,8 @@ static int run_matrix(struct bench_env *env, const struct bench_opts *o, struct 
 
 	for (int w = 0; w < W_COUNT; w++)
 		for (int c = 0; c < C_COUNT; c++)
-			total += takes_part((enum bench_workload)w, (enum bench_contender)c);
+			total += reported(o, (enum bench_workload)w) > 0 &&
+			         takes_part((enum bench_workload)w, (enum bench_contender)c);
 	total *= o->nsizes * o->nclients;
 	rs = calloc((size_t)total, sizeof(*rs));
 	if (!rs)
@@ -459,13 +506,15 @@ static int run_matrix(struct bench_env *env, const struct bench_opts *o, struct 
 				return -1;
 			for (int w = 0; w < W_COUNT; w++) {
 				enum bench_contender order[C_COUNT];
-				int k = 0;
+				int k = 0, rep_w = reported(o, (enum bench_workload)w);
 
+				if (rep_w < 0)
+					continue;
 				for (int c = 0; c < C_COUNT; c++)
 					if (takes_part((enum bench_workload)w,
 					               (enum bench_contender)c))
 						order[k++] = (enum bench_contender)c;
-				int reps = repeats(o, (enum bench_workload)w);
+				int reps = rep_w ? repeats(o, (enum bench_workload)w) : 1;
 				struct bench_result tries[C_COUNT][MAX_REPEAT];
 
 				for (int rep = 0; rep < reps; rep++, turn++) {
@@ -478,7 +527,7 @@ static int run_matrix(struct bench_env *env, const struct bench_opts *o, struct 
 							return -1;
 					}
 				}
-				for (int r = 0; r < k; r++) {
+				for (int r = 0; r < k && rep_w; r++) {
 					rs[done] = median(tries[order[r]], reps);
 					done++;
 					*nout = done;

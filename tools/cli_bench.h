@@ -49,6 +49,7 @@ struct bench_opts {
 	uint64_t pages;              /* --pages: pages per measurement (0: from budget) */
 	long mounts[BENCH_MAX_LIST]; /* --mounts: daemons on one index, per run */
 	int nmounts;
+	unsigned workloads; /* --workloads: bit w reports workload w (0: all) */
 };
 
 /* Set by SIGINT/SIGTERM/SIGHUP: every loop gives up and cleans up. */

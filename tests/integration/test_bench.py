@@ -76,6 +76,27 @@ def test_bench_rejects_a_bad_option_with_exit_2():
     r = run_pagefs("bench", "--sizes", "12Q")
     assert r.returncode == 2, describe(r)
     assert "12Q" in r.stdout + r.stderr
+    r = run_pagefs("bench", "--workloads", "write,sideways")
+    assert r.returncode == 2, describe(r)
+    assert "sideways" in r.stdout + r.stderr
+
+
+@needs_root
+@pytest.mark.timeout_s(120)
+def test_bench_workloads_reports_only_the_chosen_ones_and_cleans_up(tmp_path):
+    out = tmp_path / "bench.json"
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    r = run_pagefs("bench", "--sizes", "64K", "--clients", "1", "--pages", "4",
+                   "--workloads", "read-cold,exists", "--json", out, timeout=100, env=env)
+    assert r.returncode == 0, f"bench failed: {describe(r)}"
+    recs = json.loads(out.read_text())
+    got = {(rec["workload"], rec["contender"]) for rec in recs}
+    want = {("read-cold", c) for c in CONTENDERS} | \
+        {("exists", c) for c in ("dir", "passthrough", "pagefs")}
+    assert got == want, recs
+    assert not _mounts_under(tmp_path), "bench left mounts behind"
+    assert not any(p.name.startswith("pagefs-bench.") for p in tmp_path.iterdir()), \
+        "bench left its temporary directory behind"
 
 
 @needs_root
