@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "fs/fs_inode.h"
+#include "meta/hash.h"
 
 static const char zeros[65536];
 
@@ -254,7 +255,7 @@ ssize_t fs_writer_write(struct fs_mount *fs, struct fs_handle *h, const char *bu
 		if (end > h->w.length)
 			h->w.length = end;
 		if (h->w.hash_ok && off == h->w.hashed) {
-			XXH3_64bits_update(h->w.xxh, buf, size);
+			meta_hash_update(h->w.xxh, buf, size);
 			h->w.hashed = end;
 		} else if (size > 0) {
 			h->w.hash_ok = 0;

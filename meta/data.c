@@ -4,6 +4,7 @@
  * pool, {prefix}.{rank}.bin.{namespace} for the others, page i at byte
  * i * slot_size. Files are grown sparse to the pool's capacity.
  */
+#include "meta/hash.h"
 #include "meta/internal.h"
 
 #include <errno.h>
@@ -79,7 +80,7 @@ int meta_checksum_range(int fd, uint64_t off, uint64_t len, uint64_t *out)
 			ret = n < 0 ? -errno : -EIO;
 			goto out;
 		}
-		XXH3_64bits_update(st, buf, (size_t)n);
+		meta_hash_update(st, buf, (size_t)n);
 		off += (uint64_t)n;
 		len -= (uint64_t)n;
 	}
