@@ -2,7 +2,7 @@
  * adopt.c - bulk adoption of many pages into an empty pool (import-json).
  *
  * An import of a million keys cannot afford one journal round trip per
- * key, so the pages travel in one REC_BULK record: the writer thread
+ * key, so the pages travel in one REC_BULK record: the batch writer
  * inserts every row inside one savepoint (all or nothing) and then links
  * the pages into memory in list order, oldest first, so the LRU order and
  * the atimes (increasing in list order) match the file. The slots are

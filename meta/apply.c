@@ -1,7 +1,7 @@
 /*
  * apply.c - mirrors durable records in memory.
  *
- * Runs in the writer thread with meta.lock held, in the order the store
+ * Runs in the journal's batch writer with meta.lock held, in the order the store
  * applied the records, and does exactly what the store's statements did
  * (see store_sqlite.c), so memory and store never disagree even when two
  * operations on one name race. A page that goes away frees its slot

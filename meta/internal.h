@@ -4,16 +4,17 @@
  * Everything here is private to meta/. The whole index (pools, pages,
  * slot bitmaps, pins, LRU lists) lives in memory under one mutex,
  * meta.lock; critical sections are a few hash probes long and never do
- * I/O. The durable record is the store (store.h), written only by the
- * journal's writer thread (journal.c).
+ * I/O. The durable record is the store (store.h), written by one batch
+ * writer at a time: a waiter, or the journal's thread (journal.c).
  *
  * Lock order (take left before right, never the reverse):
  *
  *     store read mutex  ->  meta.lock  ->  journal.lock
  *
- * The writer thread takes meta.lock (to apply a durable batch) and
+ * The batch writer takes meta.lock (to apply a durable batch) and
  * journal.lock (to take work and to publish results) but never both at
- * once. Drop callbacks into fs/ run with no engine lock held.
+ * once; journal_wait is therefore called with no engine lock held. Drop
+ * callbacks into fs/ run with no engine lock held.
  */
 #ifndef PAGEFS_META_INTERNAL_H
 #define PAGEFS_META_INTERNAL_H
@@ -214,7 +215,7 @@ enum rec_type {
 #define LEASE_ASKED 2 /* none unheld; a handover was asked of a node over its share */
 
 /* REC_BULK: the pages (allocated, not linked) and a progress callback the
- * writer thread calls as rows reach the store. */
+ * batch writer calls as rows reach the store. */
 struct bulk {
 	struct page **pages;
 	size_t n;
@@ -278,7 +279,7 @@ void journal_touch(struct meta *m, uint64_t page_id);
 void journal_counters(struct meta *m, uint64_t *batches, uint64_t *records);
 
 /* apply.c: mirrors a durable record in memory; called with meta.lock held
- * by the writer thread. Appends dropped names for the callback. */
+ * by the batch writer. Appends dropped names for the callback. */
 struct dropped {
 	struct dropped *next;
 	uint32_t pool_id;

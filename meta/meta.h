@@ -11,7 +11,7 @@
  * the same calls later). See docs/DESIGN.md for the protocol.
  *
  * Visibility rule: a mutation (commit, unlink, rename, pool change) is
- * applied to memory by the writer thread only after the store made it
+ * applied to memory by the journal only after the store made it
  * durable; the calling function returns after that. So what a caller
  * sees after a call returns survives a crash of the process.
  *
@@ -295,7 +295,7 @@ struct meta_adopt_page {
  * transaction: all or nothing. Each page's length is its pool's slot size
  * and it has no checksum (one is computed on its first read). Pages are
  * given increasing atimes in array order per pool, so in[0] is the least
- * recently used. progress (may be NULL) is called from the writer thread
+ * recently used. progress (may be NULL) is called from the batch writer
  * as rows reach the store. Returns 0, -EBUSY (a pool is not empty),
  * -ERANGE (slot beyond capacity), -EINVAL (two pages on one slot, a bad
  * name), -ENOENT (no such pool), or a store errno.

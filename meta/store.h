@@ -2,7 +2,8 @@
  * store.h - the durable record of the index, behind the in-memory engine.
  *
  * The engine loads the store once at open and then only appends batches
- * of records to it from the journal's writer thread. Two engines
+ * of records to it from the journal's batch writer (one at a time: a
+ * waiting thread or the journal's own, journal.c). Two engines
  * implement the same calls, chosen by the URI scheme: store_sqlite.c
  * (sqlite:PATH or a bare path, the embedded default) and store_pg.c
  * (postgres:// or postgresql://, a shared PostgreSQL). store.c parses

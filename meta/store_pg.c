@@ -4,7 +4,7 @@
  * the journal's transactions. Schema: store_pg_schema.c; rows:
  * store_pg_rows.c; the sync thread's calls: store_pg_sync.c.
  *
- * One write connection (the journal's writer thread after open) and one
+ * One write connection (the journal's batch writer after open) and one
  * read connection for page iteration behind its own mutex, as with
  * SQLite. Tables are prefixed pagefs_ so the index can share a database
  * with other applications; two indexes on one server use two databases,

@@ -47,7 +47,7 @@ struct pg_store {
 	int power, read_only;
 
 	/* The write connection: the opening thread, then only the journal's
-	 * writer thread. */
+	 * batch writer (one thread at a time). */
 	PGconn *conn;
 	uint8_t prepared[PG_STMT_COUNT];
 	int locked;        /* holds the index's advisory lock (retaken on reconnect) */

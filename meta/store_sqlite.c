@@ -1,7 +1,7 @@
 /*
  * store_sqlite.c - the embedded store: one SQLite database in WAL mode.
  *
- * One write connection, used only by the journal's writer thread (after
+ * One write connection, used only by the journal's batch writer (after
  * open), and one read-only connection for page iteration (readdir, export)
  * behind its own mutex: a connection is never used by two threads at once,
  * and with WAL the reader never blocks the writer, so "database is locked"
@@ -77,7 +77,7 @@ static const char schema_sql[] =
 
 struct sqlite_store {
 	struct store base; /* first: a struct store * points here */
-	sqlite3 *db;       /* writer thread only (after open) */
+	sqlite3 *db;       /* batch writer only (after open) */
 	sqlite3_stmt *st[ST_COUNT];
 	char *path;
 	int read_only;
