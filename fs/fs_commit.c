@@ -188,8 +188,11 @@ void fs_handle_close(struct fs_mount *fs, struct fs_handle *h)
 		meta_slot_unpin(fs->meta, h->pool_id, h->page.slot);
 		return;
 	}
-	/* No request of this handle is running any more (release, unmount). */
+	/* No request of this handle is running any more (release, unmount),
+	 * but an answered write may still be hashing its bytes. */
 	pthread_mutex_lock(&h->lock);
+	while (h->w.inflight > 0)
+		pthread_cond_wait(&h->idle, &h->lock);
 	held = h->w.resv_held;
 	h->w.resv_held = 0;
 	r = h->w.resv;

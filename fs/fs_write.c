@@ -11,7 +11,15 @@
  * Checksum: while writes arrive in order (each starts where the hashed
  * prefix ends) they feed an XXH3 stream, so the commit need not read the
  * page back. Any other write, or a truncate away from the hashed end,
- * drops the stream and the commit re-reads the range instead.
+ * drops the stream and the commit re-reads the range instead. A write is
+ * answered once its bytes are in the data file and hashed after that,
+ * from the request's buffer (libfuse reuses it only when the handler
+ * returns): the kernel sends the next piece of a large write() while this
+ * one is hashed, instead of waiting for the hash too. Order is decided
+ * before the answer: a write that starts at `hash_next` takes its place
+ * in the stream (hash_next moves to its end), then waits until the
+ * stream reaches its start (`hashed`) and adds its bytes. The commit
+ * waits for every hash (`inflight` counts a write until it is hashed).
  *
  * Holes: a new slot may still hold an older page's bytes. [0, safe_end)
  * is known to hold only bytes of this writer or zeros. A write starting
@@ -190,7 +198,7 @@ static int reopen(struct fs_mount *fs, struct fs_handle *h)
 		/* The stream may not match what was carried over; restart it
 		 * only when nothing was. */
 		XXH3_64bits_reset(h->w.xxh);
-		h->w.hashed = 0;
+		h->w.hashed = h->w.hash_next = 0;
 		h->w.hash_ok = p.length == 0;
 	} else {
 		h->w.state = FS_W_COMMITTED;
@@ -212,12 +220,13 @@ static int writable(struct fs_mount *fs, struct fs_handle *h)
 }
 
 ssize_t fs_writer_write(struct fs_mount *fs, struct fs_handle *h, const char *buf, size_t size,
-                        uint64_t off, pid_t tid)
+                        uint64_t off, pid_t tid, int *hash)
 {
 	uint64_t end = off + size;
 	uint64_t pos;
 	int ret;
 
+	*hash = 0;
 	pthread_mutex_lock(&h->lock);
 	if (tid > 0 && tid != h->w.owner_tid)
 		h->w.writer_tid = tid; /* its close commits too (fs_commit.c) */
@@ -251,24 +260,45 @@ ssize_t fs_writer_write(struct fs_mount *fs, struct fs_handle *h, const char *bu
 	pthread_mutex_lock(&h->lock);
 	if (ret < 0) {
 		fail(h, -ret);
+		if (--h->w.inflight == 0)
+			pthread_cond_broadcast(&h->idle);
 	} else {
 		if (end > h->w.length)
 			h->w.length = end;
-		if (h->w.hash_ok && off == h->w.hashed) {
-			meta_hash_update(h->w.xxh, buf, size);
-			h->w.hashed = end;
+		if (h->w.hash_ok && off == h->w.hash_next && size > 0) {
+			h->w.hash_next = end; /* our place in the stream */
+			*hash = 1;
 		} else if (size > 0) {
 			h->w.hash_ok = 0;
 		}
 	}
-	if (--h->w.inflight == 0)
-		pthread_cond_broadcast(&h->idle);
 	pthread_mutex_unlock(&h->lock);
 
 	if (ret < 0)
 		return ret;
 	meta_count_io(fs->meta, h->pool_id, 0, size);
 	return (ssize_t)size;
+}
+
+void fs_writer_hash(struct fs_handle *h, const char *buf, size_t size, uint64_t off, int hash)
+{
+	pthread_mutex_lock(&h->lock);
+	if (hash) {
+		/* The writes before ours in the stream may still be hashing. */
+		while (h->w.hash_ok && h->w.hashed != off)
+			pthread_cond_wait(&h->idle, &h->lock);
+		if (h->w.hash_ok) {
+			/* Only we touch the stream until hashed moves on. */
+			pthread_mutex_unlock(&h->lock);
+			meta_hash_update(h->w.xxh, buf, size);
+			pthread_mutex_lock(&h->lock);
+			h->w.hashed = off + size;
+			pthread_cond_broadcast(&h->idle);
+		}
+	}
+	if (--h->w.inflight == 0)
+		pthread_cond_broadcast(&h->idle);
+	pthread_mutex_unlock(&h->lock);
 }
 
 int fs_writer_truncate(struct fs_mount *fs, struct fs_handle *h, uint64_t size)
@@ -293,7 +323,7 @@ int fs_writer_truncate(struct fs_mount *fs, struct fs_handle *h, uint64_t size)
 	}
 	if (ret == 0) {
 		h->w.length = size;
-		if (size != h->w.hashed)
+		if (size != h->w.hash_next)
 			h->w.hash_ok = 0;
 	}
 	pthread_mutex_unlock(&h->lock);
@@ -313,14 +343,16 @@ void pagefs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 {
 	struct fs_handle *h = fs_handle_of(fi);
 	ssize_t n;
+	int hash;
 
 	(void)ino;
 	if (h->kind != FS_WRITER)
 		return (void)fuse_reply_err(req, EBADF);
 	if (off < 0)
 		return (void)fuse_reply_err(req, EINVAL);
-	n = fs_writer_write(fs_of(req), h, buf, size, (uint64_t)off, fuse_req_ctx(req)->pid);
+	n = fs_writer_write(fs_of(req), h, buf, size, (uint64_t)off, fuse_req_ctx(req)->pid, &hash);
 	if (n < 0)
 		return (void)fuse_reply_err(req, (int)-n);
 	fuse_reply_write(req, (size_t)n);
+	fs_writer_hash(h, buf, size, (uint64_t)off, hash); /* buf is still ours */
 }

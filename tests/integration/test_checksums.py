@@ -72,6 +72,33 @@ def test_page_checksum_xattr_is_the_xxh3_64_of_its_bytes(mount):
             assert int(cs, 16) == XXH3(d), f"checksum of {n}: {cs}, XXH3-64 is {XXH3(d):016x}"
 
 
+def test_checksum_of_a_page_written_in_pieces_is_the_xxh3_of_its_bytes(mount):
+    """Writes are answered before their bytes are hashed (fs_write.c): the
+    pieces of one large write() must still be hashed in order, and pieces
+    out of order must fall back to a re-read, never a wrong checksum."""
+    m = mount("--page-size", "8M", "--capacity", "64M")
+    pool = m.pool(0, "big")
+    data = os.urandom((5 << 20) + 123)
+    write_page(pool / "one-write", data)  # 1 MiB requests, in order
+    fd = os.open(pool / "small-writes", os.O_WRONLY | os.O_CREAT, 0o644)
+    for at in range(0, len(data), 65536 + 7):
+        os.write(fd, data[at:at + 65536 + 7])
+    os.close(fd)
+    fd = os.open(pool / "backwards", os.O_WRONLY | os.O_CREAT, 0o644)
+    half = len(data) // 2
+    os.pwrite(fd, data[half:], half)
+    os.pwrite(fd, data[:half], 0)
+    os.close(fd)
+    for n in ("one-write", "small-writes", "backwards"):
+        assert_bytes_equal(read_page(pool / n), data, f"page {n}")
+        cs = int(xattr_str(pool / n, "user.pagefs.checksum"), 16)
+        if XXH3:
+            assert cs == XXH3(data), f"checksum of {n}: {cs:016x}, XXH3-64 is {XXH3(data):016x}"
+    m.remount("--verify", "always")
+    for n in ("one-write", "small-writes", "backwards"):
+        assert_bytes_equal(read_page(m.pool(0, "big") / n), data, f"page {n} after remount")
+
+
 def test_corrupt_page_fails_with_eio_after_remount_and_is_dropped(mount):
     m = mount(*SMALL)
     pool = m.pool(0, "kv")
