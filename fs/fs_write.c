@@ -293,8 +293,10 @@ void fs_writer_hash(struct fs_handle *h, const char *buf, size_t size, uint64_t 
 			meta_hash_update(h->w.xxh, buf, size);
 			pthread_mutex_lock(&h->lock);
 			h->w.hashed = off + size;
-			pthread_cond_broadcast(&h->idle);
 		}
+		/* The next write waits for this one, also when a truncate
+		 * dropped the stream meanwhile. */
+		pthread_cond_broadcast(&h->idle);
 	}
 	if (--h->w.inflight == 0)
 		pthread_cond_broadcast(&h->idle);
