@@ -4,6 +4,8 @@
  */
 #include "meta/hash.h"
 
+#include <stdatomic.h>
+
 #if defined(__x86_64__)
 /* hash_avx2.c: st is an XXH3_state_t of libxxhash's 0.8 layout. */
 void meta_hash_update_avx2(void *st, const void *buf, size_t len);
@@ -12,13 +14,15 @@ void meta_hash_update_avx2(void *st, const void *buf, size_t len);
 int meta_hash_fast(void)
 {
 #if defined(__x86_64__)
-	static int fast = -1;
+	static _Atomic int fast = -1; /* threads may race to set it: same value */
+	int f = atomic_load_explicit(&fast, memory_order_relaxed);
 
-	if (fast < 0) {
+	if (f < 0) {
 		__builtin_cpu_init();
-		fast = __builtin_cpu_supports("avx2") ? 1 : 0;
+		f = __builtin_cpu_supports("avx2") ? 1 : 0;
+		atomic_store_explicit(&fast, f, memory_order_relaxed);
 	}
-	return fast;
+	return f;
 #else
 	return 0;
 #endif
