@@ -12,8 +12,8 @@
 
 /* Whether readers of a page go through the kernel's page cache (fs_file.c). */
 enum pagefs_kernel_cache {
-	PAGEFS_CACHE_REREAD, /* from a page's second open on (default) */
-	PAGEFS_CACHE_NEVER,  /* never: every read is a request (direct I/O) */
+	PAGEFS_CACHE_NEVER,  /* every read is a request (direct I/O; default) */
+	PAGEFS_CACHE_REREAD, /* from a page's second open on */
 	PAGEFS_CACHE_ALWAYS, /* from the first open */
 };
 

@@ -38,7 +38,7 @@ static const char *verify_name(enum meta_verify v)
 
 static const char *kernel_cache_name(enum pagefs_kernel_cache c)
 {
-	return c == PAGEFS_CACHE_NEVER ? "never" : c == PAGEFS_CACHE_ALWAYS ? "always" : "reread";
+	return c == PAGEFS_CACHE_REREAD ? "reread" : c == PAGEFS_CACHE_ALWAYS ? "always" : "never";
 }
 
 static json_t *totals_json(const struct meta_stats *s)

@@ -114,10 +114,10 @@ static void cli_mount_usage(FILE *out)
 	        "      --log-file PATH        append the log to PATH (without it the log goes to\n"
 	        "                             stderr, which a daemon closes once mounted)\n"
 	        "      --entry-timeout SECS   how long the kernel caches names (3600)\n"
-	        "      --kernel-cache reread|never|always\n"
-	        "                             when readers use the kernel's page cache: from a\n"
-	        "                             page's second open on (reread), never (direct\n"
-	        "                             I/O), or from the first open\n"
+	        "      --kernel-cache never|reread|always\n"
+	        "                             when readers use the kernel's page cache: never\n"
+	        "                             (direct I/O, the default), from a page's second\n"
+	        "                             open on (reread), or from the first (always)\n"
 	        "      --http ADDR:PORT       also serve SGLang's 3FS metadata protocol\n"
 	        "  -f, --foreground           do not daemonize\n"
 	        "      --debug                print every FUSE request (implies -f)\n"
@@ -365,7 +365,7 @@ int cli_mount_parse(int argc, char **argv, struct cli_mount_config *cfg)
 				cfg->kernel_cache = PAGEFS_CACHE_ALWAYS;
 			else
 				return cli_usage_error(
-					CMD, "--kernel-cache '%s': use reread, never or always",
+					CMD, "--kernel-cache '%s': use never, reread or always",
 					optarg);
 			break;
 		case OPT_DURABILITY:

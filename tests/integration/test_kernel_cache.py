@@ -1,10 +1,11 @@
 """Readers and the kernel's page cache (README "Readers and the kernel's page
-cache"): with --kernel-cache reread (the default) a page's first open reads
-through the daemon (direct I/O) and later opens through the kernel's page
-cache, so a hot page is read without a request; a cached inode never shares
-itself with a writer, so in-place replacements keep every reader's bytes
-exact. Whether a read reached the daemon is told by the pool's bytes_read
-counter."""
+cache"): with --kernel-cache never (the default) every read is a request to
+the daemon (direct I/O); with reread a page's first open reads direct and
+later opens through the kernel's page cache; with always every open does.
+A hot page in the kernel's cache is read without a request. A cached inode
+never shares itself with a writer, so in-place replacements keep every
+reader's bytes exact. Whether a read reached the daemon is told by the
+mount's bytes_read counter."""
 import errno
 import mmap
 import os
@@ -31,13 +32,14 @@ def read_counted(m, path):
 
 
 @pytest.mark.parametrize("mode,served", [
+    (None, (1, 1, 1, 1)),  # the default: never
+    ("never", (1, 1, 1, 1)),
     ("reread", (1, 1, 0, 0)),  # direct, fills the cache, cached, cached
     ("always", (1, 0, 0, 0)),
-    ("never", (1, 1, 1, 1)),
 ])
 def test_which_reads_of_a_page_reach_the_daemon(mount, mode, served):
-    m = mount(*MEDIUM, "--kernel-cache", mode)
-    assert m.stats()["kernel_cache"] == mode
+    m = mount(*MEDIUM, *(("--kernel-cache", mode) if mode else ()))
+    assert m.stats()["kernel_cache"] == (mode or "never")
     pool = m.pool(0, "kv")
     data = os.urandom(700001)
     write_page(pool / "p", data)
