@@ -10,6 +10,13 @@
 
 #include "meta/meta.h"
 
+/* Whether readers of a page go through the kernel's page cache (fs_file.c). */
+enum pagefs_kernel_cache {
+	PAGEFS_CACHE_NEVER,  /* every read is a request (direct I/O; default) */
+	PAGEFS_CACHE_REREAD, /* from a page's second open on */
+	PAGEFS_CACHE_ALWAYS, /* from the first open */
+};
+
 struct pagefs_mount_opts {
 	struct meta_config meta; /* index, backing, defaults, policies */
 	const char *mountpoint;
@@ -18,6 +25,7 @@ struct pagefs_mount_opts {
 	int read_only;        /* -o ro */
 	int debug;            /* FUSE protocol debug output */
 	double entry_timeout; /* seconds the kernel may cache names/attrs */
+	enum pagefs_kernel_cache kernel_cache;
 	/* Optional front ends over the same index (e.g. the HTTP protocol):
 	 * on_meta runs once the index is open, before the mount (non-zero
 	 * fails the mount with msg); on_close runs before the index closes. */

@@ -10,19 +10,29 @@
  *
  * Reads are spliced straight from the pool's data file to the FUSE device
  * (fuse_reply_data with an fd buffer): the bytes never pass through this
- * process. Every page file uses direct I/O, readers too:
- *   - a reader must get exactly the bytes of the version it opened, but an
- *     open(O_TRUNC) replacing the page in place shares the reader's inode
- *     and resets the kernel's i_size (and later writes grow it), which
- *     would cut short or stretch page-cache reads of old readers;
- *   - the data file's own page cache already serves repeated reads; a
- *     second copy in the FUSE page cache only doubles the memory;
- *   - direct reads reach us in max_read requests (512 KiB: what a pipe
- *     can splice, see fs_main.c) rather than in readahead-sized ones.
+ * process. Writers use direct I/O. Readers, by --kernel-cache:
+ *   - direct I/O for a page's first open (reread, the default): each read
+ *     is one max_read request (512 KiB: what a pipe can splice, see
+ *     fs_main.c). Filling the kernel's page cache instead costs several
+ *     times more on a cold read (page allocation per 4 KiB), which a page
+ *     read once never earns back;
+ *   - the kernel's page cache from its second open on: repeated reads of
+ *     a hot page never reach us (only open does), at the speed of a local
+ *     file; keep_cache keeps what earlier readers of the inode cached.
+ * A cached inode must only ever hold one version's bytes: an inode
+ * (fs_inode.h) names one immutable version, so keep_cache is safe for the
+ * current version's inode, and the open of an older version's inode drops
+ * its cache. But a writer on the same inode would corrupt a cached
+ * reader's view: open(O_TRUNC) and ftruncate reset the kernel's i_size
+ * and extending writes grow it, cutting short or stretching page-cache
+ * reads. So the two never share an inode (fs_handles_add_checked): a
+ * reader opened while a writer of the page is open reads direct, and an
+ * open(O_TRUNC) through an inode with a cached reader first moves the
+ * page to a new version (a new inode) and answers ESTALE, so the kernel
+ * looks the name up again and retries the open on the new inode.
  * Readers open with noflush: their flush would do nothing, and each
- * close() would wait for it.
- * The price: page files cannot be mmap()ed MAP_SHARED (ENODEV; the kernel
- * still allows MAP_PRIVATE, read through its page cache).
+ * close() would wait for it. Direct readers cannot mmap() MAP_SHARED
+ * (ENODEV; MAP_PRIVATE reads through the page cache); cached ones can.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,6 +42,7 @@
 #include <unistd.h>
 
 #include "fs/fs_inode.h"
+#include "fs/fs_inval.h"
 #include "meta/log.h"
 
 /* Hands h to the kernel. If the request was interrupted the kernel will
@@ -50,17 +61,18 @@ static void reply_open(fuse_req_t req, struct fs_mount *fs, struct fs_handle *h,
 	}
 }
 
-/* A writer handle for reservation r opened through inode ino, listed.
- * NULL on ENOMEM (r aborted). */
-static struct fs_handle *new_writer(fuse_req_t req, struct fs_mount *fs, fuse_ino_t ino,
-                                    const struct meta_resv *r, const struct meta_pool_info *pool,
-                                    const char *name)
+/* A writer handle for reservation r opened through inode ino, listed
+ * (checked: see fs_handles_add_checked) into *out. 0, -ENOMEM or -EBUSY
+ * (r aborted). */
+static int new_writer(fuse_req_t req, struct fs_mount *fs, fuse_ino_t ino,
+                      const struct meta_resv *r, const struct meta_pool_info *pool,
+                      const char *name, int checked, struct fs_handle **out)
 {
 	struct fs_handle *h = fs_handle_new(FS_WRITER);
 
 	if (!h) {
 		meta_page_abort(fs->meta, r);
-		return NULL;
+		return -ENOMEM;
 	}
 	h->ino = ino;
 	h->pool_id = r->pool_id;
@@ -71,8 +83,15 @@ static struct fs_handle *new_writer(fuse_req_t req, struct fs_mount *fs, fuse_in
 	h->w.resv = *r;
 	h->w.resv_held = 1;
 	h->w.owner_tid = fuse_req_ctx(req)->pid;
-	fs_handles_add(&fs->handles, h);
-	return h;
+	if (!checked) {
+		fs_handles_add(&fs->handles, h);
+	} else if (fs_handles_add_checked(&fs->handles, h) < 0) {
+		fs_handle_close(fs, h); /* aborts r */
+		fs_handles_put(&fs->handles, h);
+		return -EBUSY;
+	}
+	*out = h;
+	return 0;
 }
 
 void pagefs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
@@ -106,8 +125,7 @@ void pagefs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		ret = meta_page_reserve(fs->meta, (uint32_t)id, name, 0, &r);
 	if (ret != 0)
 		return (void)fuse_reply_err(req, -ret);
-	h = new_writer(req, fs, fs_ino_page(r.page_id, 0), &r, &pool, name);
-	if (!h)
+	if (new_writer(req, fs, fs_ino_page(r.page_id, 0), &r, &pool, name, 0, &h) < 0)
 		return (void)fuse_reply_err(req, ENOMEM);
 
 	/* Uncommitted: no caching, so other processes keep asking (and
@@ -127,22 +145,28 @@ void pagefs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 
 /* open(O_TRUNC) for writing of committed page p: a replacement in a new
  * slot, published in place at commit. Through an older version's inode
- * too: what it replaces is the page's current version either way. */
+ * too: what it replaces is the page's current version either way. If a
+ * cached reader has inode ino open, the page moves to a new inode first
+ * (see the header) and the kernel retries there. */
 static void open_replace(fuse_req_t req, struct fs_mount *fs, fuse_ino_t ino,
                          const struct meta_page_info *p, struct fuse_file_info *fi)
 {
+	struct meta_page_info moved;
 	struct meta_pool_info pool;
 	struct meta_resv r;
-	struct fs_handle *h;
+	struct fs_handle *h = NULL;
 	int ret = meta_pool_get(fs->meta, p->pool_id, &pool);
 
 	if (ret == 0)
 		ret = meta_page_reserve(fs->meta, p->pool_id, p->name, p->id, &r);
+	if (ret == 0)
+		ret = new_writer(req, fs, ino, &r, &pool, p->name, 1, &h);
+	if (ret == -EBUSY && meta_page_new_version(fs->meta, p->id, &moved) == 0) {
+		fs_inval_entry(fs->inval, fs_ino_pool(moved.pool_id), moved.name);
+		ret = -ESTALE;
+	}
 	if (ret != 0)
-		return (void)fuse_reply_err(req, -ret);
-	h = new_writer(req, fs, ino, &r, &pool, p->name);
-	if (!h)
-		return (void)fuse_reply_err(req, ENOMEM);
+		return (void)fuse_reply_err(req, ret == -EBUSY ? ESTALE : -ret);
 	fi->direct_io = 1;
 	reply_open(req, fs, h, fi, NULL);
 }
@@ -223,8 +247,12 @@ static void open_read(fuse_req_t req, struct fs_mount *fs, fuse_ino_t ino, uint6
 	h->data_fd = pool.data_fd;
 	h->slot_size = pool.slot_size;
 	h->page = p;
-	fs_handles_add(&fs->handles, h);
-	fi->direct_io = 1;
+	h->cached = fs_ino_current(ino, &p) &&
+	            (fs->opts->kernel_cache == PAGEFS_CACHE_ALWAYS ||
+	             (fs->opts->kernel_cache == PAGEFS_CACHE_REREAD && p.opens > 0));
+	fs_handles_add_checked(&fs->handles, h); /* no cache while a writer is open */
+	fi->direct_io = !h->cached;
+	fi->keep_cache = fs_ino_current(ino, &p); /* an older inode's cache is dropped */
 	fi->noflush = 1; /* a reader's flush does nothing: spare close() a round trip */
 	reply_open(req, fs, h, fi, NULL);
 }

@@ -89,9 +89,8 @@ static void unlink_locked(struct fs_handles *t, struct fs_handle *h)
 	h->linked = 0;
 }
 
-void fs_handles_add(struct fs_handles *t, struct fs_handle *h)
+static void link_locked(struct fs_handles *t, struct fs_handle *h)
 {
-	pthread_mutex_lock(&t->lock);
 	h->prev = NULL;
 	h->next = t->all;
 	if (t->all)
@@ -100,6 +99,12 @@ void fs_handles_add(struct fs_handles *t, struct fs_handle *h)
 	h->hash_next = t->by_page[bucket(h->page_id)];
 	t->by_page[bucket(h->page_id)] = h;
 	h->linked = 1;
+}
+
+void fs_handles_add(struct fs_handles *t, struct fs_handle *h)
+{
+	pthread_mutex_lock(&t->lock);
+	link_locked(t, h);
 	pthread_mutex_unlock(&t->lock);
 }
 
@@ -135,15 +140,27 @@ void fs_handles_put(struct fs_handles *t, struct fs_handle *h)
 		handle_free(h);
 }
 
+/* A listed handle of kind for page_id (through ino unless 0; cached
+ * readers only if cached). Called with t->lock held. */
+static struct fs_handle *find_locked(struct fs_handles *t, enum fs_handle_kind kind,
+                                     uint64_t page_id, uint64_t ino, int cached)
+{
+	struct fs_handle *h;
+
+	for (h = t->by_page[bucket(page_id)]; h; h = h->hash_next)
+		if (h->kind == kind && h->page_id == page_id && (!ino || h->ino == ino) &&
+		    (!cached || h->cached))
+			break;
+	return h;
+}
+
 static struct fs_handle *find(struct fs_handles *t, enum fs_handle_kind kind, uint64_t page_id,
                               uint64_t ino)
 {
 	struct fs_handle *h;
 
 	pthread_mutex_lock(&t->lock);
-	for (h = t->by_page[bucket(page_id)]; h; h = h->hash_next)
-		if (h->kind == kind && h->page_id == page_id && (!ino || h->ino == ino))
-			break;
+	h = find_locked(t, kind, page_id, ino, 0);
 	if (h)
 		h->refs++;
 	pthread_mutex_unlock(&t->lock);
@@ -158,4 +175,18 @@ struct fs_handle *fs_handles_find_writer(struct fs_handles *t, uint64_t page_id)
 struct fs_handle *fs_handles_find_reader(struct fs_handles *t, uint64_t page_id, uint64_t ino)
 {
 	return find(t, FS_READER, page_id, ino);
+}
+
+int fs_handles_add_checked(struct fs_handles *t, struct fs_handle *h)
+{
+	pthread_mutex_lock(&t->lock);
+	if (h->kind == FS_READER && h->cached && find_locked(t, FS_WRITER, h->page_id, 0, 0))
+		h->cached = 0;
+	if (h->kind == FS_WRITER && find_locked(t, FS_READER, h->page_id, h->ino, 1)) {
+		pthread_mutex_unlock(&t->lock);
+		return -EBUSY;
+	}
+	link_locked(t, h);
+	pthread_mutex_unlock(&t->lock);
+	return 0;
 }

@@ -65,6 +65,7 @@ struct fs_handle {
 	/* Reader only, fixed at open: the page as pinned (its slot, length
 	 * and attributes). */
 	struct meta_page_info page;
+	int cached; /* reads go through the kernel's page cache (no direct I/O) */
 
 	/* Writer only. */
 	pthread_mutex_t lock; /* a leaf; never held across meta_* calls */
@@ -98,6 +99,14 @@ void fs_handles_destroy(struct fs_handles *t);
 struct fs_handle *fs_handle_new(enum fs_handle_kind kind);
 /* Lists h and indexes it by page_id. */
 void fs_handles_add(struct fs_handles *t, struct fs_handle *h);
+/*
+ * Lists h unless a writer and a cached reader would share an inode, which
+ * the kernel's page cache cannot survive (fs_file.c): a reader is listed
+ * uncached (h->cached = 0) while a writer of its page is listed; a writer
+ * is not listed (-EBUSY) while a cached reader of its page is listed
+ * through its inode h->ino. 0 or -EBUSY; one decision under the table lock.
+ */
+int fs_handles_add_checked(struct fs_handles *t, struct fs_handle *h);
 /* Unlists h; the caller still owns its reference. No-op if not listed. */
 void fs_handles_remove(struct fs_handles *t, struct fs_handle *h);
 /* Unlists and returns any listed handle, with the table's view of it

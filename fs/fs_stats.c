@@ -36,6 +36,11 @@ static const char *verify_name(enum meta_verify v)
 	return v == META_VERIFY_NONE ? "none" : v == META_VERIFY_ALWAYS ? "always" : "first";
 }
 
+static const char *kernel_cache_name(enum pagefs_kernel_cache c)
+{
+	return c == PAGEFS_CACHE_REREAD ? "reread" : c == PAGEFS_CACHE_ALWAYS ? "always" : "never";
+}
+
 static json_t *totals_json(const struct meta_stats *s)
 {
 	json_t *t = json_object();
@@ -135,6 +140,8 @@ char *fs_stats_json(struct fs_mount *fs)
 	                    json_real((double)(now.tv_sec - fs->mounted.tv_sec) +
 	                              (double)(now.tv_nsec - fs->mounted.tv_nsec) / 1e9));
 	json_object_set_new(doc, "verify", json_string(verify_name(cfg->verify)));
+	json_object_set_new(doc, "kernel_cache",
+	                    json_string(kernel_cache_name(fs->opts->kernel_cache)));
 	json_object_set_new(
 		doc, "durability",
 		json_string(cfg->durability == META_DURABLE_POWER ? "power" : "process"));

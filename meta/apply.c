@@ -96,6 +96,7 @@ static void apply_commit(struct meta *m, const struct rec *r, struct dropped **d
 		if (p->slot != r->slot)
 			free_slot(pool, p->slot, r);
 		p->version++;
+		p->opens = 0;
 	} else if (p) {
 		/* A new page: leaves the pending state, relinked below. */
 		pool->pending--;
@@ -219,6 +220,7 @@ void apply_remote(struct meta *m, const struct store_change *c, struct dropped *
 			slot_put(pool, p->slot);
 			slot_mark(pool, r->slot);
 			p->version++;
+			p->opens = 0;
 		}
 		pool->bytes += r->length;
 	} else {

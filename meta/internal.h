@@ -50,6 +50,7 @@ struct page {
 	uint8_t committed;
 	uint8_t has_checksum;
 	uint8_t verified; /* checksum verified since commit/mount */
+	uint8_t opens;    /* reader opens of this version (saturates at 255) */
 	uint16_t name_len;
 	char name[]; /* NUL-terminated */
 };

@@ -73,6 +73,7 @@ struct meta_page_info {
 	int has_checksum;
 	int committed;    /* 0: still being written by its creator */
 	uint32_t version; /* in-place replacements (O_TRUNC) this mount */
+	uint32_t opens;   /* reader opens of this version before this one (max 255) */
 	int64_t mtime_ns; /* commit time */
 	int64_t atime_ns; /* last use */
 	char name[META_NAME_MAX + 1];
@@ -223,6 +224,12 @@ void meta_page_abort(struct meta *m, const struct meta_resv *r);
  * against the checksum (per the mount's --verify). 0 or -ENOENT.
  */
 int meta_page_pin(struct meta *m, uint64_t page_id, struct meta_page_info *out, int *verify);
+/*
+ * Gives committed page page_id a new version, its bytes unchanged: a new
+ * inode number for fs/, whose kernel caches of the old one must not meet
+ * a writer (fs_file.c). 0 or -ENOENT.
+ */
+int meta_page_new_version(struct meta *m, uint64_t page_id, struct meta_page_info *out);
 /* Drops a pin taken by meta_page_pin. */
 void meta_slot_unpin(struct meta *m, uint32_t pool_id, uint64_t slot);
 /*

@@ -127,6 +127,7 @@ static void fill_info(const struct page *p, struct meta_page_info *out)
 	out->has_checksum = p->has_checksum;
 	out->committed = p->committed;
 	out->version = p->version;
+	out->opens = p->opens;
 	out->mtime_ns = p->mtime_ns;
 	out->atime_ns = p->atime_ns;
 	memcpy(out->name, p->name, p->name_len + 1u);
@@ -570,10 +571,28 @@ int meta_page_pin(struct meta *m, uint64_t page_id, struct meta_page_info *out, 
 		slot_pin(p->pool, p->slot);
 		page_touch(m, p);
 		fill_info(p, out);
+		if (p->opens < UINT8_MAX)
+			p->opens++;
 		/* A page without a checksum (written by the key protocol or
 		 * imported) is read once to get one. */
 		*verify = !p->has_checksum || m->cfg.verify == META_VERIFY_ALWAYS ||
 		          (m->cfg.verify == META_VERIFY_FIRST && !p->verified);
+		ret = 0;
+	}
+	pthread_mutex_unlock(&m->lock);
+	return ret;
+}
+
+int meta_page_new_version(struct meta *m, uint64_t page_id, struct meta_page_info *out)
+{
+	int ret = -ENOENT;
+
+	pthread_mutex_lock(&m->lock);
+	struct page *p = table_find_id(&m->by_id, page_id);
+	if (p && p->committed) {
+		p->version++;
+		p->opens = 0;
+		fill_info(p, out);
 		ret = 0;
 	}
 	pthread_mutex_unlock(&m->lock);

@@ -40,6 +40,7 @@ static void usage(FILE *out)
 	        "Usage: pagefs bench [--quick] [--backing DIR] [--backing-fuse] [--json FILE]\n"
 	        "                    [--plot FILE.png] [--sizes LIST] [--clients LIST]\n"
 	        "                    [--meta URI] [--pages N] [--pt-cache MODE]\n"
+	        "                    [--pf-cache MODE]\n"
 	        "                    [--repeat N] [--workloads LIST]\n"
 	        "       pagefs bench --scale N [--backing DIR] [--meta URI]\n"
 	        "       pagefs bench --mounts LIST --meta postgres://... [--clients N] [--pages "
@@ -66,6 +67,8 @@ static void usage(FILE *out)
 	        "                        32 MiB with --quick, 4 to 4096 pages)\n"
 	        "  -C, --pt-cache MODE   passthrough_ll's cache=never|auto|always (default\n"
 	        "                        never: direct I/O, as pagefs page files)\n"
+	        "  -K, --pf-cache MODE   the pagefs contender's --kernel-cache=never|reread|\n"
+	        "                        always (default never, the mount's default)\n"
 	        "  -R, --repeat N        rounds of read, exists and list; the median is\n"
 	        "                        reported (default 3, 1 with --quick)\n"
 	        "  -W, --workloads LIST  report only these of write, read-cold, read-hot,\n"
@@ -154,6 +157,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{"fill", required_argument, NULL, 'L'},
 		{"pages", required_argument, NULL, 'P'},
 		{"pt-cache", required_argument, NULL, 'C'},
+		{"pf-cache", required_argument, NULL, 'K'},
 		{"repeat", required_argument, NULL, 'R'},
 		{"mounts", required_argument, NULL, 'M'},
 		{"workloads", required_argument, NULL, 'W'},
@@ -165,7 +169,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 
 	memset(o, 0, sizeof(*o));
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "qb:Fj:p:s:c:m:S:L:P:C:R:M:W:h", longopts, NULL)) !=
+	while ((c = getopt_long(argc, argv, "qb:Fj:p:s:c:m:S:L:P:C:K:R:M:W:h", longopts, NULL)) !=
 	       -1) {
 		switch (c) {
 		case 'q':
@@ -240,6 +244,14 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 					optarg);
 			o->pt_cache = optarg;
 			break;
+		case 'K':
+			if (strcmp(optarg, "never") != 0 && strcmp(optarg, "reread") != 0 &&
+			    strcmp(optarg, "always") != 0)
+				return cli_usage_error(
+					BENCH_CMD,
+					"--pf-cache: '%s' is not never, reread or always", optarg);
+			o->pf_cache = optarg;
+			break;
 		case 'M': {
 			char buf[128], *save = NULL;
 			bench_fmt(buf, sizeof(buf), "%s", optarg);
@@ -296,6 +308,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		o->workloads = (1U << W_COUNT) - 1;
 	if (!o->pt_cache)
 		o->pt_cache = "never";
+	if (!o->pf_cache)
+		o->pf_cache = "never";
 	o->budget = o->quick ? (32ULL << 20) : (256ULL << 20);
 	return 0;
 }
@@ -490,8 +504,9 @@ static int run_matrix(struct bench_env *env, const struct bench_opts *o, struct 
 	if (!rs)
 		return -1;
 	*out = rs;
-	printf("pagefs bench: %d measurements on %s (%s), passthrough_ll cache=%s%s\n", total,
-	       env->backing, env->backing_desc, o->pt_cache,
+	printf("pagefs bench: %d measurements on %s (%s), passthrough_ll cache=%s, pagefs "
+	       "--kernel-cache %s%s\n",
+	       total, env->backing, env->backing_desc, o->pt_cache, o->pf_cache,
 	       env->root ? "" : "; not root: cold reads cannot drop the kernel's caches");
 	if (!env->bfuse_pid && strncmp(env->backing_desc, "tmpfs", 5) == 0)
 		printf("pagefs bench: the backing is tmpfs: its data never leaves memory, so "

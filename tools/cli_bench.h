@@ -44,6 +44,7 @@ struct bench_opts {
 	int nclients;
 	const char *meta_uri;        /* pagefs contender's index; NULL: temporary */
 	const char *pt_cache;        /* passthrough_ll's cache= for the contender */
+	const char *pf_cache;        /* the pagefs contender's --kernel-cache */
 	int repeat;                  /* rounds of the repeatable workloads */
 	uint64_t budget;             /* bytes written per measurement */
 	uint64_t pages;              /* --pages: pages per measurement (0: from budget) */
@@ -70,8 +71,9 @@ struct bench_env {
 	pid_t pt_pid; /* passthrough contender, or 0 */
 	char pf_mnt[PATH_MAX];
 	int pf_mounted;
-	pid_t pf_pid; /* pagefs daemon */
-	int root;     /* can drop caches */
+	pid_t pf_pid;      /* pagefs daemon */
+	int root;          /* can drop caches */
+	char pf_cache[16]; /* --kernel-cache of every pagefs mount */
 	/* PostgreSQL schemas made for this run's indexes (dropped at cleanup) */
 	char pg_base[PATH_MAX + 16];
 	char pg_schemas[2 * BENCH_MAX_LIST + 2][64];

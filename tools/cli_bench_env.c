@@ -260,9 +260,19 @@ int bench_pagefs_mount(const struct bench_env *env, const char *backing, const c
                        const char *uri, const char *log, pid_t *pid)
 {
 	char meta[PATH_MAX + 16];
-	char *argv[] = {
-		(char *)env->self, "mount",     (char *)backing, (char *)mnt, "--meta", meta,
-		"--log-file",      (char *)log, "--verify",      "first",     NULL};
+	char *argv[] = {(char *)env->self,
+	                "mount",
+	                (char *)backing,
+	                (char *)mnt,
+	                "--meta",
+	                meta,
+	                "--log-file",
+	                (char *)log,
+	                "--verify",
+	                "first",
+	                "--kernel-cache",
+	                env->pf_cache[0] ? (char *)env->pf_cache : "never",
+	                NULL};
 
 	bench_fmt(meta, sizeof(meta), "%s", uri);
 	if (bench_mkdirs(backing) < 0 || bench_mkdirs(mnt) < 0)
@@ -343,6 +353,7 @@ int bench_env_setup(struct bench_env *env, const struct bench_opts *o, int need_
 
 	memset(env, 0, sizeof(*env));
 	env->root = geteuid() == 0;
+	bench_fmt(env->pf_cache, sizeof(env->pf_cache), "%s", o->pf_cache ? o->pf_cache : "never");
 	n = readlink("/proc/self/exe", env->self, sizeof(env->self) - 1);
 	if (n <= 0)
 		return -1;

@@ -18,8 +18,9 @@
  *           (one op = one entry; latency = one whole listing)
  *   delete  unlink
  * raw does pwrite/pread at slot offsets in one file; pagefs-direct opens
- * the page through the mount, reads user.pagefs.offset and data_file,
- * and preads the data file itself.
+ * the pool's data file once (user.pagefs.data_file of the pool directory),
+ * then per page opens it through the mount (the open pins its slot),
+ * reads user.pagefs.offset and preads the data file itself.
  */
 #include "tools/cli_bench.h"
 
@@ -127,7 +128,7 @@ struct client {
 	uint64_t *lat, cap;
 	char *buf;
 	int raw_fd;
-	int data_fd; /* pagefs-direct: the data file last opened */
+	int data_fd; /* pagefs-direct: the pool's data file */
 	char data_path[PATH_MAX];
 };
 
@@ -162,33 +163,32 @@ static int op_write(struct client *c, uint64_t i)
 	return 0;
 }
 
-/* pagefs-direct: where the page's bytes are, then pread them. */
+/* pagefs-direct: where the page's bytes are, then pread them from the
+ * pool's data file, opened once as a USRBIO client keeps it open. */
 static int read_direct(struct client *c, int fd, const char *path)
 {
-	char val[PATH_MAX];
-	ssize_t n;
-	uint64_t off;
+	char val[64];
+	ssize_t n = fgetxattr(fd, "user.pagefs.offset", val, sizeof(val) - 1);
 
-	n = fgetxattr(fd, "user.pagefs.offset", val, sizeof(val) - 1);
 	if (n <= 0)
 		return fail(c->slot, "getxattr user.pagefs.offset", path);
 	val[n] = '\0';
-	off = strtoull(val, NULL, 10);
-	n = fgetxattr(fd, "user.pagefs.data_file", val, sizeof(val) - 1);
-	if (n <= 0)
-		return fail(c->slot, "getxattr user.pagefs.data_file", path);
-	val[n] = '\0';
-	if (c->data_fd < 0 || strcmp(val, c->data_path) != 0) {
-		if (c->data_fd >= 0)
-			close(c->data_fd);
-		c->data_fd = open(val, O_RDONLY);
-		if (c->data_fd < 0)
-			return fail(c->slot, "open", val);
-		bench_fmt(c->data_path, sizeof(c->data_path), "%s", val);
-	}
-	if (read_all(c->data_fd, c->buf, c->job->page_size, off, 1) < 0)
-		return fail(c->slot, "pread", val);
+	if (read_all(c->data_fd, c->buf, c->job->page_size, strtoull(val, NULL, 10), 1) < 0)
+		return fail(c->slot, "pread", c->data_path);
 	return 0;
+}
+
+/* pagefs-direct: opens the data file the pool directory names. */
+static int open_data_file(struct client *c)
+{
+	ssize_t n = getxattr(c->job->dir, "user.pagefs.data_file", c->data_path,
+	                     sizeof(c->data_path) - 1);
+
+	if (n <= 0)
+		return fail(c->slot, "getxattr user.pagefs.data_file", c->job->dir);
+	c->data_path[n] = '\0';
+	c->data_fd = open(c->data_path, O_RDONLY);
+	return c->data_fd < 0 ? fail(c->slot, "open", c->data_path) : 0;
 }
 
 static int op_read(struct client *c, uint64_t i)
@@ -340,6 +340,8 @@ static void client_main(const struct bench_job *job, long idx, struct client_slo
 			_exit(1);
 		}
 	}
+	if (job->contender == C_DIRECT && open_data_file(&c) < 0)
+		_exit(1);
 	if (write(ready_fd, "r", 1) != 1)
 		_exit(1);
 	while (read(go_fd, &b, 1) < 0 && errno == EINTR)

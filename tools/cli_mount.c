@@ -60,6 +60,7 @@ enum {
 	OPT_LOG_FILE,
 	OPT_DEBUG,
 	OPT_ENTRY_TIMEOUT,
+	OPT_KERNEL_CACHE,
 	OPT_HTTP,
 };
 
@@ -77,6 +78,7 @@ static const struct option mount_longopts[] = {
 	{"foreground", no_argument, NULL, 'f'},
 	{"debug", no_argument, NULL, OPT_DEBUG},
 	{"entry-timeout", required_argument, NULL, OPT_ENTRY_TIMEOUT},
+	{"kernel-cache", required_argument, NULL, OPT_KERNEL_CACHE},
 	{"http", required_argument, NULL, OPT_HTTP},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
@@ -112,6 +114,10 @@ static void cli_mount_usage(FILE *out)
 	        "      --log-file PATH        append the log to PATH (without it the log goes to\n"
 	        "                             stderr, which a daemon closes once mounted)\n"
 	        "      --entry-timeout SECS   how long the kernel caches names (3600)\n"
+	        "      --kernel-cache never|reread|always\n"
+	        "                             when readers use the kernel's page cache: never\n"
+	        "                             (direct I/O, the default), from a page's second\n"
+	        "                             open on (reread), or from the first (always)\n"
 	        "      --http ADDR:PORT       also serve SGLang's 3FS metadata protocol\n"
 	        "  -f, --foreground           do not daemonize\n"
 	        "      --debug                print every FUSE request (implies -f)\n"
@@ -350,6 +356,18 @@ int cli_mount_parse(int argc, char **argv, struct cli_mount_config *cfg)
 				return cli_usage_error(
 					CMD, "--verify '%s': use none, first or always", optarg);
 			break;
+		case OPT_KERNEL_CACHE:
+			if (strcmp(optarg, "reread") == 0)
+				cfg->kernel_cache = PAGEFS_CACHE_REREAD;
+			else if (strcmp(optarg, "never") == 0)
+				cfg->kernel_cache = PAGEFS_CACHE_NEVER;
+			else if (strcmp(optarg, "always") == 0)
+				cfg->kernel_cache = PAGEFS_CACHE_ALWAYS;
+			else
+				return cli_usage_error(
+					CMD, "--kernel-cache '%s': use never, reread or always",
+					optarg);
+			break;
 		case OPT_DURABILITY:
 			if (strcmp(optarg, "process") == 0)
 				cfg->durability = META_DURABLE_PROCESS;
@@ -563,6 +581,7 @@ static void cli_mount_fill_opts(const struct cli_mount_config *cfg, struct pagef
 	o->read_only = cfg->read_only;
 	o->debug = cfg->debug;
 	o->entry_timeout = cfg->entry_timeout;
+	o->kernel_cache = (enum pagefs_kernel_cache)cfg->kernel_cache;
 	if (cfg->http) {
 		o->on_meta = cli_http_start;
 		o->on_close = cli_http_stop;

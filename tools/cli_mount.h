@@ -30,6 +30,7 @@ struct cli_mount_config {
 	int foreground;
 	int debug;
 	double entry_timeout;
+	int kernel_cache; /* enum pagefs_kernel_cache */
 	const char *http; /* --http ADDR:PORT: serve the 3FS metadata protocol too */
 };
 

@@ -22,6 +22,14 @@ def test_mount_with_a_bad_size_exits_2_with_a_message(mount):
     assert not is_mounted(m.mnt)
 
 
+def test_mount_with_a_bad_kernel_cache_mode_exits_2_with_a_message(mount):
+    m = mount(start=False)
+    r = m.attempt(opts=["--kernel-cache", "sometimes"])
+    assert r.returncode == 2, f"a bad --kernel-cache is a usage error (exit 2): {describe(r)}"
+    assert "sometimes" in r.stdout + r.stderr, f"the message should name the bad value: {describe(r)}"
+    assert not is_mounted(m.mnt)
+
+
 def test_mount_of_a_nonexistent_backing_dir_exits_1_with_a_message(mount):
     m = mount(start=False)
     missing = m.dir / "does-not-exist"

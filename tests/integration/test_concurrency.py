@@ -16,9 +16,13 @@ SECONDS = float(os.environ.get("PAGEFS_IT_STRESS_SECONDS", "10"))
 WORKERS = 4
 
 
+# always: every reader goes through the kernel's page cache, which must
+# survive in-place replacements of the pages it holds (fs_file.c).
 @pytest.mark.timeout_s(SECONDS + 150)
-def test_concurrent_writers_readers_renamers_and_deleters_never_see_foreign_or_torn_bytes(mount):
-    m = mount("--page-size", "64K", "--capacity", "1M")
+@pytest.mark.parametrize("kernel_cache", ["never", "always"])
+def test_concurrent_writers_readers_renamers_and_deleters_never_see_foreign_or_torn_bytes(
+        mount, kernel_cache):
+    m = mount("--page-size", "64K", "--capacity", "1M", "--kernel-cache", kernel_cache)
     pool = m.pool(0, "kv")
     outs = [m.dir / f"stress-{w}.json" for w in range(WORKERS)]
     procs = [spawn([PYTHON, str(WORKLOAD), "stress", str(pool), str(w), str(SECONDS), "1234",
