@@ -159,6 +159,8 @@ static void open_replace(fuse_req_t req, struct fs_mount *fs, fuse_ino_t ino,
 
 	if (ret == 0)
 		ret = meta_page_reserve(fs->meta, p->pool_id, p->name, p->id, &r);
+	if (ret == -ENOENT)
+		ret = -ESTALE; /* evicted or unlinked since the lookup: see pagefs_op_open */
 	if (ret == 0)
 		ret = new_writer(req, fs, ino, &r, &pool, p->name, 1, &h);
 	if (ret == -EBUSY && meta_page_new_version(fs->meta, p->id, &moved) == 0) {
