@@ -163,12 +163,14 @@ static void open_replace(fuse_req_t req, struct fs_mount *fs, fuse_ino_t ino,
 		ret = -ESTALE; /* evicted or unlinked since the lookup: see pagefs_op_open */
 	if (ret == 0)
 		ret = new_writer(req, fs, ino, &r, &pool, p->name, 1, &h);
-	if (ret == -EBUSY && meta_page_new_version(fs->meta, p->id, &moved) == 0) {
-		fs_inval_entry(fs->inval, fs_ino_pool(moved.pool_id), moved.name);
+	if (ret == -EBUSY) {
+		/* A cached reader holds ino: retry on a new one (gone: a miss). */
+		if (meta_page_new_version(fs->meta, p->id, &moved) == 0)
+			fs_inval_entry(fs->inval, fs_ino_pool(moved.pool_id), moved.name);
 		ret = -ESTALE;
 	}
 	if (ret != 0)
-		return (void)fuse_reply_err(req, ret == -EBUSY ? ESTALE : -ret);
+		return (void)fuse_reply_err(req, -ret);
 	fi->direct_io = 1;
 	reply_open(req, fs, h, fi, NULL);
 }

@@ -95,8 +95,7 @@ static void apply_commit(struct meta *m, const struct rec *r, struct dropped **d
 		pool->bytes -= p->length;
 		if (p->slot != r->slot)
 			free_slot(pool, p->slot, r);
-		p->version++;
-		p->opens = 0;
+		page_new_version(p);
 	} else if (p) {
 		/* A new page: leaves the pending state, relinked below. */
 		pool->pending--;
@@ -219,8 +218,7 @@ void apply_remote(struct meta *m, const struct store_change *c, struct dropped *
 		if (p->slot != r->slot) {
 			slot_put(pool, p->slot);
 			slot_mark(pool, r->slot);
-			p->version++;
-			p->opens = 0;
+			page_new_version(p);
 		}
 		pool->bytes += r->length;
 	} else {

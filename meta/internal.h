@@ -376,6 +376,12 @@ void table_find_names(const struct page_table *t, uint32_t pool_id, const char *
 
 /* page.c helpers shared with apply.c and open.c */
 struct page *page_alloc(const char *name, size_t len);
+/* A new version of p (a new inode in fs/): nobody has opened it yet. */
+static inline void page_new_version(struct page *p)
+{
+	p->version++;
+	p->opens = 0;
+}
 void page_link_committed(struct meta *m, struct page *p);   /* tables + LRU + counts */
 void page_link_loaded(struct meta *m, struct page *p);      /* the same, no LRU */
 void page_unlink_committed(struct meta *m, struct page *p); /* reverse; keeps slot bit */

@@ -590,8 +590,7 @@ int meta_page_new_version(struct meta *m, uint64_t page_id, struct meta_page_inf
 	pthread_mutex_lock(&m->lock);
 	struct page *p = table_find_id(&m->by_id, page_id);
 	if (p && p->committed) {
-		p->version++;
-		p->opens = 0;
+		page_new_version(p);
 		fill_info(p, out);
 		ret = 0;
 	}
