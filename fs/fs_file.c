@@ -10,15 +10,21 @@
  *
  * Reads are spliced straight from the pool's data file to the FUSE device
  * (fuse_reply_data with an fd buffer): the bytes never pass through this
- * process. Writers use direct I/O. Readers, by --kernel-cache:
- *   - direct I/O for a page's first open (reread, the default): each read
- *     is one max_read request (512 KiB: what a pipe can splice, see
- *     fs_main.c). Filling the kernel's page cache instead costs several
- *     times more on a cold read (page allocation per 4 KiB), which a page
- *     read once never earns back;
- *   - the kernel's page cache from its second open on: repeated reads of
- *     a hot page never reach us (only open does), at the speed of a local
- *     file; keep_cache keeps what earlier readers of the inode cached.
+ * process. One exception: an open that checks a page's checksum reads the
+ * page anyway, and for pages up to FS_KEEP_MAX keeps those bytes and
+ * answers reads from them until one reaches the end (read_kept), instead
+ * of reading the data file twice. Writers use direct I/O. Readers, by
+ * --kernel-cache:
+ *   - never (the default): direct I/O; each read is one max_read request
+ *     (512 KiB: what a pipe can splice, see fs_main.c). Filling the
+ *     kernel's page cache instead costs several times more on a cold read
+ *     (page allocation per 4 KiB), which a page read once never earns
+ *     back;
+ *   - reread: direct for a page's first open, the kernel's page cache
+ *     from its second open on; always: the cache from the first open.
+ *     Repeated reads of a hot page never reach us (only open does), at
+ *     the speed of a local file; keep_cache keeps what earlier readers of
+ *     the inode cached.
  * A cached inode must only ever hold one version's bytes: an inode
  * (fs_inode.h) names one immutable version, so keep_cache is safe for the
  * current version's inode, and the open of an older version's inode drops
@@ -36,6 +42,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -175,13 +182,26 @@ static void open_replace(fuse_req_t req, struct fs_mount *fs, fuse_ino_t ino,
 	reply_open(req, fs, h, fi, NULL);
 }
 
-/* Checks a freshly pinned page against its checksum. 0 or -EIO. */
+/* Checks a freshly pinned page against its checksum. 0 or -EIO. A page
+ * small enough is read in one piece into *kept (fs_keep_alloc), which
+ * the reader serves its first read from; else *kept is NULL. */
 static int verify_page(struct fs_mount *fs, const struct meta_page_info *p,
-                       const struct meta_pool_info *pool)
+                       const struct meta_pool_info *pool, struct fs_kept **kept)
 {
-	uint64_t sum = 0;
-	int ret = meta_checksum_range(pool->data_fd, p->slot * pool->slot_size, p->length, &sum);
+	uint64_t sum = 0, off = p->slot * pool->slot_size;
+	int ret;
+
+	*kept = fs_keep_alloc(&fs->handles, p->length);
+	if (*kept)
+		ret = meta_checksum_read(pool->data_fd, off, p->length, (*kept)->data, &sum);
+	else
+		ret = meta_checksum_range(pool->data_fd, off, p->length, &sum);
 	int ok = ret == 0 && (!p->has_checksum || sum == p->checksum);
+
+	if (!ok) {
+		fs_keep_put(&fs->handles, *kept);
+		*kept = NULL;
+	}
 
 	if (ret < 0)
 		log_error("cannot verify page %s in pool %u/%s: %s", p->name, pool->rank, pool->ns,
@@ -226,6 +246,7 @@ static void open_read(fuse_req_t req, struct fs_mount *fs, fuse_ino_t ino, uint6
 	struct meta_pool_info pool;
 	struct meta_page_info p;
 	struct fs_handle *h;
+	struct fs_kept *kept = NULL;
 	int verify = 0;
 	int ret = meta_page_pin(fs->meta, page_id, &p, &verify);
 
@@ -239,12 +260,15 @@ static void open_read(fuse_req_t req, struct fs_mount *fs, fuse_ino_t ino, uint6
 	if (ret == 0)
 		ret = meta_pool_get(fs->meta, p.pool_id, &pool);
 	if (ret == 0 && verify)
-		ret = verify_page(fs, &p, &pool);
+		ret = verify_page(fs, &p, &pool, &kept);
 	h = ret == 0 ? fs_handle_new(FS_READER) : NULL;
 	if (!h) {
+		fs_keep_put(&fs->handles, kept);
 		meta_slot_unpin(fs->meta, p.pool_id, p.slot);
 		return (void)fuse_reply_err(req, ret < 0 ? -ret : ENOMEM);
 	}
+	h->keeps = kept != NULL;
+	h->kept = kept;
 	h->ino = ino;
 	h->pool_id = p.pool_id;
 	h->page_id = p.id;
@@ -292,6 +316,30 @@ void pagefs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	open_replace(req, fs, ino, &p, fi);
 }
 
+/* Answers a read from the bytes the reader's open checked, if it still
+ * keeps them: 1 if answered. The read that reaches their end drops them
+ * (a page is mostly read once, front to back). h is not touched after
+ * the reply (see struct fs_kept). */
+static int read_kept(fuse_req_t req, struct fs_handles *t, struct fs_handle *h, size_t size,
+                     uint64_t off)
+{
+	struct fs_kept *k;
+
+	pthread_mutex_lock(&h->lock);
+	k = h->kept;
+	if (k && off + size >= k->len)
+		h->kept = NULL; /* its reference is now ours */
+	else if (k)
+		atomic_fetch_add(&k->refs, 1);
+	pthread_mutex_unlock(&h->lock);
+	if (!k)
+		return 0;
+	atomic_fetch_add(&t->kept_reads, 1);
+	fuse_reply_buf(req, k->data + off, size);
+	fs_keep_put(t, k);
+	return 1;
+}
+
 void pagefs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi)
 {
@@ -316,12 +364,14 @@ void pagefs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return (void)fuse_reply_buf(req, NULL, 0);
 	if (size > length - (uint64_t)off)
 		size = (size_t)(length - (uint64_t)off);
+	meta_count_io(fs->meta, h->pool_id, size, 0);
+	if (h->keeps && read_kept(req, &fs->handles, h, size, (uint64_t)off))
+		return;
 
 	bv.buf[0].size = size;
 	bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	bv.buf[0].fd = h->data_fd;
 	bv.buf[0].pos = (off_t)(slot * h->slot_size + (uint64_t)off);
-	meta_count_io(fs->meta, h->pool_id, size, 0);
 	fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
 }
 

@@ -13,6 +13,7 @@
 #include "fs/fs_handle.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,20 +51,48 @@ struct fs_handle *fs_handle_new(enum fs_handle_kind kind)
 		XXH3_64bits_reset(h->w.xxh);
 		h->w.hash_ok = 1;
 		h->w.state = FS_W_OPEN;
-		pthread_mutex_init(&h->lock, NULL);
-		pthread_cond_init(&h->idle, NULL);
 	}
+	pthread_mutex_init(&h->lock, NULL);
+	pthread_cond_init(&h->idle, NULL);
 	return h;
 }
 
-static void handle_free(struct fs_handle *h)
+static void handle_free(struct fs_handles *t, struct fs_handle *h)
 {
-	if (h->kind == FS_WRITER) {
+	if (h->kind == FS_WRITER)
 		XXH3_freeState(h->w.xxh);
-		pthread_cond_destroy(&h->idle);
-		pthread_mutex_destroy(&h->lock);
-	}
+	fs_keep_put(t, h->kept);
+	pthread_cond_destroy(&h->idle);
+	pthread_mutex_destroy(&h->lock);
 	free(h);
+}
+
+struct fs_kept *fs_keep_alloc(struct fs_handles *t, uint64_t len)
+{
+	struct fs_kept *k;
+
+	if (len == 0 || len > FS_KEEP_MAX)
+		return NULL;
+	if (atomic_fetch_add(&t->kept, len) + len > FS_KEEP_TOTAL) {
+		atomic_fetch_sub(&t->kept, len);
+		return NULL;
+	}
+	k = malloc(sizeof(*k) + len);
+	if (!k) {
+		atomic_fetch_sub(&t->kept, len);
+		return NULL;
+	}
+	atomic_init(&k->refs, 1);
+	k->len = len;
+	return k;
+}
+
+void fs_keep_put(struct fs_handles *t, struct fs_kept *k)
+{
+	if (!k || atomic_fetch_sub(&k->refs, 1) != 1)
+		return;
+	atomic_fetch_sub(&t->kept, k->len);
+	free(k);
 }
 
 /* Called with t->lock held. */
@@ -137,7 +166,7 @@ void fs_handles_put(struct fs_handles *t, struct fs_handle *h)
 		unlink_locked(t, h);
 	pthread_mutex_unlock(&t->lock);
 	if (last)
-		handle_free(h);
+		handle_free(t, h);
 }
 
 /* A listed handle of kind for page_id (through ino unless 0; cached

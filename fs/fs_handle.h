@@ -33,6 +33,20 @@ enum fs_writer_state {
 	FS_W_FAILED,    /* nothing will be published; err is why */
 };
 
+/* A reader keeps the bytes its open checked for pages up to this size,
+ * while the mount keeps at most FS_KEEP_TOTAL bytes in all. */
+#define FS_KEEP_MAX (1ULL << 20)
+#define FS_KEEP_TOTAL (256ULL << 20)
+
+/* Bytes a reader keeps. A read answered from them holds a reference
+ * while it replies: once the reply is sent, the kernel may release the
+ * handle at once, so nothing of the handle is touched after it. */
+struct fs_kept {
+	_Atomic unsigned refs;
+	uint64_t len;
+	char data[];
+};
+
 /* Writer state; every field is protected by fs_handle.lock. */
 struct fs_writer {
 	enum fs_writer_state state;
@@ -66,8 +80,14 @@ struct fs_handle {
 	 * and attributes). */
 	struct meta_page_info page;
 	int cached; /* reads go through the kernel's page cache (no direct I/O) */
+	/* The page's bytes as the open's checksum check read them (pages up
+	 * to FS_KEEP_MAX), so that the first read does not read them again;
+	 * dropped by the read that reaches their end, or at release. keeps
+	 * is fixed at open; kept is protected by lock. */
+	int keeps;
+	struct fs_kept *kept;
 
-	/* Writer only. */
+	/* Writer (and a reader's kept bytes). */
 	pthread_mutex_t lock; /* a leaf; never held across meta_* calls */
 	pthread_cond_t idle;  /* signalled when state leaves BUSY or inflight hits 0 */
 	struct fs_writer w;   /* protected by lock */
@@ -82,12 +102,21 @@ struct fs_handle {
 #define FS_HANDLE_BUCKETS 1024
 
 struct fs_handles {
-	pthread_mutex_t lock;  /* a leaf: never held with a handle lock or across meta_* */
-	struct fs_handle *all; /* every open handle */
+	pthread_mutex_t lock;        /* a leaf: never held with a handle lock or across meta_* */
+	_Atomic uint64_t kept;       /* bytes readers keep (FS_KEEP_TOTAL at most) */
+	_Atomic uint64_t kept_reads; /* reads answered from kept bytes */
+	struct fs_handle *all;       /* every open handle */
 	struct fs_handle *by_page[FS_HANDLE_BUCKETS]; /* handles by page_id */
 };
 
 /* fs_handle.c */
+
+/* A buffer of len bytes (one reference) for a reader to keep its page
+ * in, or NULL when the page is over FS_KEEP_MAX or the mount keeps
+ * FS_KEEP_TOTAL already (or on ENOMEM). fs_keep_put drops a reference
+ * (NULL: nothing). */
+struct fs_kept *fs_keep_alloc(struct fs_handles *t, uint64_t len);
+void fs_keep_put(struct fs_handles *t, struct fs_kept *k);
 
 /* 0 or -errno. */
 int fs_handles_init(struct fs_handles *t);

@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -148,6 +149,10 @@ char *fs_stats_json(struct fs_mount *fs)
 	json_object_set_new(doc, "evict",
 	                    json_string(cfg->evict == META_EVICT_NONE ? "none" : "lru"));
 	json_object_set_new(doc, "totals", totals_json(&s));
+	/* reads answered from the bytes their open's checksum check read
+	 * (fs_file.c), and the bytes open readers keep for that now */
+	json_object_set_new(doc, "reads_from_check", jint(atomic_load(&fs->handles.kept_reads)));
+	json_object_set_new(doc, "check_bytes_kept", jint(atomic_load(&fs->handles.kept)));
 	if (add_pools(fs->meta, pools) < 0)
 		goto out;
 	json_object_set(doc, "pools", pools);

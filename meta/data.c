@@ -60,10 +60,29 @@ int data_open(const char *path, uint64_t size, int read_only, int *fd)
 	return 0;
 }
 
-int meta_checksum_range(int fd, uint64_t off, uint64_t len, uint64_t *out)
+/* Fills buf with len bytes of fd at off. 0 or -errno (-EIO: the file
+ * ends before). */
+static int read_full(int fd, char *buf, size_t len, uint64_t off)
+{
+	while (len > 0) {
+		ssize_t n = pread(fd, buf, len, (off_t)off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		buf += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* Checksums [off, off + len) of fd in CHECKSUM_CHUNK reads, or, with
+ * keep, in one read into keep (len bytes), which then holds the bytes. */
+static int checksum(int fd, uint64_t off, uint64_t len, char *keep, uint64_t *out)
 {
 	XXH3_state_t *st = XXH3_createState();
-	char *buf = malloc(CHECKSUM_CHUNK);
+	char *buf = keep ? keep : malloc(CHECKSUM_CHUNK);
 	int ret = 0;
 
 	if (!st || !buf) {
@@ -72,21 +91,30 @@ int meta_checksum_range(int fd, uint64_t off, uint64_t len, uint64_t *out)
 	}
 	XXH3_64bits_reset(st);
 	while (len > 0) {
-		size_t want = len < CHECKSUM_CHUNK ? (size_t)len : CHECKSUM_CHUNK;
-		ssize_t n = pread(fd, buf, want, (off_t)off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			ret = n < 0 ? -errno : -EIO;
+		size_t want = keep                   ? (size_t)len
+		              : len < CHECKSUM_CHUNK ? (size_t)len
+		                                     : CHECKSUM_CHUNK;
+		ret = read_full(fd, buf, want, off);
+		if (ret < 0)
 			goto out;
-		}
-		meta_hash_update(st, buf, (size_t)n);
-		off += (uint64_t)n;
-		len -= (uint64_t)n;
+		meta_hash_update(st, buf, want);
+		off += want;
+		len -= want;
 	}
 	*out = XXH3_64bits_digest(st);
 out:
-	free(buf);
+	if (buf != keep)
+		free(buf);
 	XXH3_freeState(st);
 	return ret;
+}
+
+int meta_checksum_range(int fd, uint64_t off, uint64_t len, uint64_t *out)
+{
+	return checksum(fd, off, len, NULL, out);
+}
+
+int meta_checksum_read(int fd, uint64_t off, uint64_t len, void *buf, uint64_t *out)
+{
+	return checksum(fd, off, len, buf, out);
 }

@@ -487,6 +487,30 @@ Test(pool, checksum_range_covers_pages_larger_than_its_read_chunk)
 	             (unsigned long long)len, (unsigned long long)sum, (unsigned long long)want);
 }
 
+Test(pool, checksum_read_keeps_the_bytes_and_sums_as_checksum_range)
+{
+	uint64_t slot = 1u << 20, len = slot - 333, sum = 0, want = 0;
+	struct meta_pool_info pi = create_ok(1, "kv", slot, 4 * slot);
+	unsigned char *buf = malloc(len), *got = malloc(len);
+
+	cr_assert(buf && got, "malloc %llu", (unsigned long long)len);
+	fill_random(buf, len, 9);
+	pwrite_ok(pi.data_fd, buf, len, 3 * slot);
+	int ret = meta_checksum_read(pi.data_fd, 3 * slot, len, got, &sum);
+	cr_assert_eq(ret, 0, "checksum_read: %s", strerror(-ret));
+	cr_assert_eq(memcmp(got, buf, len), 0, "the kept bytes differ from the slot's");
+	ret = meta_checksum_range(pi.data_fd, 3 * slot, len, &want);
+	cr_assert_eq(ret, 0, "checksum_range: %s", strerror(-ret));
+	cr_assert_eq(sum, want, "checksum_read %016llx, checksum_range %016llx",
+	             (unsigned long long)sum, (unsigned long long)want);
+	cr_assert_eq(sum, XXH3_64bits(buf, len), "not the XXH3 of the bytes");
+	/* past the end of the file: EIO, as checksum_range */
+	ret = meta_checksum_read(pi.data_fd, 4 * slot - 10, 20, got, &sum);
+	cr_assert_eq(ret, -EIO, "read past the end: %d, want -EIO", ret);
+	free(buf);
+	free(got);
+}
+
 Test(pool, checksum_range_of_nothing_is_the_empty_hash)
 {
 	uint64_t sum = 0;
