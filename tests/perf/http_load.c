@@ -21,6 +21,7 @@
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,9 +97,25 @@ static int post(int fd, const char *route, const char *body, size_t blen, char *
 	return status;
 }
 
+static uint64_t mix(uint64_t x) /* splitmix64's finalizer: a bijection */
+{
+	x ^= x >> 30;
+	x *= 0xBF58476D1CE4E5B9ULL;
+	x ^= x >> 27;
+	x *= 0x94D049BB133111EBULL;
+	return x ^ (x >> 31);
+}
+
+/* Key i of a client, as SGLang names pages: 64 hex digits of a hash of
+ * the tokens (so keys arrive in no order, as real ones do: an index
+ * keyed by name sees random inserts, not appends) and a model suffix. */
 static size_t key(char *out, int client, unsigned long i)
 {
-	return (size_t)sprintf(out, "\"%016x%016lx%032x_Qwen-Qwen3-32B_0_2\"", client, i, 0);
+	uint64_t h = mix(((uint64_t)client << 40) ^ i);
+
+	return (size_t)sprintf(out, "\"%016llx%016llx%016llx%016llx_Qwen-Qwen3-32B_0_2\"",
+	                       (unsigned long long)h, (unsigned long long)mix(h + 1),
+	                       (unsigned long long)mix(h + 2), (unsigned long long)mix(h + 3));
 }
 
 static void *client_main(void *arg)
