@@ -102,7 +102,7 @@ int meta_adopt(struct meta *m, const struct meta_adopt_page *in, size_t n,
 		p->atime_ns = p->atime_saved_ns = now - (int64_t)(n - i);
 		p->name_hash = name_hash(pools[i]->id, p->name, p->name_len);
 	}
-	bulk = (struct bulk){pages, n, progress, arg};
+	bulk = (struct bulk){.pages = pages, .n = n, .progress = progress, .arg = arg};
 	r->bulk = &bulk;
 	r->waited = 1;
 	journal_submit(m, r);

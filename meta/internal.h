@@ -222,6 +222,10 @@ struct bulk {
 	size_t n;
 	void (*progress)(void *arg, uint64_t done, uint64_t total);
 	void *arg;
+	/* Set by the batch writer for the SQLite store (journal.c): page i
+	 * replaces the rows repl[repl_at[i] .. repl_at[i + 1]). */
+	const uint64_t *repl;
+	const uint32_t *repl_at;
 };
 
 struct rec {
@@ -262,9 +266,22 @@ struct rec {
 	 * here pin. */
 	uint16_t name_len;
 	char name[META_NAME_MAX + 1];
+	/* REC_COMMIT / REC_RENAME: the rows this one replaces, the ones the
+	 * store must delete (by id, if they still have this name). The SQLite
+	 * index has no (pool, name) index to find them by name; memory knows
+	 * them (see resolve_replaced in journal.c). replaced_id: the committed
+	 * page of that name when the record was submitted (rec_note_replaced);
+	 * repl[0 .. nrepl): every candidate, set by the batch writer. */
+	uint64_t replaced_id;
+	const uint64_t *repl;
+	uint32_t nrepl;
 };
 
 /* journal.c */
+/* Notes in r (REC_COMMIT or REC_RENAME, pool_id, page_id and name set)
+ * the committed page its name belongs to now, if another. meta.lock
+ * held. */
+void rec_note_replaced(struct meta *m, struct rec *r);
 int journal_start(struct meta *m, char *err, size_t errlen);
 void journal_stop(struct meta *m);
 /* Allocates a zeroed record. NULL on ENOMEM. */
@@ -371,6 +388,9 @@ struct page *table_find_id(const struct page_table *t, uint64_t id);
 struct page *table_find_name(const struct page_table *t, uint32_t pool_id, const char *name,
                              int *pending);
 /* The same for n names at once (a NULL name finds nothing). */
+/* The committed page of (pool_id, name) whose name_hash is h. */
+struct page *table_find_hashed(const struct page_table *t, uint64_t h, uint32_t pool_id,
+                               const char *name, size_t len);
 void table_find_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
                       size_t n, struct page **out);
 

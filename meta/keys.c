@@ -1029,7 +1029,7 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 	struct page **pages = calloc(n ? n : 1, sizeof(*pages));
 	uint64_t *done = calloc(n ? n : 1, sizeof(*done)); /* slots of pages[] */
 	struct rec *r = rec_new(REC_BULK);
-	struct bulk bulk = {pages, 0, NULL, NULL};
+	struct bulk bulk = {.pages = pages};
 	int64_t now = now_ns();
 	int rc = 0, shared = m->shared;
 

@@ -293,6 +293,19 @@ static int load_page(void *arg, const struct rec *row)
 		         m->db_path, (unsigned long long)row->page_id, row->name);
 		return -EUCLEAN;
 	}
+	/* The SQLite table has no unique index on names (store_sqlite.c):
+	 * memory is where two rows of one name would show. */
+	uint64_t h = name_hash(pool->id, row->name, row->name_len);
+	struct page *twin = table_find_hashed(&m->by_name, h, pool->id, row->name, row->name_len);
+	if (twin) {
+		snprintf(l->err, l->errlen,
+		         "index %s is inconsistent: pages %llu and %llu are both named '%s' in "
+		         "pool %u/%s; run 'pagefs fsck --repair'",
+		         m->db_path, (unsigned long long)twin->id, (unsigned long long)row->page_id,
+		         row->name, pool->rank, pool->ns);
+		slot_release(pool, row->slot);
+		return -EUCLEAN;
+	}
 	if (!(p = page_alloc(row->name, row->name_len)))
 		return -ENOMEM;
 	p->id = row->page_id;
@@ -304,7 +317,7 @@ static int load_page(void *arg, const struct rec *row)
 	p->mtime_ns = row->mtime_ns;
 	p->atime_ns = p->atime_saved_ns = row->atime_ns;
 	p->gen = row->gen;
-	p->name_hash = name_hash(pool->id, p->name, p->name_len);
+	p->name_hash = h;
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? l->cap * 2 : 4096;
 		struct lru_ent *e = realloc(l->lru, cap * sizeof(*e));

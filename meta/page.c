@@ -549,6 +549,7 @@ int meta_page_commit(struct meta *m, const struct meta_resv *r, uint64_t length,
 	rec->gen = p->gen;
 	rec->name_len = p->name_len;
 	memcpy(rec->name, p->name, p->name_len + 1u);
+	rec_note_replaced(m, rec);
 	rec->waited = 1;
 	journal_submit(m, rec);
 	pthread_mutex_unlock(&m->lock);
@@ -666,6 +667,7 @@ static int submit_named(struct meta *m, struct rec *r, uint32_t pool_id, const c
 	if (to) {
 		r->name_len = (uint16_t)strlen(to);
 		memcpy(r->name, to, r->name_len + 1u);
+		rec_note_replaced(m, r);
 	}
 	r->waited = 1;
 	journal_submit(m, r);

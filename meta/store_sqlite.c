@@ -42,14 +42,14 @@ enum stmt_id {
 };
 
 static const char *const stmt_sql[ST_COUNT] = {
-	[ST_COMMIT_DEL] = "DELETE FROM pages WHERE pool=?1 AND name=?2 AND id<>?3",
+	[ST_COMMIT_DEL] = "DELETE FROM pages WHERE id=?3 AND pool=?1 AND name=?2",
 	[ST_COMMIT_PUT] = "INSERT INTO pages(id,pool,name,slot,length,checksum,mtime,atime,gen)"
 			  " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9) ON CONFLICT(id) DO UPDATE SET"
 			  " name=excluded.name, slot=excluded.slot, length=excluded.length,"
 			  " checksum=excluded.checksum, mtime=excluded.mtime, atime=excluded.atime",
 	[ST_DELETE] = "DELETE FROM pages WHERE id=?1",
-	[ST_RENAME_DEL] = "DELETE FROM pages WHERE pool=?1 AND name=?2 AND id<>?3"
-			  " AND EXISTS(SELECT 1 FROM pages WHERE id=?3)",
+	[ST_RENAME_DEL] = "DELETE FROM pages WHERE id=?3 AND pool=?1 AND name=?2"
+			  " AND EXISTS(SELECT 1 FROM pages WHERE id=?4)",
 	[ST_RENAME] = "UPDATE pages SET name=?2 WHERE id=?1",
 	[ST_TOUCH] = "UPDATE pages SET atime=?2 WHERE id=?1 AND atime<?2",
 	[ST_RANK_PUT] = "INSERT OR IGNORE INTO ranks(rank) VALUES(?1)",
@@ -73,7 +73,7 @@ static const char schema_sql[] =
 	"CREATE TABLE pages(id INTEGER PRIMARY KEY, pool INTEGER NOT NULL, name BLOB NOT NULL,"
 	" slot INTEGER NOT NULL, length INTEGER NOT NULL, checksum INTEGER,"
 	" mtime INTEGER NOT NULL, atime INTEGER NOT NULL, gen INTEGER NOT NULL,"
-	" UNIQUE(pool, name), UNIQUE(pool, slot));";
+	" UNIQUE(pool, slot));";
 
 struct sqlite_store {
 	struct store base; /* first: a struct store * points here */
@@ -406,16 +406,26 @@ static void bind_page(sqlite3_stmt *st, const struct rec *r)
 	sqlite3_bind_int64(st, 9, r->gen);
 }
 
-/* Binds (pool, name, id) as ?1 ?2 ?3 and runs statement id. */
-static int run_pool_name_id(struct sqlite_store *s, enum stmt_id id, const struct rec *r)
+/* Deletes the rows ids[0 .. n) that still have (pool, name): the rows a
+ * commit or rename of page_id replaces (struct rec, journal.c). */
+static int delete_replaced(struct sqlite_store *s, enum stmt_id id, uint32_t pool_id,
+                           const char *name, uint16_t len, uint64_t page_id, const uint64_t *ids,
+                           size_t n)
 {
-	sqlite3_stmt *st = stmt(s, id);
-	if (!st)
-		return -EIO;
-	sqlite3_bind_int64(st, 1, r->pool_id);
-	sqlite3_bind_blob(st, 2, r->name, r->name_len, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 3, (sqlite3_int64)r->page_id);
-	return step_done(st);
+	for (size_t i = 0; i < n; i++) {
+		sqlite3_stmt *st = stmt(s, id);
+		int rc;
+		if (!st)
+			return -EIO;
+		sqlite3_bind_int64(st, 1, pool_id);
+		sqlite3_bind_blob(st, 2, name, len, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 3, (sqlite3_int64)ids[i]);
+		if (id == ST_RENAME_DEL)
+			sqlite3_bind_int64(st, 4, (sqlite3_int64)page_id);
+		if ((rc = step_done(st)) < 0)
+			return rc;
+	}
+	return 0;
 }
 
 static int run_id(struct sqlite_store *s, enum stmt_id id, int64_t a, int64_t b, int nargs)
@@ -442,14 +452,10 @@ static int apply_bulk(struct sqlite_store *s, const struct rec *r)
 		exec(s, "PRAGMA cache_size=-524288"); /* the name index fits: no spills */
 	for (size_t i = 0; i < b->n && rc == 0; i++) {
 		const struct page *p = b->pages[i];
-		/* Replaces a row of the same name, as REC_COMMIT does. */
-		sqlite3_stmt *del = stmt(s, ST_COMMIT_DEL);
-		if (!del)
-			return -EIO;
-		sqlite3_bind_int64(del, 1, p->pool->id);
-		sqlite3_bind_blob(del, 2, p->name, p->name_len, SQLITE_STATIC);
-		sqlite3_bind_int64(del, 3, (sqlite3_int64)p->id);
-		if ((rc = step_done(del)) < 0)
+		/* Replaces the rows of the same name, as REC_COMMIT does. */
+		if (b->repl_at && (rc = delete_replaced(s, ST_COMMIT_DEL, p->pool->id, p->name,
+		                                        p->name_len, p->id, b->repl + b->repl_at[i],
+		                                        b->repl_at[i + 1] - b->repl_at[i])) < 0)
 			return rc;
 		sqlite3_bind_int64(st, 1, (sqlite3_int64)p->id);
 		sqlite3_bind_int64(st, 2, p->pool->id);
@@ -479,7 +485,8 @@ static int apply_one(struct sqlite_store *s, struct rec *r)
 
 	switch (r->type) {
 	case REC_COMMIT:
-		rc = run_pool_name_id(s, ST_COMMIT_DEL, r);
+		rc = delete_replaced(s, ST_COMMIT_DEL, r->pool_id, r->name, r->name_len, r->page_id,
+		                     r->repl, r->nrepl);
 		if (rc < 0 || !(st = stmt(s, ST_COMMIT_PUT)))
 			return rc < 0 ? rc : -EIO;
 		bind_page(st, r);
@@ -488,7 +495,8 @@ static int apply_one(struct sqlite_store *s, struct rec *r)
 	case REC_DROP:
 		return run_id(s, ST_DELETE, (int64_t)r->page_id, 0, 1);
 	case REC_RENAME:
-		rc = run_pool_name_id(s, ST_RENAME_DEL, r);
+		rc = delete_replaced(s, ST_RENAME_DEL, r->pool_id, r->name, r->name_len, r->page_id,
+		                     r->repl, r->nrepl);
 		if (rc < 0 || !(st = stmt(s, ST_RENAME)))
 			return rc < 0 ? rc : -EIO;
 		sqlite3_bind_int64(st, 1, (sqlite3_int64)r->page_id);

@@ -154,6 +154,12 @@ struct page *table_find_name(const struct page_table *t, uint32_t pool_id, const
 	return chain_find(t->buckets[h & t->mask], h, pool_id, name, len, pending);
 }
 
+struct page *table_find_hashed(const struct page_table *t, uint64_t h, uint32_t pool_id,
+                               const char *name, size_t len)
+{
+	return chain_find(t->buckets[h & t->mask], h, pool_id, name, len, NULL);
+}
+
 /* Lookups a group at a time, so that the cache misses of a group (bucket,
  * then page) overlap instead of following one another: a batch of 128
  * SGLang keys spent most of its time waiting on them. */

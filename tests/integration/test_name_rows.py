@@ -1,0 +1,143 @@
+"""One row per name in the SQLite index without a unique index on names
+(README "Decisions", "The index has no index on names"): the store deletes
+the row a commit, rename or key confirm replaces by the id memory knows,
+so replacing pages by name, from many threads at once, leaves exactly one
+row per name; an index of schema version 1 (which still has the unique
+index) works as before; two rows of one name are found at mount and the
+mount is refused with the fix."""
+import os
+import sqlite3
+import threading
+
+from pagefs_helpers import assert_bytes_equal, describe, read_page, write_page
+
+SMALL = ("--page-size", "64K", "--capacity", "8M")
+
+
+def rows(m):
+    with sqlite3.connect(m.index) as db:
+        return db.execute("SELECT pool, name, id, slot FROM pages").fetchall()
+
+
+def twins(m):
+    with sqlite3.connect(m.index) as db:
+        return db.execute("SELECT pool, name, count(*) FROM pages GROUP BY pool, name"
+                          " HAVING count(*) > 1").fetchall()
+
+
+def name_indexes(m):
+    """The indexes of the pages table that cover the name column."""
+    out = []
+    with sqlite3.connect(m.index) as db:
+        for row in db.execute("PRAGMA index_list('pages')").fetchall():
+            cols = [c[2] for c in db.execute(f"PRAGMA index_info('{row[1]}')")]
+            if "name" in cols:
+                out.append((row[1], cols))
+    return out
+
+
+def replace_a_lot(pool, names, rounds, seed):
+    """Creates, overwrites (O_TRUNC) and renames over the given names."""
+    last = {}
+    for i in range(rounds):
+        name = names[(i * 7 + seed) % len(names)]
+        data = os.urandom(1000 + (i * 37 + seed) % 5000)
+        kind = i % 3
+        if kind == 0:  # a new file over the name: the temp-and-rename pattern
+            tmp = pool / f".tmp-{seed}-{i}"
+            write_page(tmp, data)
+            os.rename(tmp, pool / name)
+        else:  # open(O_TRUNC) of the existing page, or a create if it is gone
+            write_page(pool / name, data)
+        last[name] = data
+    return last
+
+
+def test_a_new_index_keeps_one_row_per_name_through_replacements(mount):
+    m = mount(*SMALL)
+    pool = m.pool(0, "kv")
+    with sqlite3.connect(m.index) as db:
+        assert db.execute("SELECT value FROM settings WHERE key='schema_version'"
+                          ).fetchone() == ("2",)
+    assert name_indexes(m) == [], "schema 2 has no index on (pool, name)"
+    names = [f"page-{i}" for i in range(6)]
+    last = replace_a_lot(pool, names, 60, 0)
+    for name, data in last.items():
+        assert_bytes_equal(read_page(pool / name), data, name)
+    assert twins(m) == [], f"two rows of one name: {twins(m)}"
+    assert sorted(r[1].decode() for r in rows(m)) == sorted(os.listdir(pool))
+
+
+def test_concurrent_replacements_of_the_same_names_leave_one_row_each(mount):
+    """Threads replacing the same few names at once share journal
+    transactions, so one transaction often names a page twice."""
+    m = mount(*SMALL)
+    pool = m.pool(0, "kv")
+    names = [f"hot-{i}" for i in range(3)]
+    errors = []
+
+    def worker(seed):
+        try:
+            replace_a_lot(pool, names, 40, seed)
+        except OSError as e:
+            errors.append(f"worker {seed}: {e}")
+
+    ts = [threading.Thread(target=worker, args=(s,)) for s in range(6)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors[:3]
+    assert twins(m) == [], f"two rows of one name: {twins(m)}"
+    listing = sorted(os.listdir(pool))
+    assert listing == names
+    data = {n: read_page(pool / n) for n in names}
+    m.remount()  # the load would refuse two rows of one name
+    assert sorted(os.listdir(pool)) == listing
+    for n in names:
+        assert_bytes_equal(read_page(pool / n), data[n], f"{n} after the remount")
+
+
+def test_an_index_of_schema_1_with_its_unique_index_still_works(mount):
+    m = mount(*SMALL)
+    pool = m.pool(0, "kv")
+    write_page(pool / "a", os.urandom(3000))
+    m.umount()
+    with sqlite3.connect(m.index) as db:  # what pagefs made before schema 2
+        db.executescript("""
+            CREATE TABLE pages1(id INTEGER PRIMARY KEY, pool INTEGER NOT NULL,
+              name BLOB NOT NULL, slot INTEGER NOT NULL, length INTEGER NOT NULL,
+              checksum INTEGER, mtime INTEGER NOT NULL, atime INTEGER NOT NULL,
+              gen INTEGER NOT NULL, UNIQUE(pool, name), UNIQUE(pool, slot));
+            INSERT INTO pages1 SELECT * FROM pages;
+            DROP TABLE pages;
+            ALTER TABLE pages1 RENAME TO pages;
+            UPDATE settings SET value='1' WHERE key='schema_version';
+        """)
+    assert name_indexes(m) != [], "the schema 1 table has its (pool, name) index"
+    m.start()
+    # With the unique index still there, a replacement whose old row the
+    # store failed to delete would fail its insert (EIO at close).
+    last = replace_a_lot(pool, ["a", "b", "c"], 30, 1)
+    for name, data in last.items():
+        assert_bytes_equal(read_page(pool / name), data, name)
+    assert twins(m) == []
+    with sqlite3.connect(m.index) as db:
+        assert db.execute("SELECT value FROM settings WHERE key='schema_version'"
+                          ).fetchone() == ("1",), "an old index is used as it is"
+
+
+def test_two_rows_of_one_name_refuse_the_mount_and_name_the_fix(mount):
+    m = mount(*SMALL)
+    pool = m.pool(0, "kv")
+    write_page(pool / "twin", os.urandom(2000))
+    m.umount()
+    with sqlite3.connect(m.index) as db:
+        pid, name, slot = db.execute("SELECT pool, name, slot FROM pages").fetchone()
+        db.execute("INSERT INTO pages(id, pool, name, slot, length, checksum, mtime, atime,"
+                   " gen) SELECT id + 1000, pool, name, slot + 1, length, checksum, mtime,"
+                   " atime, gen FROM pages")
+    r = m.attempt()
+    assert r.returncode != 0, f"a mount over two rows named 'twin' succeeded: {describe(r)}"
+    err = r.stderr + m.log.read_text(errors="replace") if m.log.exists() else r.stderr
+    assert "twin" in err and "fsck --repair" in err, f"the error should name the page and the fix: {describe(r)}"
