@@ -11,7 +11,8 @@
  *
  * Reservations and free lists are not stored at all (free = not named by
  * a page; see docs/DESIGN.md), so "slot both used and free" and "stale
- * reservation" cannot occur; "two names on one slot" is checked here.
+ * reservation" cannot occur; "two names on one slot" is checked here, and
+ * so is "one name on two rows of a pool" (no UNIQUE index forbids it).
  */
 #include "meta/internal.h"
 #include "meta/log.h"
@@ -39,6 +40,7 @@ enum problem {
 	PR_PAGE_LENGTH,
 	PR_PAGE_NAME,
 	PR_SLOT_SHARED,
+	PR_NAME_SHARED,
 	PR_CHECKSUM_BAD,
 	PR_CHECKSUM_MISSING,
 	PR_COUNT
@@ -61,6 +63,7 @@ static const struct {
 	[PR_PAGE_LENGTH] = {"page-length", "drop the page", 1},
 	[PR_PAGE_NAME] = {"page-name", "drop the page", 1},
 	[PR_SLOT_SHARED] = {"slot-shared", "keep the one page whose bytes match its checksum", 1},
+	[PR_NAME_SHARED] = {"name-shared", "keep the row with the highest id, drop the others", 1},
 	[PR_CHECKSUM_BAD] = {"checksum-bad", "drop the page", 1},
 	[PR_CHECKSUM_MISSING] = {"checksum-missing", "compute it from the bytes", 1},
 };
@@ -77,6 +80,7 @@ struct fpool {
 struct fpage {
 	struct rec *row; /* owned */
 	int drop;
+	int name_dup; /* dropped as an older row of a shared name: holds no slot */
 };
 
 struct fsck {
@@ -187,7 +191,7 @@ static int on_page(void *arg, const struct rec *row)
 	if (!copy)
 		return -ENOMEM;
 	*copy = *row;
-	f->pages[f->npages++] = (struct fpage){copy, 0};
+	f->pages[f->npages++] = (struct fpage){copy, 0, 0};
 	if (f->npages % 100000 == 0)
 		progress(f, "load", f->npages, 0);
 	return 0;
@@ -326,13 +330,87 @@ static void pass_pages(struct fsck *f)
 	}
 }
 
+/* Rows dropped as older duplicates of a name sort last, out of the slot
+ * groups: their slots are free once the repair drops them. */
+static int cmp_slot_live(const void *a, const void *b)
+{
+	const struct fpage *x = a, *y = b;
+
+	if (x->name_dup != y->name_dup)
+		return x->name_dup - y->name_dup;
+	return cmp_slot(a, b);
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+	const struct rec *x = ((const struct fpage *)a)->row, *y = ((const struct fpage *)b)->row;
+
+	if (x->pool_id != y->pool_id)
+		return x->pool_id < y->pool_id ? -1 : 1;
+	if (x->name_len != y->name_len)
+		return x->name_len < y->name_len ? -1 : 1;
+	int c = memcmp(x->name, y->name, x->name_len);
+	if (c)
+		return c;
+	return x->page_id < y->page_id ? -1 : (x->page_id > y->page_id);
+}
+
+static int same_name(const struct rec *x, const struct rec *y)
+{
+	return x->pool_id == y->pool_id && x->name_len == y->name_len &&
+	       memcmp(x->name, y->name, x->name_len) == 0;
+}
+
+/* Two rows of one pool with one name: only a bug can write them (the store
+ * replaces a page by id). The highest id is kept; the older rows go. Rows
+ * pass_pages dropped already are not counted. */
+static void pass_shared_names(struct fsck *f)
+{
+	size_t nlive = 0;
+
+	/* Rows already dropped sort after the live ones, out of the groups. */
+	for (size_t i = 0; i < f->npages; i++) {
+		if (!f->pages[i].drop) {
+			struct fpage t = f->pages[nlive];
+			f->pages[nlive++] = f->pages[i];
+			f->pages[i] = t;
+		}
+	}
+	if (nlive > 1)
+		qsort(f->pages, nlive, sizeof(*f->pages), cmp_name);
+	for (size_t i = 0; i < nlive;) {
+		size_t j = i + 1;
+		while (j < nlive && same_name(f->pages[j].row, f->pages[i].row))
+			j++;
+		if (j - i > 1) {
+			struct fpool *p = find_pool(f, f->pages[i].row->pool_id);
+			const struct rec *kept = f->pages[j - 1].row; /* sorted by id */
+			for (size_t k = i; k + 1 < j; k++) {
+				report(f, PR_NAME_SHARED,
+				       "page '%s' of pool %u/%s has %zu rows: id %llu dropped, "
+				       "id %llu kept",
+				       kept->name, p ? p->row.rank : 0, p ? p->row.ns : "?", j - i,
+				       (unsigned long long)f->pages[k].row->page_id,
+				       (unsigned long long)kept->page_id);
+				drop_page(f, &f->pages[k]);
+				f->pages[k].name_dup = 1;
+			}
+		}
+		i = j;
+	}
+}
+
 static void pass_shared_slots(struct fsck *f)
 {
+	size_t nslot = f->npages;
+
 	if (f->npages > 1) /* pages is NULL for an index without pages */
-		qsort(f->pages, f->npages, sizeof(*f->pages), cmp_slot);
-	for (size_t i = 0; i < f->npages;) {
+		qsort(f->pages, f->npages, sizeof(*f->pages), cmp_slot_live);
+	while (nslot > 0 && f->pages[nslot - 1].name_dup)
+		nslot--;
+	for (size_t i = 0; i < nslot;) {
 		size_t j = i + 1;
-		while (j < f->npages && f->pages[j].row->pool_id == f->pages[i].row->pool_id &&
+		while (j < nslot && f->pages[j].row->pool_id == f->pages[i].row->pool_id &&
 		       f->pages[j].row->slot == f->pages[i].row->slot)
 			j++;
 		if (j - i > 1) {
@@ -474,6 +552,7 @@ int meta_fsck(const struct meta_fsck_opts *o, struct meta_fsck_result *res, char
 	pass_owner(&f);
 	pass_pools(&f);
 	pass_pages(&f);
+	pass_shared_names(&f);
 	pass_shared_slots(&f);
 	if (o->verify_data)
 		pass_checksums(&f);

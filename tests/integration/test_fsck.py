@@ -14,6 +14,7 @@ import pytest
 
 import pageformat as PF
 from pagefs_helpers import describe, read_page, run_pagefs, write_page, xattr_int, xattr_str
+from test_checksums import XXH3
 
 SLOT = 64 << 10
 CAP = 16
@@ -250,6 +251,90 @@ def test_slot_shared_by_two_copies_of_one_page_drops_both(pages):
     r = pages.break_and_check("slot-shared")
     assert len(problems(r)["slot-shared"]) == 2, "neither copy can be trusted: both go"
     pages.serves(keep=["p1", "p2", "p3", "q0", "q1"], gone=["p0"])
+
+
+def _drop_unique_name(m):
+    """Rebuilds the pages table without UNIQUE(pool, name), as schema 2 has
+    it (the store replaces a page by id), so two rows can carry one name."""
+    (sql,) = rows(m, "SELECT sql FROM sqlite_master WHERE name='pages'")[0]
+    assert "UNIQUE(pool, name)" in sql
+    sql = re.sub(r'^CREATE TABLE "?pages"?\(', "CREATE TABLE pages2(", sql)
+    edit(m, re.sub(r",\s*UNIQUE\(pool, name\)", "", sql),
+         "INSERT INTO pages2 SELECT * FROM pages", "DROP TABLE pages",
+         "ALTER TABLE pages2 RENAME TO pages")
+
+
+def _second_p0(pages):
+    """Adds a second row named p0 to 0/kv (id + 1000), with new bytes in a
+    free slot and their right checksum, so only the name is wrong. Returns
+    (first id, second id, first slot, second slot, second bytes)."""
+    m = pages.m
+    if XXH3 is None:
+        pytest.skip("no XXH3-64 (python3-xxhash or libxxhash)")
+    _drop_unique_name(m)
+    (pid, pool, slot0, gen), = rows(m, "SELECT id, pool, slot, gen FROM pages WHERE name=X'7030'")
+    used = {s for (s,) in rows(m, "SELECT slot FROM pages WHERE pool=?", pool)}
+    free = next(s for s in range(CAP) if s not in used)
+    data = PF.make_page("p0", 2, 7000)
+    with open(pages.data_file("p0"), "r+b") as f:
+        f.seek(free * SLOT)
+        f.write(data)
+    cs = XXH3(data)
+    edit(m, ("INSERT INTO pages(id,pool,name,slot,length,checksum,mtime,atime,gen)"
+             " SELECT ?,pool,name,?,?,?,mtime,atime,? FROM pages WHERE id=?",
+             (pid + 1000, free, len(data), cs - (1 << 64) if cs >= 1 << 63 else cs, gen + 1,
+              pid)))
+    return pid, pid + 1000, slot0, free, data
+
+
+def _p0_rows(m):
+    return rows(m, "SELECT id FROM pages WHERE name=X'7030' ORDER BY id")
+
+
+def _serves_one_p0_at(pages, slot):
+    pages.serves(keep=pages.content)
+    pages.m.start()
+    try:
+        assert os.listdir(pages.m.pool(0, "kv")).count("p0") == 1
+        assert xattr_int(pages.m.path(0, "kv", "p0"), "user.pagefs.slot") == slot
+    finally:
+        pages.m.umount()
+
+
+@pytest.mark.parametrize("newer", [True, False], ids=["second-row-newer", "second-row-older"])
+def test_name_shared_keeps_the_row_with_the_highest_id(pages, newer):
+    m = pages.m
+    pid, other, slot0, free, data = _second_p0(pages)
+    keep, drop, slot = other, pid, free
+    if newer:
+        pages.content["p0"] = (pages.content["p0"][0], data)
+    else:  # the first row gets the higher id
+        keep, drop, slot = pid + 2000, other, slot0
+        edit(m, ("UPDATE pages SET id=? WHERE id=?", (keep, pid)))
+    assert _p0_rows(m) == sorted([(keep,), (drop,)])
+    r = pages.break_and_check("name-shared", expect_in_msg=(
+        "'p0'", "0/kv", f"id {drop} dropped", f"id {keep} kept"), verify=True)
+    found = problems(r)
+    assert set(found) == {"name-shared"} and len(found["name-shared"]) == 1, \
+        f"only the older row is reported, once: {found}"
+    assert _p0_rows(m) == [(keep,)]
+    _serves_one_p0_at(pages, slot)
+
+
+def test_name_shared_older_row_on_another_pages_slot_is_only_name_shared(pages):
+    """The dropped row frees its slot: the page really there is not also
+    reported slot-shared, nor the dropped row a second time."""
+    m = pages.m
+    _drop_unique_slot(m)
+    pid, other, _, free, data = _second_p0(pages)
+    edit(m, ("UPDATE pages SET slot=? WHERE id=?", (pages.where["p1"][2], pid)))
+    r = pages.break_and_check("name-shared", expect_in_msg=(f"id {pid} dropped",), verify=True)
+    found = problems(r)
+    assert set(found) == {"name-shared"} and len(found["name-shared"]) == 1, found
+    assert "1 problems, 1 repaired" in r.stdout, r.stdout
+    assert _p0_rows(m) == [(other,)]
+    pages.content["p0"] = (pages.content["p0"][0], data)
+    _serves_one_p0_at(pages, free)
 
 
 def test_checksum_bad_with_verify_data_drops_the_page(pages):
