@@ -9,7 +9,7 @@ import os
 import sqlite3
 import threading
 
-from pagefs_helpers import assert_bytes_equal, describe, read_page, write_page
+from pagefs_helpers import assert_bytes_equal, describe, read_page, run_pagefs, write_page
 
 SMALL = ("--page-size", "64K", "--capacity", "8M")
 
@@ -140,4 +140,9 @@ def test_two_rows_of_one_name_refuse_the_mount_and_name_the_fix(mount):
     r = m.attempt()
     assert r.returncode != 0, f"a mount over two rows named 'twin' succeeded: {describe(r)}"
     err = r.stderr + m.log.read_text(errors="replace") if m.log.exists() else r.stderr
-    assert "twin" in err and "fsck --repair" in err, f"the error should name the page and the fix: {describe(r)}"
+    assert "twin" in err and "fsck --repair" in err, \
+        f"the error should name the page and the fix: {describe(r)}"
+    r = run_pagefs("fsck", m.backing, "--meta", m.meta, "--repair", timeout=120)
+    assert "name-shared" in r.stdout + r.stderr, f"fsck --repair: {describe(r)}"
+    m.start()
+    assert os.listdir(pool) == ["twin"]
