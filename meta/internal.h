@@ -269,7 +269,7 @@ struct rec {
 	/* REC_COMMIT / REC_RENAME: the rows this one replaces, the ones the
 	 * store must delete (by id, if they still have this name). The SQLite
 	 * index has no (pool, name) index to find them by name; memory knows
-	 * them (see resolve_replaced in journal.c). replaced_id: the committed
+	 * them (replaced.c). replaced_id: the committed
 	 * page of that name when the record was submitted (rec_note_replaced);
 	 * repl[0 .. nrepl): every candidate, set by the batch writer. */
 	uint64_t replaced_id;
@@ -277,11 +277,28 @@ struct rec {
 	uint32_t nrepl;
 };
 
-/* journal.c */
+/* replaced.c: the rows a naming record replaces (SQLite store). */
 /* Notes in r (REC_COMMIT or REC_RENAME, pool_id, page_id and name set)
  * the committed page its name belongs to now, if another. meta.lock
  * held. */
 void rec_note_replaced(struct meta *m, struct rec *r);
+struct namer;
+struct resolver {
+	struct namer *v;
+	size_t n;
+	uint32_t *head; /* by hash: the latest namer, + 1 */
+	uint64_t mask;
+	uint64_t *cand;
+	size_t ncand, cap;
+	uint32_t *at; /* offsets into cand, per record (bulk: per page) */
+};
+/* Sets r->repl / bulk->repl of every naming record of batch. 0, or
+ * -ENOMEM (nothing set: the batch must fail). No lock held. */
+int replaced_resolve(struct meta *m, struct rec *batch, struct resolver *rs);
+/* Clears what replaced_resolve set and frees rs. */
+void replaced_free(struct rec *batch, struct resolver *rs);
+
+/* journal.c */
 int journal_start(struct meta *m, char *err, size_t errlen);
 void journal_stop(struct meta *m);
 /* Allocates a zeroed record. NULL on ENOMEM. */

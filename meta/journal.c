@@ -20,18 +20,8 @@
  * write it, or is waiting for the batch in progress, after which it or
  * another waiter leads.
  *
- * Replaced rows (SQLite): the SQLite table has no index by name (a
- * hashed name would dirty a random index page per committed key), so a
- * record that gives a page a name carries the ids of the rows that name
- * belongs to, which the store deletes by id (if they still have that
- * name). They are found in memory (resolve_replaced): the committed page
- * of the name when the record was submitted and when its batch is
- * written, and every record earlier in the batch that gave the name.
- * That is every row the name can have when the record is applied: a
- * page leaves memory (drop, eviction) in the same critical section that
- * queues its deletion, so a row memory no longer shows is deleted before
- * any later record is applied, and between batches memory mirrors the
- * store. Extra candidates are harmless: the delete checks the name.
+ * Before writing a batch to SQLite, the writer finds the rows its records
+ * replace (replaced.c).
  */
 #include "meta/internal.h"
 #include "meta/log.h"
@@ -122,157 +112,11 @@ void journal_counters(struct meta *m, uint64_t *batches, uint64_t *records)
 	pthread_mutex_unlock(&j->lock);
 }
 
-void rec_note_replaced(struct meta *m, struct rec *r)
-{
-	struct page *p = table_find_name(&m->by_name, r->pool_id, r->name, NULL);
-
-	r->replaced_id = p && p->id != r->page_id ? p->id : 0;
-}
-
-/* The names a batch gives, in order (resolve_replaced). */
-struct namer {
-	uint64_t hash;
-	uint64_t id;
-	const char *name;
-	uint32_t pool_id;
-	uint16_t len;
-	uint32_t prev; /* the previous namer of the same hash, + 1 (0: none) */
-};
-
-struct resolver {
-	struct namer *v;
-	size_t n;
-	uint32_t *head; /* by hash: the latest namer, + 1 */
-	uint64_t mask;
-	uint64_t *cand;
-	size_t ncand, cap;
-	uint32_t *at; /* bulk: offsets into cand, one array per record */
-};
-
-static int cand_add(struct resolver *rs, uint64_t id)
-{
-	if (rs->ncand == rs->cap) {
-		size_t cap = rs->cap ? rs->cap * 2 : 64;
-		uint64_t *v = realloc(rs->cand, cap * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		rs->cand = v;
-		rs->cap = cap;
-	}
-	rs->cand[rs->ncand++] = id;
-	return 0;
-}
-
-/* Adds the candidates of one name given to page id (see the header) and
- * records the namer. Returns the candidates' offset; meta.lock held. */
-static int name_given(struct meta *m, struct resolver *rs, uint32_t pool_id, const char *name,
-                      uint16_t len, uint64_t id, uint64_t submitted)
-{
-	uint64_t h = name_hash(pool_id, name, len);
-	struct page *p = table_find_name(&m->by_name, pool_id, name, NULL);
-	struct namer *k = &rs->v[rs->n];
-	int rc = 0;
-
-	if (p && p->id != id)
-		rc = cand_add(rs, p->id);
-	if (rc == 0 && submitted && submitted != id && (!p || p->id != submitted))
-		rc = cand_add(rs, submitted);
-	for (uint32_t e = rs->head[h & rs->mask]; rc == 0 && e; e = rs->v[e - 1].prev) {
-		const struct namer *o = &rs->v[e - 1];
-		if (o->hash == h && o->pool_id == pool_id && o->len == len && o->id != id &&
-		    memcmp(o->name, name, len) == 0)
-			rc = cand_add(rs, o->id);
-	}
-	*k = (struct namer){h, id, name, pool_id, len, rs->head[h & rs->mask]};
-	rs->head[h & rs->mask] = (uint32_t)++rs->n;
-	return rc;
-}
-
-/* Sets the replaced-row candidates of every naming record of the batch
- * (SQLite store; see the header). 0, or -ENOMEM: then nothing is set and
- * the batch fails rather than leave two rows with one name. */
-static int resolve_replaced(struct meta *m, struct rec *batch, struct resolver *rs)
-{
-	size_t n = 0, nat = 0, buckets = 16;
-	int rc = 0;
-
-	for (struct rec *r = batch; r; r = r->next) {
-		if (r->type == REC_COMMIT || r->type == REC_RENAME)
-			n++, nat += 2;
-		else if (r->type == REC_BULK)
-			n += r->bulk->n, nat += r->bulk->n + 1;
-	}
-	if (n == 0)
-		return 0;
-	while (buckets < 2 * n)
-		buckets <<= 1;
-	rs->v = malloc(n * sizeof(*rs->v));
-	rs->head = calloc(buckets, sizeof(*rs->head));
-	rs->at = malloc(nat * sizeof(*rs->at));
-	if (!rs->v || !rs->head || !rs->at)
-		return -ENOMEM;
-	rs->mask = buckets - 1;
-
-	uint32_t *at = rs->at;
-	pthread_mutex_lock(&m->lock);
-	for (struct rec *r = batch; r && rc == 0; r = r->next) {
-		if (r->type == REC_COMMIT || r->type == REC_RENAME) {
-			at[0] = (uint32_t)rs->ncand;
-			rc = name_given(m, rs, r->pool_id, r->name, r->name_len, r->page_id,
-			                r->replaced_id);
-			at[1] = (uint32_t)rs->ncand;
-			at += 2;
-		} else if (r->type == REC_BULK) {
-			const struct bulk *b = r->bulk;
-			at[0] = (uint32_t)rs->ncand;
-			for (size_t i = 0; i < b->n && rc == 0; i++) {
-				const struct page *p = b->pages[i];
-				rc = name_given(m, rs, p->pool->id, p->name, p->name_len, p->id, 0);
-				at[i + 1] = (uint32_t)rs->ncand;
-			}
-			at += b->n + 1;
-		}
-	}
-	pthread_mutex_unlock(&m->lock);
-	if (rc < 0)
-		return rc;
-	/* Pointers only now: cand moved while it grew. */
-	at = rs->at;
-	for (struct rec *r = batch; r; r = r->next) {
-		if (r->type == REC_COMMIT || r->type == REC_RENAME) {
-			r->repl = rs->cand ? rs->cand + at[0] : NULL;
-			r->nrepl = at[1] - at[0];
-			at += 2;
-		} else if (r->type == REC_BULK) {
-			r->bulk->repl = rs->cand;
-			r->bulk->repl_at = at;
-			at += r->bulk->n + 1;
-		}
-	}
-	return 0;
-}
-
-static void resolver_free(struct rec *batch, struct resolver *rs)
-{
-	for (struct rec *r = batch; r; r = r->next) {
-		r->repl = NULL;
-		r->nrepl = 0;
-		if (r->type == REC_BULK) {
-			r->bulk->repl = NULL;
-			r->bulk->repl_at = NULL;
-		}
-	}
-	free(rs->v);
-	free(rs->head);
-	free(rs->cand);
-	free(rs->at);
-}
-
 /* Writes one batch; sets each record's err. */
 static void write_batch(struct meta *m, struct rec *batch)
 {
 	struct resolver rs = {0};
-	int rc = m->shared ? 0 : resolve_replaced(m, batch, &rs);
+	int rc = m->shared ? 0 : replaced_resolve(m, batch, &rs);
 
 	if (rc == 0)
 		rc = store_begin(m->store);
@@ -293,7 +137,7 @@ static void write_batch(struct meta *m, struct rec *batch)
 		for (struct rec *r = batch; r; r = r->next)
 			r->err = rc;
 	}
-	resolver_free(batch, &rs);
+	replaced_free(batch, &rs);
 }
 
 static int cmp_id(const void *a, const void *b)
