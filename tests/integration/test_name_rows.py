@@ -5,6 +5,7 @@ so replacing pages by name, from many threads at once, leaves exactly one
 row per name; an index of schema version 1 (which still has the unique
 index) works as before; two rows of one name are found at mount and the
 mount is refused with the fix."""
+import errno
 import os
 import sqlite3
 import threading
@@ -36,8 +37,11 @@ def name_indexes(m):
     return out
 
 
-def replace_a_lot(pool, names, rounds, seed):
-    """Creates, overwrites (O_TRUNC) and renames over the given names."""
+def replace_a_lot(pool, names, rounds, seed, stale=None):
+    """Creates, overwrites (O_TRUNC) and renames over the given names. An
+    open(O_TRUNC) may get ESTALE when the name was replaced twice between
+    the kernel's lookups (README "ESTALE under churn"): counted in
+    stale[0] and tried again, as a client would."""
     last = {}
     for i in range(rounds):
         name = names[(i * 7 + seed) % len(names)]
@@ -48,7 +52,14 @@ def replace_a_lot(pool, names, rounds, seed):
             write_page(tmp, data)
             os.rename(tmp, pool / name)
         else:  # open(O_TRUNC) of the existing page, or a create if it is gone
-            write_page(pool / name, data)
+            for attempt in range(3):
+                try:
+                    write_page(pool / name, data)
+                    break
+                except OSError as e:
+                    if e.errno != errno.ESTALE or stale is None or attempt == 2:
+                        raise
+                    stale[0] += 1
         last[name] = data
     return last
 
@@ -75,10 +86,11 @@ def test_concurrent_replacements_of_the_same_names_leave_one_row_each(mount):
     pool = m.pool(0, "kv")
     names = [f"hot-{i}" for i in range(3)]
     errors = []
+    stale = [0]
 
     def worker(seed):
         try:
-            replace_a_lot(pool, names, 40, seed)
+            replace_a_lot(pool, names, 40, seed, stale)
         except OSError as e:
             errors.append(f"worker {seed}: {e}")
 
@@ -88,6 +100,7 @@ def test_concurrent_replacements_of_the_same_names_leave_one_row_each(mount):
     for t in ts:
         t.join()
     assert not errors, errors[:3]
+    assert stale[0] <= 12, f"ESTALE on {stale[0]} of 160 O_TRUNC opens: not rare"
     assert twins(m) == [], f"two rows of one name: {twins(m)}"
     listing = sorted(os.listdir(pool))
     assert listing == names
