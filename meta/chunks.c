@@ -315,12 +315,15 @@ static void release_chunk(struct meta *m, struct pool *p, struct held_chunk *h,
                           struct dropped **drops)
 {
 	struct rec *rel = rec_new(REC_RELEASE);
-	uint64_t first = h->chunk * p->chunk_slots, pins = 0;
+	uint64_t first = h->chunk * p->chunk_slots, pins = 0, valid;
 	unsigned evicted = 0;
 
 	if (!rel)
 		return; /* tried again at the next heartbeat */
-	for (struct page *g = p->lru_tail, *prev; g; g = prev) {
+	/* A chunk none of whose slots is taken holds no page: no LRU walk
+	 * (it is O(pages), and unused chunks go back at every heartbeat). */
+	int used = (chunk_bits(p, h->chunk, &valid) & valid) != 0;
+	for (struct page *g = used ? p->lru_tail : NULL, *prev; g; g = prev) {
 		prev = g->lru_prev;
 		if (chunk_of(p, g->slot) != h->chunk || slot_pinned_anywhere(m, p, g->slot))
 			continue;
