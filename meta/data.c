@@ -91,9 +91,8 @@ static int checksum(int fd, uint64_t off, uint64_t len, char *keep, uint64_t *ou
 	}
 	XXH3_64bits_reset(st);
 	while (len > 0) {
-		size_t want = keep                   ? (size_t)len
-		              : len < CHECKSUM_CHUNK ? (size_t)len
-		                                     : CHECKSUM_CHUNK;
+		uint64_t chunk = keep ? len : CHECKSUM_CHUNK;
+		size_t want = (size_t)(len < chunk ? len : chunk);
 		ret = read_full(fd, buf, want, off);
 		if (ret < 0)
 			goto out;

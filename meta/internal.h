@@ -222,7 +222,7 @@ struct bulk {
 	size_t n;
 	void (*progress)(void *arg, uint64_t done, uint64_t total);
 	void *arg;
-	/* Set by the batch writer for the SQLite store (journal.c): page i
+	/* Set by the batch writer for the SQLite store (replaced.c): page i
 	 * replaces the rows repl[repl_at[i] .. repl_at[i + 1]). */
 	const uint64_t *repl;
 	const uint32_t *repl_at;

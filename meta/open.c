@@ -303,7 +303,6 @@ static int load_page(void *arg, const struct rec *row)
 		         "pool %u/%s; run 'pagefs fsck --repair'",
 		         m->db_path, (unsigned long long)twin->id, (unsigned long long)row->page_id,
 		         row->name, pool->rank, pool->ns);
-		slot_release(pool, row->slot);
 		return -EUCLEAN;
 	}
 	if (!(p = page_alloc(row->name, row->name_len)))

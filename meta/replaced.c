@@ -56,12 +56,12 @@ static int cand_add(struct resolver *rs, uint64_t id)
 }
 
 /* Adds the candidates of one name given to page id (see the header) and
- * records the namer. Returns the candidates' offset; meta.lock held. */
+ * records the namer. 0 or -ENOMEM; meta.lock held. */
 static int name_given(struct meta *m, struct resolver *rs, uint32_t pool_id, const char *name,
                       uint16_t len, uint64_t id, uint64_t submitted)
 {
 	uint64_t h = name_hash(pool_id, name, len);
-	struct page *p = table_find_name(&m->by_name, pool_id, name, NULL);
+	struct page *p = table_find_hashed(&m->by_name, h, pool_id, name, len);
 	struct namer *k = &rs->v[rs->n];
 	int rc = 0;
 
