@@ -33,15 +33,17 @@ struct keys;
 
 /* A page: committed (in its pool's LRU) or being written (pending). */
 struct page {
-	struct page *name_next;           /* meta.by_name chain */
+	/* What a name lookup reads of each page in a chain, in one line. */
+	struct page *name_next; /* meta.by_name chain */
+	uint64_t name_hash;
+	struct pool *pool;
+
 	struct page *id_next;             /* meta.by_id chain */
 	struct page *lru_prev, *lru_next; /* pool LRU, head = most recent; committed only */
-	struct pool *pool;
 	uint64_t id;
 	uint64_t slot;
 	uint64_t length;
 	uint64_t checksum;
-	uint64_t name_hash;
 	int64_t mtime_ns;
 	int64_t atime_ns;
 	int64_t atime_saved_ns; /* atime last sent to the store */
@@ -410,6 +412,12 @@ struct page *table_find_hashed(const struct page_table *t, uint64_t h, uint32_t 
                                const char *name, size_t len);
 void table_find_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
                       size_t n, struct page **out);
+/* Start loading the bucket a page of name hash h (by_name) or of id (by_id)
+ * goes to: the load inserts a group at a time (open.c). */
+void table_prefetch_name(const struct page_table *t, uint64_t h);
+void table_prefetch_id(const struct page_table *t, uint64_t id);
+/* The first page of the bucket of name hash h, or NULL. */
+struct page *table_bucket_name(const struct page_table *t, uint64_t h);
 
 /* page.c helpers shared with apply.c and open.c */
 struct page *page_alloc(const char *name, size_t len);
