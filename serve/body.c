@@ -44,6 +44,21 @@ void out_str(struct out *o, const char *s)
 	out_add(o, s, strlen(s));
 }
 
+void out_int(struct out *o, long long v)
+{
+	char tmp[24];
+	char *e = tmp + sizeof(tmp), *d = e;
+	unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+
+	do {
+		*--d = (char)('0' + u % 10);
+		u /= 10;
+	} while (u);
+	if (v < 0)
+		*--d = '-';
+	out_add(o, d, (size_t)(e - d));
+}
+
 void out_fmt(struct out *o, const char *fmt, ...)
 {
 	char tmp[64];

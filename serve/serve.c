@@ -263,7 +263,7 @@ static void route_exists(struct route_ctx *c, int get)
 				else if (((int64_t *)res)[i] < 0)
 					out_str(c->o, "null");
 				else
-					out_fmt(c->o, "%lld", (long long)((int64_t *)res)[i]);
+					out_int(c->o, ((int64_t *)res)[i]);
 			}
 			out_str(c->o, "]}");
 		}
@@ -292,9 +292,12 @@ static void route_reserve(struct route_ctx *c)
 		} else {
 			c->o->status = 200;
 			out_str(c->o, "{\"indices\":[");
-			for (size_t i = 0; i < n; i++)
-				out_fmt(c->o, "%s[%s,%lld]", i ? "," : "",
-				        existed[i] ? "true" : "false", (long long)slot[i]);
+			for (size_t i = 0; i < n; i++) {
+				out_str(c->o, i ? ",[" : "[");
+				out_str(c->o, existed[i] ? "true," : "false,");
+				out_int(c->o, slot[i]);
+				out_add(c->o, "]", 1);
+			}
 			out_str(c->o, "]}");
 		}
 		free(existed);

@@ -1,12 +1,15 @@
 /*
  * test_serve.c - the 3FS metadata protocol answered in-process
  * (serve_request in serve/serve.c, no socket) from the fixture's index:
- * the replies of a reserve/confirm/get round trip, and the regressions
- * fuzz_serve found.
+ * the replies of a reserve/confirm/get round trip, the reply text's
+ * numbers, and the regressions fuzz_serve found.
  */
 #include "fixture.h"
 
+#include "serve/body.h"
 #include "serve/serve.h"
+
+#include <limits.h>
 
 #include <stdlib.h>
 #include <sys/vfs.h>
@@ -66,4 +69,33 @@ Test(serve, initialize_beyond_the_backing_filesystem_is_a_409_that_names_the_fix
 	cr_assert_eq(r.status, 409, "%u %s", r.status, r.body ? r.body : "");
 	cr_assert(r.body && strstr(r.body, "ask for fewer pages"), "%s", r.body);
 	free(r.body);
+}
+
+Test(serve, out_int_writes_every_long_long_as_printf_does)
+{
+	const long long v[] = {0, 7, -1, 10, 99, 100, 1234567890123LL, LLONG_MAX, LLONG_MIN};
+	struct out o = {0};
+	char want[512] = "";
+
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+		out_int(&o, v[i]);
+		out_add(&o, " ", 1);
+		snprintf(want + strlen(want), sizeof(want) - strlen(want), "%lld ", v[i]);
+	}
+	cr_assert_not(o.oom);
+	cr_assert_str_eq(o.buf, want);
+	free(o.buf);
+}
+
+Test(serve, batch_replies_carry_slots_of_several_digits)
+{
+	expect("/1/initialize", "{\"num_pages\": 1000}", 204, NULL);
+	expect("/1/reserve_and_allocate_page_indices", "{\"keys\": [[\"a\", \"\"], [\"b\", \"\"]]}",
+	       200, "{\"indices\":[[false,999],[false,998]]}");
+	expect("/1/confirm_write", "{\"written_keys_to_confirm\": [[\"a\", 999], [\"b\", 998]]}",
+	       204, NULL);
+	expect("/1/reserve_and_allocate_page_indices", "{\"keys\": [[\"a\", \"\"]]}", 200,
+	       "{\"indices\":[[true,999]]}");
+	expect("/1/get_page_indices", "{\"keys\": [\"b\", \"z\", \"a\"]}", 200,
+	       "{\"indices\":[998,null,999]}");
 }
