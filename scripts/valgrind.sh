@@ -48,7 +48,9 @@ TESTS=(tests/integration/test_page_write.py tests/integration/test_rename_unlink
 mkdir -p "$WORK/tmp" "$WORK/state"
 start=$(date +%s)
 # valgrind is 20-50 times slower: longer mount, exit and test limits.
-env PAGEFS_BIN="$ROOT/$BUILD/pagefs" \
+# PAGEFS_HUGE_HEAP=0: the daemon must not execute itself again
+# (tools/cli_heap.c), which would leave valgrind behind.
+env PAGEFS_BIN="$ROOT/$BUILD/pagefs" PAGEFS_HUGE_HEAP=0 \
 	PAGEFS_WRAPPER="valgrind --tool=memcheck --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --error-exitcode=99 --log-file={dir}/valgrind.%p" \
 	PAGEFS_IT_EXIT_WAIT=120 PAGEFS_IT_MOUNT_TIMEOUT=180 PAGEFS_IT_TEST_TIMEOUT=900 \
 	PAGEFS_IT_KEEP=1 \

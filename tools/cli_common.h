@@ -40,6 +40,11 @@ int cli_export_main(int argc, char **argv);
 int cli_serve_main(int argc, char **argv);
 int cli_bench_main(int argc, char **argv);
 
+/* Executes the command again with glibc's malloc on transparent huge
+ * pages, unless that is set or unavailable (cli_heap.c); returns only
+ * when it does not. argv: main's, as it was given. */
+void cli_huge_heap(char **argv);
+
 /*
  * Prints "pagefs CMD: MESSAGE" to stderr followed by a hint to run
  * `pagefs CMD --help`, and returns CLI_USAGE.

@@ -13,26 +13,27 @@ struct cli_command {
 	int (*main)(int argc, char **argv);
 	const char *synopsis;
 	const char *summary;
+	int daemon; /* holds an index in memory: runs on huge pages (cli_heap.c) */
 };
 
 static const struct cli_command commands[] = {
 	{"mount", cli_mount_main, "mount BACKING MOUNTPOINT",
-         "serve BACKING at MOUNTPOINT (returns when the mount is usable)"},
-	{"umount", cli_umount_main, "umount MOUNTPOINT", "flush the index and unmount"},
+         "serve BACKING at MOUNTPOINT (returns when the mount is usable)", 1},
+	{"umount", cli_umount_main, "umount MOUNTPOINT", "flush the index and unmount", 0},
 	{"status", cli_status_main, "status [MOUNTPOINT]",
-         "pages, bytes, hits, evictions and bandwidth per pool"},
+         "pages, bytes, hits, evictions and bandwidth per pool", 0},
 	{"pool", cli_pool_main, "pool create MOUNTPOINT/RANK/NS",
-         "create a pool with a page size and capacity"},
+         "create a pool with a page size and capacity", 0},
 	{"fsck", cli_fsck_main, "fsck BACKING [--meta URI]",
-         "check an index against its data files (offline)"},
+         "check an index against its data files (offline)", 0},
 	{"import-json", cli_import_main, "import-json FILE --backing DIR",
-         "adopt a mini_3fs_metadata_server state file (offline)"},
+         "adopt a mini_3fs_metadata_server state file (offline)", 0},
 	{"export-json", cli_export_main, "export-json --backing DIR [-o FILE]",
-         "write the index as a mini_3fs_metadata_server state file (offline)"},
+         "write the index as a mini_3fs_metadata_server state file (offline)", 0},
 	{"serve-meta", cli_serve_main, "serve-meta --backing DIR [--listen ADDR:PORT]",
-         "serve SGLang's 3FS metadata HTTP protocol from the index"},
+         "serve SGLang's 3FS metadata HTTP protocol from the index", 1},
 	{"bench", cli_bench_main, "bench [--quick] [--scale N]",
-         "side-by-side benchmarks against raw, dir and passthrough_ll"},
+         "side-by-side benchmarks against raw, dir and passthrough_ll", 0},
 };
 
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -64,6 +65,7 @@ static const struct cli_command *cli_find_command(const char *name)
 
 int main(int argc, char **argv)
 {
+	char **given = argv;
 	static const struct option longopts[] = {
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
@@ -105,6 +107,8 @@ int main(int argc, char **argv)
 	cmd = cli_find_command(argv[optind]);
 	if (!cmd)
 		return cli_usage_error(NULL, "unknown command '%s'", argv[optind]);
+	if (cmd->daemon)
+		cli_huge_heap(given);
 
 	argc -= optind;
 	argv += optind;

@@ -3,6 +3,8 @@ import errno
 import os
 import sqlite3
 
+import pytest
+
 from pagefs_helpers import describe, expect_errno, is_mounted, run_pagefs, write_page
 
 
@@ -132,3 +134,49 @@ def test_mount_accepts_threads_and_log_level_options(mount):
     write_page(pool / "p", b"threads")
     with open(pool / "p", "rb") as f:
         assert f.read() == b"threads"
+
+
+
+def _heap_on_huge_pages(pid):
+    """Whether the daemon's [heap] is madvise()d for transparent huge pages
+    (VmFlags "hg"), as glibc.malloc.hugetlb=1 does."""
+    with open(f"/proc/{pid}/smaps") as f:
+        text = f.read()
+    if "libasan" in text or "libtsan" in text:
+        pytest.skip("a sanitizer's allocator replaces glibc's malloc (the plain build checks this)")
+    at = text.index("[heap]")
+    flags = next(line for line in text[at:].splitlines() if line.startswith("VmFlags:"))
+    return " hg" in flags
+
+
+def _thp_available():
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return "[never]" not in f.read()
+    except OSError:
+        return False
+
+
+def test_daemon_heap_runs_on_huge_pages(mount, monkeypatch):
+    """tools/cli_heap.c: the daemon executes itself again with glibc's malloc
+    on transparent huge pages, next to the tunables it was given."""
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=4")
+    monkeypatch.delenv("PAGEFS_HUGE_HEAP", raising=False)
+    m = mount("--page-size", "64K", "--capacity", "1M")
+    assert _heap_on_huge_pages(m.pid) == _thp_available()
+    write_page(m.pool(0, "kv") / "p", b"huge")
+    with open(m.pool(0, "kv") / "p", "rb") as f:
+        assert f.read() == b"huge"
+
+
+def test_daemon_heap_is_left_alone_with_pagefs_huge_heap_0_or_a_hugetlb_choice(mount, monkeypatch):
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.setenv("PAGEFS_HUGE_HEAP", "0")
+    m = mount("--page-size", "64K", "--capacity", "1M")
+    assert not _heap_on_huge_pages(m.pid)
+    m.umount()
+    monkeypatch.delenv("PAGEFS_HUGE_HEAP")
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0")
+    m.start()
+    assert not _heap_on_huge_pages(m.pid)
+    assert os.listdir(m.pool(0, "kv")) == []
