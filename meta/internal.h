@@ -444,6 +444,10 @@ void pool_free(struct pool *p);
 void pool_link(struct meta *m, struct pool *p);
 void pool_unlink(struct meta *m, struct pool *p);
 /* A pool from its store row, its data file opened (open.c). */
+/* load.c: fills the empty meta from its store (pools, ranks, pages and
+ * their LRU lists); 0, or -errno with err set (pages loaded stay linked
+ * for meta_close to free). */
+int index_load(struct meta *m, char *err, size_t errlen);
 int pool_from_row(struct meta *m, const struct store_pool_row *row, struct pool **out, char *err,
                   size_t errlen);
 /* A pool by id that lookups may see (not removed). */

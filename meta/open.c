@@ -196,39 +196,6 @@ static int check_owner(struct meta *m, char *err, size_t errlen)
 	return rc;
 }
 
-/* A loaded page waiting for its place in its pool's LRU. */
-struct lru_ent {
-	int64_t atime;
-	uint64_t id;
-	struct page *p;
-};
-
-/* Pages are linked a group at a time (load_flush), so that the cache
- * misses of a group's table buckets and chains overlap: at a million
- * pages the name check and the inserts, one miss after another, were a
- * quarter of the load. */
-#define LOAD_GROUP 16
-
-struct loader {
-	struct meta *m;
-	char *err;
-	size_t errlen;
-	struct lru_ent *lru; /* pages as loaded, ordered by (atime, id) at the end */
-	size_t n, cap;
-	struct page *group[LOAD_GROUP]; /* built, not linked yet */
-	size_t ngroup;
-};
-
-static int load_rank(void *arg, int rank)
-{
-	struct loader *l = arg;
-
-	if (rank < 0 || rank > META_RANK_MAX)
-		return 0;
-	rank_set(l->m, rank, 1);
-	return 0;
-}
-
 int pool_from_row(struct meta *m, const struct store_pool_row *row, struct pool **out, char *err,
                   size_t errlen)
 {
@@ -263,142 +230,6 @@ int pool_from_row(struct meta *m, const struct store_pool_row *row, struct pool 
 	}
 	*out = p;
 	return 0;
-}
-
-static int load_pool(void *arg, const struct store_pool_row *row)
-{
-	struct loader *l = arg;
-	struct meta *m = l->m;
-	struct pool *p;
-
-	if (row->retired)
-		return 0; /* another node is removing it (pool.c) */
-	int rc = pool_from_row(m, row, &p, l->err, l->errlen);
-
-	if (rc < 0)
-		return rc;
-	p->next = m->pools; /* rows come in id order: reversed below */
-	m->pools = p;
-	rank_set(m, p->rank, 1);
-	if (!m->shared && p->id >= m->pool_ids.next)
-		m->pool_ids.next = p->id + 1;
-	return 0;
-}
-
-/* Frees the pages of the group from i on (a failed load). */
-static void load_drop(struct loader *l, size_t i)
-{
-	for (; i < l->ngroup; i++)
-		free(l->group[i]);
-	l->ngroup = 0;
-}
-
-/* Links the group's pages: refuses a name loaded already, as the SQLite
- * table has no unique index on names (store_sqlite.c) and memory is where
- * two rows of one name would show. */
-static int load_flush(struct loader *l)
-{
-	struct meta *m = l->m;
-
-	for (size_t i = 0; i < l->ngroup; i++) {
-		struct page *head = table_bucket_name(&m->by_name, l->group[i]->name_hash);
-		if (head)
-			__builtin_prefetch(head);
-	}
-	for (size_t i = 0; i < l->ngroup; i++) {
-		struct page *p = l->group[i];
-		struct pool *pool = p->pool;
-		struct page *twin = table_find_hashed(&m->by_name, p->name_hash, pool->id, p->name,
-		                                      p->name_len);
-		if (twin) {
-			snprintf(
-				l->err, l->errlen,
-				"index %s is inconsistent: pages %llu and %llu are both named '%s' "
-				"in pool %u/%s; run 'pagefs fsck --repair'",
-				m->db_path, (unsigned long long)twin->id, (unsigned long long)p->id,
-				p->name, pool->rank, pool->ns);
-			load_drop(l, i);
-			return -EUCLEAN;
-		}
-		if (l->n == l->cap) {
-			size_t cap = l->cap ? l->cap * 2 : 4096;
-			struct lru_ent *e = realloc(l->lru, cap * sizeof(*e));
-			if (!e) {
-				load_drop(l, i);
-				return -ENOMEM;
-			}
-			l->lru = e;
-			l->cap = cap;
-		}
-		l->lru[l->n++] = (struct lru_ent){p->atime_ns, p->id, p};
-		page_link_loaded(m, p); /* the LRU is built once all are in: lru_build */
-		if (!m->shared && p->id >= m->page_ids.next)
-			m->page_ids.next = p->id + 1;
-	}
-	l->ngroup = 0;
-	return 0;
-}
-
-static int load_page(void *arg, const struct rec *row)
-{
-	struct loader *l = arg;
-	struct meta *m = l->m;
-	struct pool *pool = pool_by_id(m, row->pool_id);
-	struct page *p;
-
-	if (!pool || meta_check_name(row->name) < 0 || strlen(row->name) != row->name_len ||
-	    row->slot >= pool->capacity || row->length > pool->slot_size ||
-	    slot_mark(pool, row->slot) < 0) {
-		snprintf(l->err, l->errlen,
-		         "index %s is inconsistent: page %llu ('%s') has a bad pool, name, slot "
-		         "or length, or shares its slot; run 'pagefs fsck --repair'",
-		         m->db_path, (unsigned long long)row->page_id, row->name);
-		return -EUCLEAN;
-	}
-	if (!(p = page_alloc(row->name, row->name_len)))
-		return -ENOMEM;
-	p->id = row->page_id;
-	p->pool = pool;
-	p->slot = row->slot;
-	p->length = row->length;
-	p->checksum = row->checksum;
-	p->has_checksum = (uint8_t)row->has_checksum;
-	p->mtime_ns = row->mtime_ns;
-	p->atime_ns = p->atime_saved_ns = row->atime_ns;
-	p->gen = row->gen;
-	p->name_hash = name_hash(pool->id, row->name, row->name_len);
-	table_prefetch_name(&m->by_name, p->name_hash);
-	table_prefetch_id(&m->by_id, p->id);
-	l->group[l->ngroup++] = p;
-	return l->ngroup == LOAD_GROUP ? load_flush(l) : 0;
-}
-
-static int cmp_lru(const void *a, const void *b)
-{
-	const struct lru_ent *x = a, *y = b;
-
-	if (x->atime != y->atime)
-		return x->atime < y->atime ? -1 : 1;
-	return x->id < y->id ? -1 : x->id > y->id;
-}
-
-/*
- * Links the loaded pages into their pools' LRU lists, least recently used
- * first so that the most recent ends at the head. The store hands pages
- * over in its own order (SQLite: by id, a plain scan): sorting them here,
- * on a compact array that is usually sorted already, replaced an ORDER BY
- * whose sorter was a third of the load time.
- */
-static void lru_build(struct loader *l)
-{
-	size_t i = 1;
-
-	while (i < l->n && cmp_lru(&l->lru[i - 1], &l->lru[i]) <= 0)
-		i++;
-	if (i < l->n)
-		qsort(l->lru, l->n, sizeof(*l->lru), cmp_lru);
-	for (i = 0; i < l->n; i++)
-		lru_push_head(l->lru[i].p->pool, l->lru[i].p);
 }
 
 static void reverse_pools(struct meta *m)
@@ -542,14 +373,7 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 	if ((rc = check_prefix(m, err, errlen)) < 0 || (rc = bump_epoch(m, err, errlen)) < 0)
 		goto fail;
 	{
-		struct loader l = {.m = m, .err = err, .errlen = errlen};
-		struct store_load_cb cb = {&l, load_rank, load_pool, load_page};
-		rc = store_load(m->store, &cb, err, errlen);
-		if (rc == 0)
-			rc = load_flush(&l);
-		load_drop(&l, 0);
-		lru_build(&l);
-		free(l.lru);
+		rc = index_load(m, err, errlen);
 		reverse_pools(m);
 		for (struct pool *p = m->pools; p && rc == 0; p = p->next) {
 			if (p->data_missing && p->pages) {

@@ -610,49 +610,77 @@ Test(recovery, read_only_open_serves_pages_and_changes_nothing)
 	assert_same_page(&before[0]);
 }
 
-/* The load links pages a group at a time (meta/open.c, LOAD_GROUP): two
- * rows of one name are refused wherever the second falls, in the first's
- * group, the next one or the last, partial group; and nothing of the
- * refused load stays behind (the sanitizer build checks for leaks). */
-Test(recovery, two_rows_of_one_name_are_refused_wherever_they_fall_in_the_load)
+/* The load builds pages in one thread and links them in another, in
+ * batches of 1024 and groups of 16 (meta/load.c): two rows of one name are
+ * refused wherever the second falls (the first's group, the next one, a
+ * later batch, the last, partial one), as is a bad row while the linker
+ * works on earlier batches; the linker's error, on an earlier row, is the
+ * one reported. Nothing of a refused load stays behind (the sanitizer
+ * build checks for leaks). */
+Test(recovery, a_refused_load_names_the_row_wherever_it_falls)
 {
-	enum { N = 40 };
-	const int twins[] = {1, 15, 16, 39};
-	struct meta_page_info pages[N];
+	enum { N = 3000 };
+	const int twins[] = {1, 15, 16, 39, 1500, N - 1};
+	static struct meta_page_info pages[N];
 	struct meta_pool_info pi;
 	char err[1024], sql[256], name[32], id[32];
 
 	fx_open();
-	int ret = meta_pool_create(fx.m, 1, "big", 4096, 64 * 4096, &pi);
+	int ret = meta_pool_create(fx.m, 1, "big", 4096, 4096 * 4096, &pi);
 	cr_assert_eq(ret, 0, "create 1/big: %s", strerror(-ret));
 	for (int i = 0; i < N; i++) {
-		snprintf(name, sizeof(name), "big-%02d", i);
-		pages[i] = put_page(pi.id, name, 100 + (uint64_t)i, 0x100 + (uint64_t)i);
+		snprintf(name, sizeof(name), "big-%04d", i);
+		pages[i] = put_page(pi.id, name, 100 + (uint64_t)i % 1000, 0x100 + (uint64_t)i);
 	}
 	fx_close();
 
 	for (size_t k = 0; k < sizeof(twins) / sizeof(twins[0]); k++) {
 		int t = twins[k];
 		snprintf(sql, sizeof(sql),
-		         "UPDATE pages SET name=CAST('big-00' AS BLOB) WHERE id=%llu",
+		         "UPDATE pages SET name=CAST('big-0000' AS BLOB) WHERE id=%llu",
 		         (unsigned long long)pages[t].id);
 		sql_exec(fx.index, sql, 1);
 		open_fails(err, sizeof(err));
-		assert_mentions(err, "'big-00'");
+		assert_mentions(err, "'big-0000'");
 		assert_mentions(err, "pagefs fsck --repair");
 		snprintf(id, sizeof(id), " %llu ", (unsigned long long)pages[t].id);
 		assert_mentions(err, id);
 		snprintf(sql, sizeof(sql),
-		         "UPDATE pages SET name=CAST('big-%02d' AS BLOB) WHERE id=%llu", t,
+		         "UPDATE pages SET name=CAST('big-%04d' AS BLOB) WHERE id=%llu", t,
 		         (unsigned long long)pages[t].id);
 		sql_exec(fx.index, sql, 1);
 	}
 
+	/* A slot past the pool's end, late in the scan. */
+	snprintf(sql, sizeof(sql), "UPDATE pages SET slot=999999 WHERE id=%llu",
+	         (unsigned long long)pages[2500].id);
+	sql_exec(fx.index, sql, 1);
+	open_fails(err, sizeof(err));
+	snprintf(id, sizeof(id), "page %llu ('big-2500')", (unsigned long long)pages[2500].id);
+	assert_mentions(err, id);
+	/* ... and a twin before it: the linker's error is the one told. */
+	snprintf(sql, sizeof(sql), "UPDATE pages SET name=CAST('big-0000' AS BLOB) WHERE id=%llu",
+	         (unsigned long long)pages[700].id);
+	sql_exec(fx.index, sql, 1);
+	open_fails(err, sizeof(err));
+	assert_mentions(err, "both named 'big-0000'");
+	snprintf(sql, sizeof(sql),
+	         "UPDATE pages SET name=CAST('big-0700' AS BLOB) WHERE id=%llu;"
+	         "UPDATE pages SET slot=%llu WHERE id=%llu",
+	         (unsigned long long)pages[700].id, (unsigned long long)pages[2500].slot,
+	         (unsigned long long)pages[2500].id);
+	sql_exec(fx.index, sql, 1);
+
 	fx_open();
 	for (int i = 0; i < N; i++) {
-		snprintf(name, sizeof(name), "big-%02d", i);
+		snprintf(name, sizeof(name), "big-%04d", i);
 		struct meta_page_info p = lookup_ok(pi.id, name);
 		cr_assert_eq(p.id, pages[i].id, "%s: id %llu, was %llu", name,
 		             (unsigned long long)p.id, (unsigned long long)pages[i].id);
+		cr_assert_eq(p.slot, pages[i].slot, "%s: slot %llu, was %llu", name,
+		             (unsigned long long)p.slot, (unsigned long long)pages[i].slot);
 	}
+	struct meta_pool_info after = pool_info(pi.id);
+	cr_assert_eq(after.pages, N, "pages %llu after the load, want %d",
+	             (unsigned long long)after.pages, N);
 }
