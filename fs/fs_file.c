@@ -372,7 +372,7 @@ void pagefs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	bv.buf[0].fd = h->data_fd;
 	bv.buf[0].pos = (off_t)(slot * h->slot_size + (uint64_t)off);
-	fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
+	fuse_reply_data(req, &bv, fs->read_copy ? FUSE_BUF_NO_SPLICE : FUSE_BUF_SPLICE_MOVE);
 }
 
 void pagefs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

@@ -56,10 +56,12 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <linux/magic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "fs/fs_inode.h"
@@ -271,6 +273,15 @@ int pagefs_serve(const struct pagefs_mount_opts *o,
 		ready(arg, ret < 0 ? ret : -EIO, msg);
 		meta_close(fs.meta);
 		goto out_inval;
+	}
+
+	struct statfs bst;
+	if (o->meta.backing && statfs(o->meta.backing, &bst) == 0 &&
+	    bst.f_type == FUSE_SUPER_MAGIC) {
+		fs.read_copy = 1;
+		log_info("the backing directory %s is a FUSE mount: reads are copied from it, "
+		         "not spliced",
+		         o->meta.backing);
 	}
 
 	ret = check_mountpoint(o->mountpoint, msg, sizeof(msg));

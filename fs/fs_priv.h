@@ -37,6 +37,10 @@ struct fs_mount {
 	gid_t gid;
 	pid_t pid;               /* the daemon, for user.pagefs.pid */
 	struct timespec mounted; /* root mtime; stats uptime */
+	/* The backing directory is itself a FUSE mount (3FS, or the bench's
+	 * passthrough_ll): a splice from its direct-I/O files goes to it 4 KiB
+	 * a request, so reads are answered from one pread instead. */
+	int read_copy;
 };
 
 static inline struct fs_mount *fs_of(fuse_req_t req)

@@ -1,0 +1,83 @@
+"""pagefs over a backing directory that is itself a FUSE mount (3FS in a
+deployment; libfuse's passthrough_ll here, as `pagefs bench --backing-fuse`
+stacks it). A splice from such a mount's direct-I/O files asks it for
+4 KiB at a time, so the daemon notices the backing's type at mount and
+answers reads from one pread (fs/fs_main.c, read_copy). The bytes must be
+exact on a page's first, checked read and on later ones, at any offset.
+"""
+import os
+import random
+import signal
+import subprocess
+import time
+
+import pytest
+
+import pagefs_helpers as H
+from pagefs_helpers import read_page, write_page
+
+PT_SOURCE = "/usr/share/doc/libfuse3-dev/examples/passthrough_ll.c"
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting passthrough_ll needs root")
+
+
+@pytest.fixture
+def fuse_backing(tmp_path):
+    """A directory served by passthrough_ll (cache=never), unmounted at the end."""
+    binary = tmp_path / "passthrough_ll"
+    r = subprocess.run(f"cc -O2 -w -o '{binary}' {PT_SOURCE} $(pkg-config --cflags --libs fuse3)",
+                       shell=True, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, f"cannot build passthrough_ll (libfuse3-dev): {r.stderr}"
+    src, mnt = tmp_path / "src", tmp_path / "fuse-backing"
+    src.mkdir()
+    mnt.mkdir()
+    with open(tmp_path / "passthrough.log", "w") as log:
+        proc = subprocess.Popen([str(binary), "-f", "-o", f"source={src},cache=never", str(mnt)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                                start_new_session=True)
+    try:
+        deadline = time.monotonic() + 15
+        while not H.is_mounted(mnt):
+            assert proc.poll() is None, "passthrough_ll exited: " + (tmp_path / "passthrough.log").read_text()
+            assert time.monotonic() < deadline, "passthrough_ll did not mount in 15 s"
+            time.sleep(0.05)
+        yield mnt
+    finally:
+        if H.is_mounted(mnt):
+            subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True, timeout=30)
+        if H.is_mounted(mnt):
+            subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True, timeout=30)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+@needs_root
+def test_pages_on_a_fuse_backing_read_back_exactly_on_first_and_later_reads(fuse_backing, mount):
+    m = mount("--page-size", "4M", "--capacity", "64M", "--verify", "first",
+              backing=fuse_backing)
+    assert "is a FUSE mount: reads are copied" in m.log_tail(), m.log_tail()
+    pool = m.pool(0, "kv")
+    rng = random.Random(7)
+    pages = {f"p{n}": rng.randbytes(n) for n in (65536, (1 << 20) + 17, (3 << 20) - 5, 1)}
+    for name, data in pages.items():
+        write_page(pool / name, data)
+    for attempt in range(2):  # the first open checks (and may keep) the bytes; then plain reads
+        for name, data in pages.items():
+            assert read_page(pool / name) == data, f"{name}: read {attempt} differs"
+    for name, data in pages.items():
+        with open(pool / name, "rb", buffering=0) as f:
+            for _ in range(20):
+                off = rng.randrange(len(data))
+                n = rng.randrange(1, 600000)
+                assert os.pread(f.fileno(), n, off) == data[off:off + n], (name, off, n)
+    m.umount()
+    m.start()  # after a remount every page is checked once more, then read plainly
+    for attempt in range(2):
+        for name, data in pages.items():
+            assert read_page(pool / name) == data, f"{name}: read {attempt} after remount"
+    m.umount()
