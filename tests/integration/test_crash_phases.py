@@ -84,6 +84,11 @@ def kill_mount_after(m, delay):
     if is_mounted(m.mnt):
         force_unmount(m.mnt, use_pagefs=False)
     assert not is_mounted(m.mnt)
+    # A kill that came before the fork hit nothing: that daemon mounted, and
+    # after the unmount above it is still closing its index (and holds the
+    # index lock) for a moment. The attempt is over when it is gone.
+    assert wait_until(lambda: not [p for p in pids_with_arg(m.mnt) if p != front.pid],
+                      timeout=60), f"a daemon of {m.mnt} outlived its unmount"
     return front.returncode, out + err, bool(daemons)
 
 
