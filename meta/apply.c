@@ -68,19 +68,6 @@ static void remove_other(struct meta *m, const struct rec *r, struct pool *pool,
 	free(old);
 }
 
-/* A page takes its slot, length, checksum and times from the store's
- * row (or record), unverified until its next read. */
-static void page_take_row(struct page *p, const struct rec *r)
-{
-	p->slot = r->slot;
-	p->length = r->length;
-	p->checksum = r->checksum;
-	p->has_checksum = (uint8_t)r->has_checksum;
-	p->mtime_ns = r->mtime_ns;
-	p->atime_ns = p->atime_saved_ns = r->atime_ns;
-	p->verified = 0;
-}
-
 static void apply_commit(struct meta *m, const struct rec *r, struct dropped **drops)
 {
 	struct pool *pool = pool_by_id(m, r->pool_id);

@@ -406,21 +406,25 @@ struct page *table_find_id(const struct page_table *t, uint64_t id);
 /* The committed page named so in the pool; *pending counts writers. */
 struct page *table_find_name(const struct page_table *t, uint32_t pool_id, const char *name,
                              int *pending);
-/* The same for n names at once (a NULL name finds nothing). */
 /* The committed page of (pool_id, name) whose name_hash is h. */
 struct page *table_find_hashed(const struct page_table *t, uint64_t h, uint32_t pool_id,
                                const char *name, size_t len);
+/* The same as table_find_name for n names at once (a NULL name finds
+ * nothing). */
 void table_find_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
                       size_t n, struct page **out);
 /* Start loading the bucket a page of name hash h (by_name) or of id (by_id)
- * goes to: the load inserts a group at a time (open.c). */
+ * goes to: the load inserts a group at a time (load.c). */
 void table_prefetch_name(const struct page_table *t, uint64_t h);
 void table_prefetch_id(const struct page_table *t, uint64_t id);
 /* The first page of the bucket of name hash h, or NULL. */
 struct page *table_bucket_name(const struct page_table *t, uint64_t h);
 
-/* page.c helpers shared with apply.c and open.c */
+/* page.c helpers shared with apply.c and load.c */
 struct page *page_alloc(const char *name, size_t len);
+/* Slot, length, checksum and times from a store row (or record), and
+ * unverified until its next read. */
+void page_take_row(struct page *p, const struct rec *r);
 /* A new version of p (a new inode in fs/): nobody has opened it yet. */
 static inline void page_new_version(struct page *p)
 {
@@ -443,11 +447,11 @@ void pool_fill_info(const struct pool *p, struct meta_pool_info *out);
 void pool_free(struct pool *p);
 void pool_link(struct meta *m, struct pool *p);
 void pool_unlink(struct meta *m, struct pool *p);
-/* A pool from its store row, its data file opened (open.c). */
 /* load.c: fills the empty meta from its store (pools, ranks, pages and
  * their LRU lists); 0, or -errno with err set (pages loaded stay linked
  * for meta_close to free). */
 int index_load(struct meta *m, char *err, size_t errlen);
+/* A pool from its store row, its data file opened (open.c). */
 int pool_from_row(struct meta *m, const struct store_pool_row *row, struct pool **out, char *err,
                   size_t errlen);
 /* A pool by id that lookups may see (not removed). */

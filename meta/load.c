@@ -216,12 +216,7 @@ static int load_page(void *arg, const struct rec *row)
 		return -ENOMEM;
 	p->id = row->page_id;
 	p->pool = pool;
-	p->slot = row->slot;
-	p->length = row->length;
-	p->checksum = row->checksum;
-	p->has_checksum = (uint8_t)row->has_checksum;
-	p->mtime_ns = row->mtime_ns;
-	p->atime_ns = p->atime_saved_ns = row->atime_ns;
+	page_take_row(p, row);
 	p->gen = row->gen;
 	p->name_hash = name_hash(pool->id, row->name, row->name_len);
 	struct batch *b = &l->buf[l->fill];

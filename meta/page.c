@@ -90,6 +90,19 @@ void lru_touch(struct pool *pool, struct page *p)
 	lru_push_head(pool, p);
 }
 
+/* A page takes its slot, length, checksum and times from the store's
+ * row (or record), unverified until its next read. */
+void page_take_row(struct page *p, const struct rec *r)
+{
+	p->slot = r->slot;
+	p->length = r->length;
+	p->checksum = r->checksum;
+	p->has_checksum = (uint8_t)r->has_checksum;
+	p->mtime_ns = r->mtime_ns;
+	p->atime_ns = p->atime_saved_ns = r->atime_ns;
+	p->verified = 0;
+}
+
 void page_link_loaded(struct meta *m, struct page *p)
 {
 	p->committed = 1;

@@ -449,7 +449,7 @@ static int apply_bulk(struct sqlite_store *s, const struct rec *r)
 	if (!st)
 		return -EIO;
 	if (b->n > 100000)
-		exec(s, "PRAGMA cache_size=-524288"); /* the name index fits: no spills */
+		exec(s, "PRAGMA cache_size=-524288"); /* no spills (a schema 1 name index fits) */
 	for (size_t i = 0; i < b->n && rc == 0; i++) {
 		const struct page *p = b->pages[i];
 		/* Replaces the rows of the same name, as REC_COMMIT does. */
