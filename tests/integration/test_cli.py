@@ -180,3 +180,17 @@ def test_daemon_heap_is_left_alone_with_pagefs_huge_heap_0_or_a_hugetlb_choice(m
     m.start()
     assert not _heap_on_huge_pages(m.pid)
     assert os.listdir(m.pool(0, "kv")) == []
+
+
+def test_serve_meta_heap_runs_on_huge_pages_too(tmp_path, monkeypatch):
+    from metaclient import Server
+
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.delenv("PAGEFS_HUGE_HEAP", raising=False)
+    s = Server(str(tmp_path))
+    try:
+        assert _heap_on_huge_pages(s.proc.pid) == _thp_available()
+        s.client.initialize(0, 4)
+        assert s.client.exists(0, ["k"]) == [False]
+    finally:
+        assert s.stop() == 0, s.log_text()
