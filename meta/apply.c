@@ -278,6 +278,7 @@ void apply_record(struct meta *m, const struct rec *r, struct dropped **drops)
 		/* Oldest first: each link makes the page the most recent. As
 		 * the store did, a page replaces another of its name. */
 		for (size_t i = 0; i < r->bulk->n; i++) {
+			table_prefetch_ahead(&m->by_name, &m->by_id, r->bulk->pages, r->bulk->n, i);
 			struct page *b = r->bulk->pages[i];
 			remove_other(m, r, b->pool, b->name, b->id, drops);
 			page_link_committed(m, b);

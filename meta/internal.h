@@ -413,6 +413,15 @@ struct page *table_find_hashed(const struct page_table *t, uint64_t h, uint32_t 
  * nothing). */
 void table_find_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
                       size_t n, struct page **out);
+/* Start loading what table_find_names would read for names[0..n), for
+ * lookups one at a time that follow (they may drop meta.lock between). */
+void table_prefetch_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
+                          size_t n);
+/* In a loop over pages[0..n) that looks each up by name (and, by_id not
+ * NULL, inserts it by id): call at each i first. Loads buckets and chain
+ * heads of the pages a few steps ahead, so their misses overlap. */
+void table_prefetch_ahead(const struct page_table *by_name, const struct page_table *by_id,
+                          struct page *const *pages, size_t n, size_t i);
 /* Start loading the bucket a page of name hash h (by_name) or of id (by_id)
  * goes to: the load inserts a group at a time (load.c). */
 void table_prefetch_name(const struct page_table *t, uint64_t h);

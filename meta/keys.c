@@ -963,6 +963,9 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 		slot[i] = -1;
 	}
 	for (size_t i = 0; i < n; i++) {
+		if (i % KEYS_CHUNK == 0) /* (keys_take may drop meta.lock: no results kept) */
+			table_prefetch_names(&m->by_name, pool_id, keys + i,
+			                     n - i < KEYS_CHUNK ? n - i : KEYS_CHUNK);
 		struct page *p = find_key(m, pool_id, keys[i]);
 		int64_t prev;
 		if (p) {
@@ -1061,6 +1064,9 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 			if (rc < 0)
 				break;
 		}
+		if (i % KEYS_CHUNK == 0) /* (ids_wait drops meta.lock: no results kept) */
+			table_prefetch_names(&m->by_name, pool_id, keys + i,
+			                     n - i < KEYS_CHUNK ? n - i : KEYS_CHUNK);
 		struct page *old = find_key(m, pool_id, keys[i]);
 		if (old && (int64_t)old->slot == s) {
 			keys_touch(m, old, now_ns()); /* confirmed again: nothing changes */

@@ -118,6 +118,7 @@ int replaced_resolve(struct meta *m, struct rec *batch, struct resolver *rs)
 			const struct bulk *b = r->bulk;
 			at[0] = (uint32_t)rs->ncand;
 			for (size_t i = 0; i < b->n && rc == 0; i++) {
+				table_prefetch_ahead(&m->by_name, NULL, b->pages, b->n, i);
 				const struct page *p = b->pages[i];
 				rc = name_given(m, rs, p->pool->id, p->name, p->name_len, p->id, 0);
 				at[i + 1] = (uint32_t)rs->ncand;

@@ -187,6 +187,33 @@ struct page *table_find_hashed(const struct page_table *t, uint64_t h, uint32_t 
  * lookups reach. Prefetching past the end of a short name is harmless. */
 #define FIND_GROUP 16
 
+/* The stages for names[0..g), g <= FIND_GROUP: their hashes, lengths and
+ * chain heads, with the lines a walk reads on their way to the cache. */
+static void group_heads(const struct page_table *t, uint32_t pool_id, const char *const *names,
+                        size_t g, uint64_t *h, size_t *len, struct page **head)
+{
+	for (size_t i = 0; i < g; i++) {
+		const char *name = names[i];
+		len[i] = name ? strlen(name) : 0;
+		h[i] = name ? name_hash(pool_id, name, len[i]) : 0;
+		__builtin_prefetch(&t->buckets[h[i] & t->mask]);
+	}
+	for (size_t i = 0; i < g; i++) {
+		struct page *p = names[i] ? t->buckets[h[i] & t->mask] : NULL;
+		head[i] = p;
+		if (p) {
+			__builtin_prefetch(p);
+			__builtin_prefetch(p->name);
+			__builtin_prefetch(p->name + 64);
+		}
+	}
+	for (size_t i = 0; i < g; i++) {
+		const struct page *p = head[i];
+		if (p && p->name_hash != h[i] && p->name_next)
+			__builtin_prefetch(p->name_next);
+	}
+}
+
 void table_find_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
                       size_t n, struct page **out)
 {
@@ -196,29 +223,48 @@ void table_find_names(const struct page_table *t, uint32_t pool_id, const char *
 
 	for (size_t base = 0; base < n; base += FIND_GROUP) {
 		size_t g = n - base < FIND_GROUP ? n - base : FIND_GROUP;
-		for (size_t i = 0; i < g; i++) {
-			const char *name = names[base + i];
-			len[i] = name ? strlen(name) : 0;
-			h[i] = name ? name_hash(pool_id, name, len[i]) : 0;
-			__builtin_prefetch(&t->buckets[h[i] & t->mask]);
-		}
-		for (size_t i = 0; i < g; i++) {
-			struct page *p = names[base + i] ? t->buckets[h[i] & t->mask] : NULL;
-			head[i] = p;
-			if (p) {
-				__builtin_prefetch(p);
-				__builtin_prefetch(p->name);
-				__builtin_prefetch(p->name + 64);
-			}
-		}
-		for (size_t i = 0; i < g; i++) {
-			const struct page *p = head[i];
-			if (p && p->name_hash != h[i] && p->name_next)
-				__builtin_prefetch(p->name_next);
-		}
+		group_heads(t, pool_id, names + base, g, h, len, head);
 		for (size_t i = 0; i < g; i++)
 			out[base + i] = head[i] ? chain_find(head[i], h[i], pool_id,
 			                                     names[base + i], len[i], NULL)
 			                        : NULL;
 	}
+}
+
+void table_prefetch_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
+                          size_t n)
+{
+	uint64_t h[FIND_GROUP];
+	size_t len[FIND_GROUP];
+	struct page *head[FIND_GROUP];
+
+	for (size_t base = 0; base < n; base += FIND_GROUP) {
+		size_t g = n - base < FIND_GROUP ? n - base : FIND_GROUP;
+		group_heads(t, pool_id, names + base, g, h, len, head);
+	}
+}
+
+/* How far ahead table_prefetch_ahead loads buckets; chain heads are
+ * loaded half as far ahead, once their bucket has arrived. */
+#define AHEAD 16
+
+void table_prefetch_ahead(const struct page_table *by_name, const struct page_table *by_id,
+                          struct page *const *pages, size_t n, size_t i)
+{
+	if (i == 0) /* the first AHEAD buckets, then one more a step */
+		for (size_t j = 0; j < AHEAD && j < n; j++) {
+			table_prefetch_name(by_name, pages[j]->name_hash);
+			if (by_id)
+				table_prefetch_id(by_id, pages[j]->id);
+		}
+	if (i + AHEAD < n) {
+		table_prefetch_name(by_name, pages[i + AHEAD]->name_hash);
+		if (by_id)
+			table_prefetch_id(by_id, pages[i + AHEAD]->id);
+	}
+	struct page *head = i + AHEAD / 2 < n
+	                            ? table_bucket_name(by_name, pages[i + AHEAD / 2]->name_hash)
+	                            : NULL;
+	if (head)
+		__builtin_prefetch(head);
 }
