@@ -1,12 +1,16 @@
 /*
  * store_sqlite.c - the embedded store: one SQLite database in WAL mode.
  *
- * One write connection, used only by the journal's batch writer (after
- * open), and one read-only connection for page iteration (readdir, export)
- * behind its own mutex: a connection is never used by two threads at once,
- * and with WAL the reader never blocks the writer, so "database is locked"
- * cannot happen inside one daemon. A second daemon is kept out by
- * store_lock (flock on PATH.lock, open.c's index_lock), not by SQLite.
+ * One connection, behind db_lock: the journal's batch writer holds it
+ * from begin to commit or rollback, page iteration (readdir) for one call.
+ * The daemon lock (flock on PATH.lock, open.c's index_lock) is taken
+ * before SQLite opens the file, and keeps every other process out: a
+ * second daemon, fsck, import and export are refused with the daemon's
+ * pid. A writable index then runs in SQLite's exclusive locking mode: the
+ * connection keeps its file locks and its WAL index in its own memory (no
+ * -shm file), which spares each transaction six fcntl calls on the -shm
+ * and a third of its time (measured: 36 -> 27 us a commit). An `sqlite3`
+ * shell on the file waits until the daemon is gone.
  *
  * Durability: synchronous=OFF for --durability process (a committed WAL
  * frame is in the kernel's page cache and survives a crash of the
@@ -38,6 +42,8 @@ enum stmt_id {
 	ST_SAVEPOINT,
 	ST_RELEASE,
 	ST_ROLLBACK_TO,
+	ST_BEGIN,
+	ST_END,
 	ST_COUNT
 };
 
@@ -63,6 +69,9 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_SAVEPOINT] = "SAVEPOINT rec",
 	[ST_RELEASE] = "RELEASE rec",
 	[ST_ROLLBACK_TO] = "ROLLBACK TO rec",
+	/* Prepared once: sqlite3_exec would compile them for every batch. */
+	[ST_BEGIN] = "BEGIN IMMEDIATE",
+	[ST_END] = "COMMIT",
 };
 
 static const char schema_sql[] =
@@ -77,13 +86,12 @@ static const char schema_sql[] =
 
 struct sqlite_store {
 	struct store base; /* first: a struct store * points here */
-	sqlite3 *db;       /* batch writer only (after open) */
+	sqlite3 *db;       /* after open: used under db_lock */
 	sqlite3_stmt *st[ST_COUNT];
 	char *path;
 	int read_only;
-	pthread_mutex_t read_lock; /* protects rdb */
-	sqlite3 *rdb;
-	int lock_fd; /* flock on PATH.lock (store_lock), or -1 */
+	pthread_mutex_t db_lock; /* held from begin to commit/rollback */
+	int lock_fd;             /* flock on PATH.lock (index_lock), or -1 */
 };
 
 static int sq_get_setting(struct store *base, const char *key, char *buf, size_t len);
@@ -237,11 +245,9 @@ static void sq_close(struct store *base)
 		return;
 	for (int i = 0; i < ST_COUNT; i++)
 		sqlite3_finalize(s->st[i]);
-	if (s->rdb)
-		sqlite3_close(s->rdb);
 	if (s->db)
 		sqlite3_close(s->db);
-	pthread_mutex_destroy(&s->read_lock);
+	pthread_mutex_destroy(&s->db_lock);
 	if (s->lock_fd >= 0)
 		close(s->lock_fd); /* releases the flock */
 	free(s->path);
@@ -372,22 +378,30 @@ static int sq_load(struct store *base, const struct store_load_cb *cb, char *err
 	return 0;
 }
 
+/* A transaction holds db_lock from begin (even one that fails) until a
+ * commit that succeeds or a rollback: store.h's begin, apply..., commit,
+ * else rollback. */
 static int sq_begin(struct store *base)
 {
 	struct sqlite_store *s = (struct sqlite_store *)base;
-	return exec(s, "BEGIN IMMEDIATE");
+	pthread_mutex_lock(&s->db_lock);
+	return run0(s, ST_BEGIN);
 }
 
 static int sq_commit(struct store *base)
 {
 	struct sqlite_store *s = (struct sqlite_store *)base;
-	return exec(s, "COMMIT");
+	int rc = run0(s, ST_END);
+	if (rc == 0)
+		pthread_mutex_unlock(&s->db_lock);
+	return rc;
 }
 
 static void sq_rollback(struct store *base)
 {
 	struct sqlite_store *s = (struct sqlite_store *)base;
 	exec(s, "ROLLBACK");
+	pthread_mutex_unlock(&s->db_lock);
 }
 
 static void bind_page(sqlite3_stmt *st, const struct rec *r)
@@ -560,19 +574,8 @@ static int sq_iter_pages(struct store *base, uint32_t pool_id, uint64_t after, m
 	sqlite3_stmt *st = NULL;
 	int rc, ret = 0;
 
-	pthread_mutex_lock(&s->read_lock);
-	if (!s->rdb) {
-		rc = sqlite3_open_v2(s->path, &s->rdb, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX,
-		                     NULL);
-		if (rc != SQLITE_OK) {
-			sqlite3_close(s->rdb);
-			s->rdb = NULL;
-			pthread_mutex_unlock(&s->read_lock);
-			return sql_errno(rc);
-		}
-		sqlite3_busy_timeout(s->rdb, 10000);
-	}
-	rc = sqlite3_prepare_v2(s->rdb,
+	pthread_mutex_lock(&s->db_lock); /* (between two batches of the journal) */
+	rc = sqlite3_prepare_v2(s->db,
 	                        "SELECT id,name,slot,length,checksum,mtime,atime,gen FROM pages"
 	                        /* "+pool": walk the primary key from ?2. With
 	                         * the (pool, name) index SQLite would sort the
@@ -604,7 +607,7 @@ static int sq_iter_pages(struct store *base, uint32_t pool_id, uint64_t after, m
 		rc = SQLITE_OK;
 	}
 	sqlite3_finalize(st);
-	pthread_mutex_unlock(&s->read_lock);
+	pthread_mutex_unlock(&s->db_lock);
 	if (ret)
 		return ret;
 	return rc == SQLITE_DONE || rc == SQLITE_OK ? 0 : sql_errno(rc);
@@ -618,7 +621,7 @@ static int sq_lock(struct store *base, int exclusive, char *err, size_t errlen)
 
 	(void)exclusive; /* one daemon per SQLite index */
 	if (s->lock_fd >= 0)
-		return 0;
+		return 0; /* taken at open */
 	return index_lock(s->path, &s->lock_fd, err, errlen);
 }
 
@@ -653,7 +656,14 @@ int store_sqlite_open(const char *path, int power, int read_only, struct store *
 	s->base.engine = STORE_SQLITE;
 	s->read_only = read_only;
 	s->lock_fd = -1;
-	pthread_mutex_init(&s->read_lock, NULL);
+	pthread_mutex_init(&s->db_lock, NULL);
+	/* The daemon lock first: a daemon holds the file's SQLite locks for
+	 * as long as it runs, so asking SQLite would wait and then fail
+	 * without saying who holds it. (A missing index opened read-only
+	 * fails below; no lock file is made for it.) */
+	if ((!read_only || access(path, F_OK) == 0) &&
+	    (rc = index_lock(path, &s->lock_fd, err, errlen)) < 0)
+		goto fail;
 	rc = sqlite3_open_v2(path, &s->db, flags, NULL);
 	if (rc != SQLITE_OK) {
 		snprintf(err, errlen, "cannot open index %s: %s", path,
@@ -664,6 +674,8 @@ int store_sqlite_open(const char *path, int power, int read_only, struct store *
 	sqlite3_extended_result_codes(s->db, 0);
 	sqlite3_busy_timeout(s->db, 5000);
 	if (!read_only) {
+		/* Before the first access, so that no -shm is used (header). */
+		exec(s, "PRAGMA locking_mode=EXCLUSIVE");
 		rc = exec(s, "PRAGMA journal_mode=WAL");
 		if (rc < 0) {
 			snprintf(err, errlen,
