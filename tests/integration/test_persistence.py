@@ -182,3 +182,38 @@ def test_writer_killed_with_a_page_open_never_publishes_it(mount):
     m.remount()
     assert os.listdir(pool) == ["other"], "the killed writer's page appeared after remount"
     assert m.statvfs_free_total()[0] == 15 * 65536
+
+
+def test_the_sqlite_index_is_the_daemons_alone_and_a_crash_leaves_it_readable(mount):
+    """The daemon runs SQLite in exclusive locking mode (README, Decisions):
+    no -shm, nobody else opens the file while it runs, readdir shares its
+    connection, and after kill -9 fsck and a new mount read the WAL."""
+    m = mount("--page-size", "64K", "--capacity", "1M")
+    if not m.meta.startswith("sqlite:"):
+        pytest.skip("SQLite's own locking")
+    db = m.meta[len("sqlite:"):]
+    pool = m.pool(0, "kv")
+    data = {f"p{i}": os.urandom(3000 + i) for i in range(6)}
+    for name, d in data.items():
+        write_page(pool / name, d)
+    assert not os.path.exists(db + "-shm"), "a -shm file: the index is not held exclusively"
+    probe = ("import sqlite3, sys\n"
+             "c = sqlite3.connect(sys.argv[1], timeout=0.2)\n"
+             "print(c.execute('SELECT count(*) FROM pages').fetchone()[0])\n")
+    r = subprocess.run([PYTHON, "-c", probe, db], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "locked" in r.stderr, \
+        f"another process read the index of a running daemon: {describe(r)}"
+    assert sorted(os.listdir(pool)) == sorted(data), "readdir through the daemon's connection"
+    r = run_pagefs("fsck", m.backing, "--meta", m.meta)
+    assert r.returncode != 0 and "in use by another pagefs daemon" in r.stderr, \
+        f"fsck of a mounted index: {describe(r)}"
+
+    m.kill9()
+    r = run_pagefs("fsck", m.backing, "--meta", m.meta)
+    assert r.returncode == 0 and "6 pages" in r.stdout + r.stderr, \
+        f"fsck after kill -9: {describe(r)}"
+    r = subprocess.run([PYTHON, "-c", probe, db], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "6", f"the index after kill -9: {describe(r)}"
+    m.start()
+    for name, d in data.items():
+        assert_bytes_equal(read_page(pool / name), d, name)
