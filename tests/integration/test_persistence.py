@@ -184,6 +184,30 @@ def test_writer_killed_with_a_page_open_never_publishes_it(mount):
     assert m.statvfs_free_total()[0] == 15 * 65536
 
 
+def test_a_writer_that_exits_without_closing_publishes_and_one_killed_by_a_signal_does_not(mount):
+    """The implicit close of exit() commits like close(); a task ended by a
+    signal (here SIGTERM's default action, from inside, after its write)
+    leaves nothing. Both flushes come from a task without its memory any
+    more: the commit reads the exit code (fs_task.c)."""
+    m = mount("--page-size", "64K", "--capacity", "1M")
+    pool = m.pool(0, "kv")
+    prog = ("import os, signal, sys\n"
+            "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)\n"
+            "os.write(fd, b'e' * 5000)\n"
+            "if sys.argv[2] == 'exit':\n"
+            "    os._exit(0)\n"
+            "os.kill(os.getpid(), signal.SIGTERM)\n")
+    r = subprocess.run([PYTHON, "-c", prog, str(pool / "exited"), "exit"], timeout=60)
+    assert r.returncode == 0
+    r = subprocess.run([PYTHON, "-c", prog, str(pool / "signalled"), "signal"], timeout=60)
+    assert r.returncode == -signal.SIGTERM
+    assert sorted(os.listdir(pool)) == ["exited"], f"listing: {os.listdir(pool)}"
+    assert_bytes_equal(read_page(pool / "exited"), b"e" * 5000, "exited")
+    expect_errno(errno.ENOENT, os.stat, pool / "signalled", what="stat of the signalled writer's page")
+    m.remount()
+    assert sorted(os.listdir(pool)) == ["exited"], "after remount"
+
+
 def test_the_sqlite_index_is_the_daemons_alone_and_a_crash_leaves_it_readable(mount):
     """The daemon runs SQLite in exclusive locking mode (README, Decisions):
     no -shm, nobody else opens the file while it runs, readdir shares its
