@@ -70,15 +70,15 @@ struct kpool {
 	                    * on a slot (0 = none); a NULL chunk holds none */
 	uint64_t top;      /* where the downward search for a free slot starts */
 	uint64_t quarantined;
+	uint64_t refused; /* keys refused a slot since the evictor's last pass */
 	struct fifo resv_q, quar_q;
 	/* Shared index: the held chunk reservations are taken from (its
-	 * index in pool.chunks when cur_ok), expired reservations in the
-	 * quarantine, and whether the last lease found no chunk (then the
-	 * evictor evicts, and leases are tried at most once a second). */
+	 * index in pool.chunks when cur_ok), and whether the last lease found
+	 * no chunk (then the evictor evicts, and leases are tried at most
+	 * once a second). */
 	uint64_t cur_chunk;
 	size_t cur_idx;
 	int cur_ok, full;
-	uint64_t quar_resv;
 	int64_t lease_after;
 };
 
@@ -460,7 +460,6 @@ static void quarantine(struct keys *k, struct kpool *kp, uint64_t slot, int page
 {
 	if (fifo_push(&kp->quar_q, slot, mono_ns() + k->t.quarantine_ns, page_slot) == 0) {
 		kp->quarantined++;
-		kp->quar_resv += !page_slot;
 	} else {
 		log_error("out of memory: slot %llu of pool %u stays used until remount",
 		          (unsigned long long)slot, kp->pool_id);
@@ -579,10 +578,17 @@ static void evict(struct meta *m, struct pool *pool, uint64_t n, struct drop_lis
 }
 
 /* Shared index: the headroom counts the free slots of the chunks this
- * node holds, those in their grace period and expired reservations in
- * the quarantine, against headroom_pct of the held slots (and leases a
- * chunk ahead). Below it the evictor leases another chunk; only when none
- * is left does it evict. */
+ * node holds, those in their grace period and every slot in this node's
+ * quarantine (expired reservations, and the pages it evicted or deleted,
+ * which come free when it ends), against headroom_pct of the held slots
+ * (and leases a chunk ahead). Below it the evictor leases another chunk;
+ * only when none is left does it evict, the shortfall plus one page for
+ * every key refused a slot since the last pass: writers that outrun the
+ * headroom get -1, and what they asked for comes free after the
+ * quarantine. (Counting only the reservations in the quarantine made
+ * every pass, 10 a second, evict again what the quarantine still held:
+ * an idle full pool lost its pages one a pass until the first quarantine
+ * ended, 6 s.) */
 static void headroom_shared(struct meta *m, struct keys *k, struct pool *pool, struct kpool *kp,
                             int64_t now, uint32_t *lease, struct drop_list *dl,
                             struct dropped **drops)
@@ -594,15 +600,15 @@ static void headroom_shared(struct meta *m, struct keys *k, struct pool *pool, s
 			(uint64_t)__builtin_popcountll(held_free_bits(pool, i, held_at(pool, i)));
 	uint64_t want = held * k->t.headroom_pct / 100;
 	want = want ? want : 1;
-	uint64_t have = free_now + pool->ngrace + kp->quar_resv;
+	uint64_t have = free_now + pool->ngrace + kp->quarantined;
 	/* Leases run ahead by a chunk, so that reservations seldom wait for
 	 * one; eviction keeps only the headroom. */
 	uint64_t ahead = want > pool->chunk_slots ? want : pool->chunk_slots;
 	if (have < ahead && now >= kp->lease_after) {
 		if (!*lease)
 			*lease = kp->pool_id;
-	} else if (have < want && kp->full) {
-		evict(m, pool, want - have, dl, drops);
+	} else if ((have < want || kp->refused) && kp->full) {
+		evict(m, pool, (have < want ? want - have : 0) + kp->refused, dl, drops);
 	}
 }
 
@@ -621,7 +627,6 @@ static void housekeep(struct meta *m, struct keys *k, struct drop_list *dl, stru
 		while ((e = fifo_peek(&kp->quar_q)) && e->at <= now) {
 			quarantine_end(pool, kp, e);
 			kp->quarantined--;
-			kp->quar_resv -= !e->page_slot;
 			fifo_pop(&kp->quar_q);
 		}
 		while ((e = fifo_peek(&kp->resv_q)) && e->at <= now) {
@@ -637,13 +642,16 @@ static void housekeep(struct meta *m, struct keys *k, struct drop_list *dl, stru
 		}
 		if (pool->shared) {
 			headroom_shared(m, k, pool, kp, now, lease, dl, drops);
+			kp->refused = 0;
 			continue;
 		}
 		uint64_t want = pool->capacity * k->t.headroom_pct / 100;
 		want = want ? want : 1;
 		uint64_t have = pool->capacity - pool->nused + kp->quarantined;
-		if (have < want)
-			evict(m, pool, want - have, dl, drops);
+		uint64_t n = (have < want ? want - have : 0) + kp->refused; /* (as headroom_shared) */
+		kp->refused = 0;
+		if (n)
+			evict(m, pool, n, dl, drops);
 	}
 }
 
@@ -986,6 +994,7 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 			break; /* removed while a lease was waited for: -1 for the rest */
 		if (trc < 0) {
 			short_of_slots = 1;
+			kp->refused++;
 			continue;
 		}
 		if (resv_set(kp, s, deadline) < 0 || fifo_push(&kp->resv_q, s, deadline, 0) < 0) {

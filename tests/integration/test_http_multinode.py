@@ -290,6 +290,15 @@ def test_a_node_arriving_in_a_pool_another_filled_gets_pages_by_global_eviction(
         assert time.monotonic() - t1 < VISIBLE_WITHIN_S, "A's keys did not reach B"
         time.sleep(0.02)
     assert sum(a.client.exists(0, names)) >= 48, "node A lost most of its pages at once"
+    # Left alone, A keeps at least its fair share (half the pool; B's
+    # leases may take the rest, a drained chunk at a time). A's own
+    # evictor passes 10 times a second and counts what it evicted, now in
+    # the quarantine (6 s), as headroom: it used not to, and evicted one
+    # more page every pass until the pool was nearly empty.
+    time.sleep(3.0)
+    after = sum(a.client.exists(0, names))
+    assert after >= len(names) // 2 - 4, \
+        f"node A's evictor kept evicting: {after} of {len(names)} pages left after 3 s"
     written, n, t0, first = [], 0, time.monotonic(), None
     while time.monotonic() - t0 < 30 and len(written) < 24:
         k = f"b{n}"
