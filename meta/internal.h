@@ -410,7 +410,7 @@ struct page *table_find_name(const struct page_table *t, uint32_t pool_id, const
 struct page *table_find_hashed(const struct page_table *t, uint64_t h, uint32_t pool_id,
                                const char *name, size_t len);
 /* The same as table_find_name for n names at once (a NULL name finds
- * nothing). */
+ * nothing); out NULL: only the loads (table_prefetch_names). */
 void table_find_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
                       size_t n, struct page **out);
 /* Start loading what table_find_names would read for names[0..n), for

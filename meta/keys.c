@@ -648,7 +648,8 @@ static void housekeep(struct meta *m, struct keys *k, struct drop_list *dl, stru
 		uint64_t want = pool->capacity * k->t.headroom_pct / 100;
 		want = want ? want : 1;
 		uint64_t have = pool->capacity - pool->nused + kp->quarantined;
-		uint64_t n = (have < want ? want - have : 0) + kp->refused; /* (as headroom_shared) */
+		uint64_t n =
+			(have < want ? want - have : 0) + kp->refused; /* (as headroom_shared) */
 		kp->refused = 0;
 		if (n)
 			evict(m, pool, n, dl, drops);

@@ -224,7 +224,7 @@ void table_find_names(const struct page_table *t, uint32_t pool_id, const char *
 	for (size_t base = 0; base < n; base += FIND_GROUP) {
 		size_t g = n - base < FIND_GROUP ? n - base : FIND_GROUP;
 		group_heads(t, pool_id, names + base, g, h, len, head);
-		for (size_t i = 0; i < g; i++)
+		for (size_t i = 0; out && i < g; i++)
 			out[base + i] = head[i] ? chain_find(head[i], h[i], pool_id,
 			                                     names[base + i], len[i], NULL)
 			                        : NULL;
@@ -234,14 +234,7 @@ void table_find_names(const struct page_table *t, uint32_t pool_id, const char *
 void table_prefetch_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
                           size_t n)
 {
-	uint64_t h[FIND_GROUP];
-	size_t len[FIND_GROUP];
-	struct page *head[FIND_GROUP];
-
-	for (size_t base = 0; base < n; base += FIND_GROUP) {
-		size_t g = n - base < FIND_GROUP ? n - base : FIND_GROUP;
-		group_heads(t, pool_id, names + base, g, h, len, head);
-	}
+	table_find_names(t, pool_id, names, n, NULL); /* the stages, no walk */
 }
 
 /* How far ahead table_prefetch_ahead loads buckets; chain heads are
