@@ -55,9 +55,9 @@ static void free_slot(struct pool *pool, uint64_t slot, const struct rec *r)
 }
 
 static void remove_other(struct meta *m, const struct rec *r, struct pool *pool, const char *name,
-                         uint64_t keep_id, struct dropped **drops)
+                         size_t len, uint64_t h, uint64_t keep_id, struct dropped **drops)
 {
-	struct page *old = table_find_name(&m->by_name, pool->id, name, NULL);
+	struct page *old = table_find_hashed(&m->by_name, h, pool->id, name, len);
 
 	if (!old || old->id == keep_id)
 		return;
@@ -75,7 +75,8 @@ static void apply_commit(struct meta *m, const struct rec *r, struct dropped **d
 
 	if (!pool)
 		return;
-	remove_other(m, r, pool, r->name, r->page_id, drops);
+	remove_other(m, r, pool, r->name, r->name_len, name_hash(pool->id, r->name, r->name_len),
+	             r->page_id, drops);
 	p = table_find_id(&m->by_id, r->page_id);
 	if (p && p->committed) {
 		/* In-place replacement (open with O_TRUNC): new slot, same id. */
@@ -118,7 +119,8 @@ static void apply_rename(struct meta *m, const struct rec *r)
 
 	if (!pool || !p || !p->committed)
 		return;
-	remove_other(m, r, pool, r->name, r->page_id, NULL);
+	remove_other(m, r, pool, r->name, r->name_len, name_hash(pool->id, r->name, r->name_len),
+	             r->page_id, NULL);
 	q = page_alloc(r->name, r->name_len);
 	if (!q) {
 		log_error("out of memory applying a rename; restart the daemon");
@@ -280,7 +282,8 @@ void apply_record(struct meta *m, const struct rec *r, struct dropped **drops)
 		for (size_t i = 0; i < r->bulk->n; i++) {
 			table_prefetch_ahead(&m->by_name, &m->by_id, r->bulk->pages, r->bulk->n, i);
 			struct page *b = r->bulk->pages[i];
-			remove_other(m, r, b->pool, b->name, b->id, drops);
+			remove_other(m, r, b->pool, b->name, b->name_len, b->name_hash, b->id,
+			             drops);
 			page_link_committed(m, b);
 			/* It appeared without a FUSE create (a key confirmed over
 			 * HTTP): the kernel may cache a miss for the name. */

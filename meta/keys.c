@@ -859,6 +859,32 @@ static struct page *find_key(struct meta *m, uint32_t pool_id, const char *key)
  * or the name is invalid. meta.lock held. */
 #define KEYS_CHUNK 128
 
+/* For loops that look keys up one at a time and may drop meta.lock in
+ * between (reserve, confirm): at each KEYS_CHUNK-th key, the next chunk's
+ * hashes and lengths, with their table lines on the way to the cache. */
+struct keys_ahead {
+	uint64_t h[KEYS_CHUNK];
+	size_t len[KEYS_CHUNK];
+};
+
+static void keys_ahead(struct meta *m, uint32_t pool_id, const char *const *keys, size_t n,
+                       size_t i, struct keys_ahead *a)
+{
+	if (i % KEYS_CHUNK == 0)
+		table_prefetch_names(&m->by_name, pool_id, keys + i,
+		                     n - i < KEYS_CHUNK ? n - i : KEYS_CHUNK, a->h, a->len);
+}
+
+/* find_key for keys[i] after keys_ahead(..., i, a). */
+static struct page *find_key_ahead(struct meta *m, uint32_t pool_id, const char *key,
+                                   const struct keys_ahead *a, size_t i)
+{
+	if (meta_check_name(key) < 0)
+		return NULL;
+	return table_find_hashed(&m->by_name, a->h[i % KEYS_CHUNK], pool_id, key,
+	                         a->len[i % KEYS_CHUNK]);
+}
+
 static void find_keys(struct meta *m, uint32_t pool_id, const char *const *keys, size_t n,
                       struct page **out)
 {
@@ -950,6 +976,7 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
                       uint8_t *existed, int64_t *slot)
 {
 	struct batch_set bs = {0};
+	struct keys_ahead ka;
 	size_t sz = 16;
 	int rc = 0, short_of_slots = 0;
 
@@ -972,10 +999,8 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 		slot[i] = -1;
 	}
 	for (size_t i = 0; i < n; i++) {
-		if (i % KEYS_CHUNK == 0) /* (keys_take may drop meta.lock: no results kept) */
-			table_prefetch_names(&m->by_name, pool_id, keys + i,
-			                     n - i < KEYS_CHUNK ? n - i : KEYS_CHUNK);
-		struct page *p = find_key(m, pool_id, keys[i]);
+		keys_ahead(m, pool_id, keys, n, i, &ka); /* (keys_take may drop meta.lock) */
+		struct page *p = find_key_ahead(m, pool_id, keys[i], &ka, i);
 		int64_t prev;
 		if (p) {
 			existed[i] = 1;
@@ -1039,6 +1064,7 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 {
 	struct drop_list dl = {0};
 	struct dropped *drops = NULL;
+	struct keys_ahead ka;
 	struct page **pages = calloc(n ? n : 1, sizeof(*pages));
 	uint64_t *done = calloc(n ? n : 1, sizeof(*done)); /* slots of pages[] */
 	struct rec *r = rec_new(REC_BULK);
@@ -1074,10 +1100,8 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 			if (rc < 0)
 				break;
 		}
-		if (i % KEYS_CHUNK == 0) /* (ids_wait drops meta.lock: no results kept) */
-			table_prefetch_names(&m->by_name, pool_id, keys + i,
-			                     n - i < KEYS_CHUNK ? n - i : KEYS_CHUNK);
-		struct page *old = find_key(m, pool_id, keys[i]);
+		keys_ahead(m, pool_id, keys, n, i, &ka); /* (ids_wait drops meta.lock) */
+		struct page *old = find_key_ahead(m, pool_id, keys[i], &ka, i);
 		if (old && (int64_t)old->slot == s) {
 			keys_touch(m, old, now_ns()); /* confirmed again: nothing changes */
 			continue;
@@ -1093,7 +1117,7 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 			rc = -EAGAIN; /* a shared index hands out ids in blocks */
 			break;
 		}
-		struct page *p = page_alloc(keys[i], strlen(keys[i]));
+		struct page *p = page_alloc(keys[i], ka.len[i % KEYS_CHUNK]);
 		/* A key confirmed over an older page of the same name: the old
 		 * slot goes through the quarantine (readers may hold it). */
 		if (!p || (old && drop_page(m, old, &dl, &drops) < 0)) {
@@ -1109,7 +1133,7 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 		p->length = pool->slot_size;
 		p->has_checksum = 0; /* summed on its first read through pagefs */
 		p->mtime_ns = p->atime_ns = p->atime_saved_ns = now;
-		p->name_hash = name_hash(pool_id, p->name, p->name_len);
+		p->name_hash = ka.h[i % KEYS_CHUNK];
 		done[bulk.n] = p->slot;
 		pages[bulk.n++] = p;
 	}

@@ -55,12 +55,11 @@ static int cand_add(struct resolver *rs, uint64_t id)
 	return 0;
 }
 
-/* Adds the candidates of one name given to page id (see the header) and
- * records the namer. 0 or -ENOMEM; meta.lock held. */
+/* Adds the candidates of one name (of hash h) given to page id (see the
+ * header) and records the namer. 0 or -ENOMEM; meta.lock held. */
 static int name_given(struct meta *m, struct resolver *rs, uint32_t pool_id, const char *name,
-                      uint16_t len, uint64_t id, uint64_t submitted)
+                      uint16_t len, uint64_t h, uint64_t id, uint64_t submitted)
 {
-	uint64_t h = name_hash(pool_id, name, len);
 	struct page *p = table_find_hashed(&m->by_name, h, pool_id, name, len);
 	struct namer *k = &rs->v[rs->n];
 	int rc = 0;
@@ -110,7 +109,8 @@ int replaced_resolve(struct meta *m, struct rec *batch, struct resolver *rs)
 	for (struct rec *r = batch; r && rc == 0; r = r->next) {
 		if (r->type == REC_COMMIT || r->type == REC_RENAME) {
 			at[0] = (uint32_t)rs->ncand;
-			rc = name_given(m, rs, r->pool_id, r->name, r->name_len, r->page_id,
+			rc = name_given(m, rs, r->pool_id, r->name, r->name_len,
+			                name_hash(r->pool_id, r->name, r->name_len), r->page_id,
 			                r->replaced_id);
 			at[1] = (uint32_t)rs->ncand;
 			at += 2;
@@ -120,7 +120,8 @@ int replaced_resolve(struct meta *m, struct rec *batch, struct resolver *rs)
 			for (size_t i = 0; i < b->n && rc == 0; i++) {
 				table_prefetch_ahead(&m->by_name, NULL, b->pages, b->n, i);
 				const struct page *p = b->pages[i];
-				rc = name_given(m, rs, p->pool->id, p->name, p->name_len, p->id, 0);
+				rc = name_given(m, rs, p->pool->id, p->name, p->name_len,
+				                p->name_hash, p->id, 0);
 				at[i + 1] = (uint32_t)rs->ncand;
 			}
 			at += b->n + 1;

@@ -214,8 +214,10 @@ static void group_heads(const struct page_table *t, uint32_t pool_id, const char
 	}
 }
 
-void table_find_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
-                      size_t n, struct page **out)
+/* The stages for names[0..n), a group at a time; with out, the walks too.
+ * hs/lens: the names' hashes and lengths, or NULL. */
+static void find_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
+                       size_t n, struct page **out, uint64_t *hs, size_t *lens)
 {
 	uint64_t h[FIND_GROUP];
 	size_t len[FIND_GROUP];
@@ -228,13 +230,23 @@ void table_find_names(const struct page_table *t, uint32_t pool_id, const char *
 			out[base + i] = head[i] ? chain_find(head[i], h[i], pool_id,
 			                                     names[base + i], len[i], NULL)
 			                        : NULL;
+		if (hs)
+			memcpy(hs + base, h, g * sizeof(*h));
+		if (lens)
+			memcpy(lens + base, len, g * sizeof(*len));
 	}
 }
 
-void table_prefetch_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
-                          size_t n)
+void table_find_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
+                      size_t n, struct page **out)
 {
-	table_find_names(t, pool_id, names, n, NULL); /* the stages, no walk */
+	find_names(t, pool_id, names, n, out, NULL, NULL);
+}
+
+void table_prefetch_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
+                          size_t n, uint64_t *hs, size_t *lens)
+{
+	find_names(t, pool_id, names, n, NULL, hs, lens);
 }
 
 /* How far ahead table_prefetch_ahead loads buckets; chain heads are

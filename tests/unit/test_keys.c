@@ -234,3 +234,50 @@ Test(keys, batched_lookups_answer_each_key_of_a_long_batch)
 	free(ss);
 	free(ex);
 }
+
+/* reserve and confirm look keys up a chunk at a time, by hashes computed
+ * ahead (keys_ahead): across chunk boundaries each key keeps its own
+ * slot, a second reserve finds every key where the first put it, and a
+ * second confirm of the same slots changes nothing. */
+Test(keys, a_long_batch_is_reserved_and_confirmed_key_by_key)
+{
+	enum { N = 300 };
+	uint32_t p = init_pool(0, "long", 1024);
+	static char names[N][16];
+	const char *keys[N];
+	int64_t slot[N], again[N], got[N];
+	uint8_t existed[N];
+	size_t ignored;
+
+	for (size_t i = 0; i < N; i++) {
+		snprintf(names[i], sizeof(names[i]), "r%zu", i);
+		keys[i] = names[i];
+	}
+	cr_assert_eq(meta_keys_reserve(fx.m, p, keys, N, existed, slot), 0);
+	for (size_t i = 0; i < N; i++) {
+		cr_assert_eq(existed[i], 0, "%s existed", keys[i]);
+		cr_assert_geq(slot[i], 0, "%s got no slot", keys[i]);
+		for (size_t j = 0; j < i; j++)
+			cr_assert_neq(slot[i], slot[j], "%s and %s share slot %lld", keys[i],
+			              keys[j], (long long)slot[i]);
+	}
+	cr_assert_eq(meta_keys_confirm(fx.m, p, keys, slot, N, NULL, 0, &ignored), 0);
+	cr_assert_eq(ignored, 0);
+	cr_assert_eq(meta_keys_reserve(fx.m, p, keys, N, existed, again), 0);
+	for (size_t i = 0; i < N; i++) {
+		cr_assert_eq(existed[i], 1, "%s: not found by the second reserve", keys[i]);
+		cr_assert_eq(again[i], slot[i], "%s: slot %lld, then %lld", keys[i],
+		             (long long)slot[i], (long long)again[i]);
+	}
+	cr_assert_eq(meta_keys_confirm(fx.m, p, keys, slot, N, NULL, 0, &ignored), 0);
+	cr_assert_eq(ignored, 0, "a confirm of the same slots again ignored %zu", ignored);
+	cr_assert_eq(meta_keys_get(fx.m, p, keys, N, got), 0);
+	for (size_t i = 0; i < N; i++)
+		cr_assert_eq(got[i], slot[i], "get %s: %lld, want %lld", keys[i], (long long)got[i],
+		             (long long)slot[i]);
+	fx_reopen();
+	cr_assert_eq(meta_keys_get(fx.m, p, keys, N, got), 0);
+	for (size_t i = 0; i < N; i++)
+		cr_assert_eq(got[i], slot[i], "after reopen, get %s: %lld, want %lld", keys[i],
+		             (long long)got[i], (long long)slot[i]);
+}
