@@ -335,6 +335,7 @@ static int read_kept(fuse_req_t req, struct fs_handles *t, struct fs_handle *h, 
 	if (!k)
 		return 0;
 	atomic_fetch_add(&t->kept_reads, 1);
+	FS_ANSWERED(h);
 	fuse_reply_buf(req, k->data + off, size);
 	fs_keep_put(t, k);
 	return 1;
@@ -360,8 +361,10 @@ void pagefs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		pthread_mutex_unlock(&h->lock);
 		fs_writer_peek(h, &length, &pending);
 	}
-	if (off < 0 || (uint64_t)off >= length)
+	if (off < 0 || (uint64_t)off >= length) {
+		FS_ANSWERED(h);
 		return (void)fuse_reply_buf(req, NULL, 0);
+	}
 	if (size > length - (uint64_t)off)
 		size = (size_t)(length - (uint64_t)off);
 	meta_count_io(fs->meta, h->pool_id, size, 0);
@@ -372,6 +375,7 @@ void pagefs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	bv.buf[0].fd = h->data_fd;
 	bv.buf[0].pos = (off_t)(slot * h->slot_size + (uint64_t)off);
+	FS_ANSWERED(h);
 	fuse_reply_data(req, &bv, fs->read_copy ? FUSE_BUF_NO_SPLICE : FUSE_BUF_SPLICE_MOVE);
 }
 
@@ -381,6 +385,7 @@ void pagefs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct fs_handle *h = fs_handle_of(fi);
 
 	(void)ino;
+	FS_RELEASING(h);
 	fs_handles_remove(&fs->handles, h);
 	fs_handle_close(fs, h);
 	fs_handles_put(&fs->handles, h);

@@ -179,4 +179,30 @@ int fs_writer_flush(struct fs_mount *fs, struct fs_handle *h, pid_t tid);
  * unpublished reservation. Does not unlist or free h. */
 void fs_handle_close(struct fs_mount *fs, struct fs_handle *h);
 
+/*
+ * The kernel sends a file's RELEASE only after every other request of it
+ * was answered (a request already read by the daemon is waited for even
+ * when its caller is killed), so a handler may use its handle until it
+ * answers, and release may free it. ThreadSanitizer cannot see that order:
+ * it passes through /dev/fuse. In a ThreadSanitizer build a handler that
+ * touches a handle without its lock announces its answer
+ * (FS_ANSWERED) and release takes that up (FS_RELEASING); otherwise
+ * both are nothing.
+ */
+#if defined(__SANITIZE_THREAD__)
+#define FS_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define FS_TSAN 1
+#endif
+#endif
+#ifdef FS_TSAN
+#include <sanitizer/tsan_interface.h>
+#define FS_ANSWERED(h) __tsan_release(h)
+#define FS_RELEASING(h) __tsan_acquire(h)
+#else
+#define FS_ANSWERED(h) ((void)(h))
+#define FS_RELEASING(h) ((void)(h))
+#endif
+
 #endif

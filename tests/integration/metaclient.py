@@ -101,7 +101,7 @@ class Server:
         self.log = open(os.path.join(dir, "serve.log"), "w")
         env = dict(os.environ)
         for var, stem in (("ASAN_OPTIONS", "asan"), ("UBSAN_OPTIONS", "ubsan"),
-                          ("LSAN_OPTIONS", "lsan")):
+                          ("LSAN_OPTIONS", "lsan"), ("TSAN_OPTIONS", "tsan")):
             cur = env.get(var, "")
             if "log_path" not in cur:
                 env[var] = (cur + ":" if cur else "") + f"log_path={os.path.join(dir, stem)}"
