@@ -45,7 +45,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <xxhash.h>
 
 #define SEC 1000000000LL
 
@@ -952,15 +951,16 @@ int meta_keys_get(struct meta *m, uint32_t pool_id, const char *const *keys, siz
 	return 0;
 }
 
-/* Index of an earlier equal key in the batch, or -1 (open addressing). */
+/* Index of an earlier equal key in the batch, or -1 (open addressing by
+ * the key's name hash h). */
 struct batch_set {
 	int64_t *v;
 	size_t mask;
 };
 
-static int64_t batch_seen(struct batch_set *b, const char *const *keys, size_t i)
+static int64_t batch_seen(struct batch_set *b, const char *const *keys, size_t i, uint64_t hash)
 {
-	size_t h = (size_t)XXH3_64bits(keys[i], strlen(keys[i])) & b->mask;
+	size_t h = (size_t)hash & b->mask;
 
 	for (;; h = (h + 1) & b->mask) {
 		if (b->v[h] < 0) {
@@ -1008,7 +1008,7 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 			keys_touch(m, p, now_ns());
 			continue;
 		}
-		if ((prev = batch_seen(&bs, keys, i)) >= 0) {
+		if ((prev = batch_seen(&bs, keys, i, ka.h[i % KEYS_CHUNK])) >= 0) {
 			slot[i] = slot[prev]; /* one slot per key, even if repeated */
 			continue;
 		}
