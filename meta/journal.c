@@ -117,8 +117,9 @@ static void write_batch(struct meta *m, struct rec *batch)
 {
 	struct resolver rs = {0};
 	int rc = m->shared ? 0 : replaced_resolve(m, batch, &rs);
+	int began = rc == 0; /* a rollback ends only a begun transaction */
 
-	if (rc == 0)
+	if (began)
 		rc = store_begin(m->store);
 
 	for (struct rec *r = batch; r; r = r->next) {
@@ -133,7 +134,8 @@ static void write_batch(struct meta *m, struct rec *batch)
 		rc = store_commit(m->store);
 	if (rc < 0) {
 		log_error("index transaction failed: %s", strerror(-rc));
-		store_rollback(m->store);
+		if (began) /* (the SQLite store's begin took its db_lock, even if it failed) */
+			store_rollback(m->store);
 		for (struct rec *r = batch; r; r = r->next)
 			r->err = rc;
 	}
