@@ -270,6 +270,39 @@ def test_unconfirmed_reservation_expires(server):
 
 
 @pytest.mark.timeout_s(60)
+def test_a_full_pool_keeps_its_pages_idle_and_turns_over_as_writers_ask(server):
+    """Eviction follows demand (README, "Eviction and deletion have a
+    quarantine"): idle, a full pool keeps all but its headroom; a writer
+    refused slots (-1) makes the evictor free one page per refused key,
+    which it gets after the quarantine (6 s) instead of one page per
+    quarantine. (The shared-index case: test_http_multinode.py.)"""
+    c = server().client
+    c.initialize(0, 16)
+    old = [f"old{i}" for i in range(16)]
+    res = c.reserve_and_allocate_page_indices(0, [[k, ""] for k in old])
+    assert all(s >= 0 for _, s in res)
+    c.confirm_write(0, [[k, s] for k, (_, s) in zip(old, res)], [])
+    time.sleep(2.0)
+    kept = sum(c.exists(0, old))
+    assert kept >= 14, f"an idle full pool of 16 kept {kept} pages (headroom: 1)"
+    written, n, t0 = [], 0, time.monotonic()
+    while time.monotonic() - t0 < 15 and len(written) < 12:
+        k = f"new{n}"
+        n += 1
+        (_, s), = c.reserve_and_allocate_page_indices(0, [[k, ""]])
+        if s < 0:
+            time.sleep(0.1)
+            continue
+        c.confirm_write(0, [[k, s]], [])
+        written.append(k)
+    assert len(written) >= 12, (
+        f"a writer refused {n - len(written)} times got {len(written)} slots in 15 s: "
+        "the evictor did not follow its demand")
+    idx = [i for i in c.get_page_indices(0, old + written) if i is not None]
+    assert len(idx) == len(set(idx)) and len(idx) <= 16, f"page indices: {sorted(idx)}"
+
+
+@pytest.mark.timeout_s(60)
 @pytest.mark.engines
 def test_deleted_slot_is_quarantined_longer_than_the_client_timeout(server, top_down):
     c = server().client
