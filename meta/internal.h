@@ -410,9 +410,9 @@ struct page *table_find_name(const struct page_table *t, uint32_t pool_id, const
 struct page *table_find_hashed(const struct page_table *t, uint64_t h, uint32_t pool_id,
                                const char *name, size_t len);
 /* The same as table_find_name for n names at once (a NULL name finds
- * nothing). */
+ * nothing); lens[i] is strlen(names[i]), or lens is NULL. */
 void table_find_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
-                      size_t n, struct page **out);
+                      const size_t *lens, size_t n, struct page **out);
 /* Start loading what table_find_names would read for names[0..n), for
  * lookups one at a time that follow (table_find_hashed: they may drop
  * meta.lock between); hs[i] and lens[i] are names[i]'s hash and length. */

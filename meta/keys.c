@@ -888,10 +888,11 @@ static void find_keys(struct meta *m, uint32_t pool_id, const char *const *keys,
                       struct page **out)
 {
 	const char *valid[KEYS_CHUNK];
+	size_t len[KEYS_CHUNK];
 
 	for (size_t i = 0; i < n; i++)
-		valid[i] = meta_check_name(keys[i]) < 0 ? NULL : keys[i];
-	table_find_names(&m->by_name, pool_id, valid, n, out);
+		valid[i] = meta_check_name_len(keys[i], &len[i]) < 0 ? NULL : keys[i];
+	table_find_names(&m->by_name, pool_id, valid, len, n, out);
 }
 
 int meta_keys_exists(struct meta *m, uint32_t pool_id, const char *const *keys, size_t n,

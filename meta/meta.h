@@ -96,6 +96,8 @@ int meta_parse_rank(const char *s);
 int meta_check_ns(const char *s);
 /* Returns 0, -EINVAL (empty, "/", ".", "..") or -ENAMETOOLONG (>255). */
 int meta_check_name(const char *s);
+/* meta_check_name, with strlen(s) in *len (0 for NULL). */
+int meta_check_name_len(const char *s, size_t *len);
 /* Returns 0 if s is a data file prefix: [A-Za-z0-9_.-]{1,128} without "..",
  * so that "{prefix}.{rank}.bin" stays a plain file name in BACKING. */
 #define META_PREFIX_MAX 128

@@ -40,9 +40,18 @@ int meta_check_ns(const char *s)
 
 int meta_check_name(const char *s)
 {
-	size_t n = s ? strlen(s) : 0;
+	size_t n;
+	return meta_check_name_len(s, &n);
+}
 
-	if (n == 0 || strchr(s, '/') || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+int meta_check_name_len(const char *s, size_t *len)
+{
+	/* one pass: the first '/' or the end */
+	const char *e = s ? strchrnul(s, '/') : NULL;
+	size_t n = e ? (size_t)(e - s) : 0;
+
+	*len = n;
+	if (n == 0 || *e || (s[0] == '.' && (n == 1 || (n == 2 && s[1] == '.'))))
 		return -EINVAL;
 	if (n > META_NAME_MAX)
 		return -ENAMETOOLONG;

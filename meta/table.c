@@ -190,11 +190,11 @@ struct page *table_find_hashed(const struct page_table *t, uint64_t h, uint32_t 
 /* The stages for names[0..g), g <= FIND_GROUP: their hashes, lengths and
  * chain heads, with the lines a walk reads on their way to the cache. */
 static void group_heads(const struct page_table *t, uint32_t pool_id, const char *const *names,
-                        size_t g, uint64_t *h, size_t *len, struct page **head)
+                        const size_t *lens, size_t g, uint64_t *h, size_t *len, struct page **head)
 {
 	for (size_t i = 0; i < g; i++) {
 		const char *name = names[i];
-		len[i] = name ? strlen(name) : 0;
+		len[i] = !name ? 0 : lens ? lens[i] : strlen(name);
 		h[i] = name ? name_hash(pool_id, name, len[i]) : 0;
 		__builtin_prefetch(&t->buckets[h[i] & t->mask]);
 	}
@@ -215,9 +215,11 @@ static void group_heads(const struct page_table *t, uint32_t pool_id, const char
 }
 
 /* The stages for names[0..n), a group at a time; with out, the walks too.
- * hs/lens: the names' hashes and lengths, or NULL. */
+ * in_lens: the names' lengths if known, else NULL; hs/lens: where to put
+ * their hashes and lengths, or NULL. */
 static void find_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
-                       size_t n, struct page **out, uint64_t *hs, size_t *lens)
+                       const size_t *in_lens, size_t n, struct page **out, uint64_t *hs,
+                       size_t *lens)
 {
 	uint64_t h[FIND_GROUP];
 	size_t len[FIND_GROUP];
@@ -225,7 +227,8 @@ static void find_names(const struct page_table *t, uint32_t pool_id, const char 
 
 	for (size_t base = 0; base < n; base += FIND_GROUP) {
 		size_t g = n - base < FIND_GROUP ? n - base : FIND_GROUP;
-		group_heads(t, pool_id, names + base, g, h, len, head);
+		group_heads(t, pool_id, names + base, in_lens ? in_lens + base : NULL, g, h, len,
+		            head);
 		for (size_t i = 0; out && i < g; i++)
 			out[base + i] = head[i] ? chain_find(head[i], h[i], pool_id,
 			                                     names[base + i], len[i], NULL)
@@ -238,15 +241,15 @@ static void find_names(const struct page_table *t, uint32_t pool_id, const char 
 }
 
 void table_find_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
-                      size_t n, struct page **out)
+                      const size_t *lens, size_t n, struct page **out)
 {
-	find_names(t, pool_id, names, n, out, NULL, NULL);
+	find_names(t, pool_id, names, lens, n, out, NULL, NULL);
 }
 
 void table_prefetch_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
                           size_t n, uint64_t *hs, size_t *lens)
 {
-	find_names(t, pool_id, names, n, NULL, hs, lens);
+	find_names(t, pool_id, names, NULL, n, NULL, hs, lens);
 }
 
 /* How far ahead table_prefetch_ahead loads buckets; chain heads are

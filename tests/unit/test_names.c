@@ -47,6 +47,11 @@ static void assert_name(const char *s, int want)
 	cr_assert_eq(got, want, "meta_check_name(\"%.40s\"%s, %zu bytes) = %d (%s), want %d", s,
 	             strlen(s) > 40 ? "..." : "", strlen(s), got, got ? strerror(-got) : "ok",
 	             want);
+	/* the variant that also measures the name answers the same */
+	size_t len = 12345;
+	cr_assert_eq(meta_check_name_len(s, &len), want, "meta_check_name_len(\"%.40s\")", s);
+	if (!strchr(s, '/'))
+		cr_assert_eq(len, strlen(s), "meta_check_name_len(\"%.40s\") measured %zu", s, len);
 }
 
 static void assert_size(const char *s, uint64_t want)
@@ -190,6 +195,21 @@ Test(names, name_rejects_empty_dot_dotdot_and_slash)
 	assert_name("a/b", -EINVAL);
 	assert_name("/a", -EINVAL);
 	assert_name("a/", -EINVAL);
+	cr_assert_eq(meta_check_name(NULL), -EINVAL);
+	/* only "." and ".." themselves are refused */
+	assert_name("...", 0);
+	assert_name(".a", 0);
+	assert_name("..a", 0);
+	assert_name("a.", 0);
+}
+
+Test(names, name_with_a_slash_past_255_bytes_is_invalid_not_too_long)
+{
+	char s[META_NAME_MAX + 3];
+
+	fill(s, 'n', META_NAME_MAX + 2);
+	s[META_NAME_MAX + 1] = '/';
+	assert_name(s, -EINVAL);
 }
 
 Test(names, name_accepts_255_bytes_and_rejects_256_with_enametoolong)
