@@ -12,36 +12,27 @@
 #include <stdalign.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <yajl/yajl_gen.h>
 #include <yajl/yajl_parse.h>
 
-void out_add(struct out *o, const char *s, size_t n)
+void out_reserve(struct out *o, size_t n)
 {
-	if (o->oom)
+	if (o->oom || o->len + n + 1 <= o->cap)
 		return;
-	if (o->len + n + 1 > o->cap) {
-		size_t c = o->cap ? o->cap : 256;
-		while (c < o->len + n + 1)
-			c *= 2;
-		char *b = realloc(o->buf, c);
-		if (!b) {
-			o->oom = 1;
-			return;
-		}
-		o->buf = b;
-		o->cap = c;
+	size_t c = o->cap ? o->cap : 256;
+	while (c < o->len + n + 1)
+		c *= 2;
+	char *b = realloc(o->buf, c);
+	if (!b) {
+		o->oom = 1;
+		return;
 	}
-	memcpy(o->buf + o->len, s, n);
-	o->len += n;
-	o->buf[o->len] = '\0';
-}
-
-void out_str(struct out *o, const char *s)
-{
-	out_add(o, s, strlen(s));
+	o->buf = b;
+	o->cap = c;
 }
 
 void out_int(struct out *o, long long v)
@@ -189,7 +180,19 @@ struct tree {
 	int oom;
 	yajl_handle h; /* for the offset where the root value ends */
 	size_t end;
+	uintptr_t text, text_end; /* the body: [text, text_end) */
 };
+
+/* Whether s[0..len) holds a NUL. yajl hands over a string without escapes
+ * as a slice of the body, where a NUL (a control character) never gets
+ * past its lexer: only a decoded string (with escapes) needs looking at. */
+static int has_nul(const struct tree *t, const unsigned char *s, size_t len)
+{
+	uintptr_t a = (uintptr_t)s;
+	if (a >= t->text && a + len <= t->text_end)
+		return 0;
+	return memchr(s, 0, len) != NULL;
+}
 
 static void *arena(struct tree *t, size_t n)
 {
@@ -301,7 +304,7 @@ static int on_string(void *ctx, const unsigned char *s, size_t len)
 	struct tree *t = ctx;
 	yajl_val v;
 
-	if (memchr(s, 0, len)) {
+	if (has_nul(t, s, len)) {
 		t->nul = 1;
 		return 0;
 	}
@@ -314,7 +317,7 @@ static int on_key(void *ctx, const unsigned char *s, size_t len)
 {
 	struct tree *t = ctx;
 
-	if (memchr(s, 0, len)) {
+	if (has_nul(t, s, len)) {
 		t->nul = 1;
 		return 0;
 	}
@@ -417,7 +420,7 @@ yajl_val body_parse(const char *text, size_t len, char *err, size_t errlen, size
 		return NULL;
 	}
 
-	struct tree t = {0};
+	struct tree t = {.text = (uintptr_t)text, .text_end = (uintptr_t)text + len};
 	yajl_handle h = yajl_alloc(&tree_cb, NULL, &t);
 	yajl_status st = yajl_status_error;
 

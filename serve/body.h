@@ -6,6 +6,7 @@
 #define PAGEFS_SERVE_BODY_H
 
 #include <stddef.h>
+#include <string.h>
 #include <yajl/yajl_tree.h>
 
 /* A growing reply text. oom is set (and the text dropped) on ENOMEM. */
@@ -16,8 +17,26 @@ struct out {
 	int oom;
 };
 
-void out_add(struct out *o, const char *s, size_t n);
-void out_str(struct out *o, const char *s);
+/* Room for n more bytes, allocated now. */
+void out_reserve(struct out *o, size_t n);
+
+/* Inline, as out_str: a batch reply appends a few bytes per key, of a
+ * length known where they are written. */
+static inline void out_add(struct out *o, const char *s, size_t n)
+{
+	if (o->len + n + 1 > o->cap)
+		out_reserve(o, n);
+	if (o->oom)
+		return;
+	memcpy(o->buf + o->len, s, n);
+	o->len += n;
+	o->buf[o->len] = '\0';
+}
+
+static inline void out_str(struct out *o, const char *s)
+{
+	out_add(o, s, strlen(s));
+}
 /* Appends v in decimal (the batch replies' slots: printf cost a tenth of
  * a get reply's CPU). */
 void out_int(struct out *o, long long v);

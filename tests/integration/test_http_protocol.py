@@ -185,6 +185,9 @@ def test_bad_requests_get_422_and_change_nothing(server, top_down):
         ("0/delete_keys", b'{"keys": ["a",]}'), ("0/delete_keys", b'{"keys": [NaN]}'),
         ("0/delete_keys", b'{"keys": ["a"]}\x0b'), ("0/delete_keys", b'\x0c{"keys": ["a"]}'),
         ("0/delete_keys", b'{"keys": ["a"]}"x'), ("0/delete_keys", b'{"keys": ["a"]}\x00'),
+        # a NUL or control byte as it is inside a string, and \u0000 in a field name
+        ("0/delete_keys", b'{"keys": ["a\x00b"]}'), ("0/delete_keys", b'{"keys": ["a\x01b"]}'),
+        ("0/delete_keys", b'{"ke\\u0000ys": ["a"], "keys": ["b"]}'),
     ]
     for route, body in bad:
         st, js = c.raw(route, body)
