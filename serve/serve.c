@@ -24,6 +24,7 @@
 #include "meta/log.h"
 
 #include "serve/body.h"
+#include "serve/flat.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -37,6 +38,16 @@ struct serve {
 	struct MHD_Daemon *d;
 	struct meta *m;
 };
+
+static int fast_path = 1; /* serve_set_fast_path */
+
+void serve_set_fast_path(int on)
+{
+	fast_path = on;
+}
+
+/* The largest announced Content-Length allocated for before the body comes. */
+#define BODY_HINT_MAX (1u << 20)
 
 /* A request body being received. */
 struct body {
@@ -235,16 +246,12 @@ static void route_initialize(struct route_ctx *c)
 	c->o->status = 204;
 }
 
-static void route_exists(struct route_ctx *c, int get)
+/* exists or get_page_indices of keys[0..n) in namespace ns, checked. */
+static void answer_exists(struct route_ctx *c, const char *ns, const char *const *keys, size_t n,
+                          int get)
 {
-	yajl_val list = get_list(c->data, "keys", 1, c->o);
-	const char *ns;
-	const char **keys;
 	uint32_t pool;
 
-	if (!list || !(ns = get_ns(c->data, c->o)) || !(keys = get_keys(list, "keys", 0, c->o)))
-		return;
-	size_t n = list_len(list);
 	if (pool_of(c, ns, &pool) == 0) {
 		void *res = malloc((n ? n : 1) * (get ? sizeof(int64_t) : 1));
 		int rc = !res  ? -ENOMEM
@@ -254,6 +261,7 @@ static void route_exists(struct route_ctx *c, int get)
 			out_errno(c->o, rc);
 		} else {
 			c->o->status = 200;
+			out_reserve(c->o, 16 + n * (get ? 21 : 6)); /* "-9223372036854775808," */
 			out_str(c->o, get ? "{\"indices\":[" : "{\"exists\":[");
 			for (size_t i = 0; i < n; i++) {
 				if (i)
@@ -269,6 +277,17 @@ static void route_exists(struct route_ctx *c, int get)
 		}
 		free(res);
 	}
+}
+
+static void route_exists(struct route_ctx *c, int get)
+{
+	yajl_val list = get_list(c->data, "keys", 1, c->o);
+	const char *ns;
+	const char **keys;
+
+	if (!list || !(ns = get_ns(c->data, c->o)) || !(keys = get_keys(list, "keys", 0, c->o)))
+		return;
+	answer_exists(c, ns, keys, list_len(list), get);
 	free(keys);
 }
 
@@ -291,6 +310,7 @@ static void route_reserve(struct route_ctx *c)
 			out_errno(c->o, rc);
 		} else {
 			c->o->status = 200;
+			out_reserve(c->o, 16 + n * 29); /* ",[false,-9223372036854775808]" */
 			out_str(c->o, "{\"indices\":[");
 			for (size_t i = 0; i < n; i++) {
 				out_str(c->o, i ? ",[" : "[");
@@ -358,24 +378,65 @@ out:
 	free(release);
 }
 
-static void route_delete(struct route_ctx *c)
+/* delete_keys of keys[0..n) in namespace ns, checked. */
+static void answer_delete(struct route_ctx *c, const char *ns, const char *const *keys, size_t n)
 {
-	yajl_val list = get_list(c->data, "keys", 1, c->o);
-	const char *ns;
-	const char **keys;
 	uint32_t pool;
 	size_t deleted;
 
-	if (!list || !(ns = get_ns(c->data, c->o)) || !(keys = get_keys(list, "keys", 0, c->o)))
-		return;
 	if (pool_of(c, ns, &pool) == 0) {
-		int rc = meta_keys_delete(c->m, pool, keys, list_len(list), &deleted);
+		int rc = meta_keys_delete(c->m, pool, keys, n, &deleted);
 		if (rc < 0)
 			out_errno(c->o, rc);
 		else
 			c->o->status = 204;
 	}
+}
+
+static void route_delete(struct route_ctx *c)
+{
+	yajl_val list = get_list(c->data, "keys", 1, c->o);
+	const char *ns;
+	const char **keys;
+
+	if (!list || !(ns = get_ns(c->data, c->o)) || !(keys = get_keys(list, "keys", 0, c->o)))
+		return;
+	answer_delete(c, ns, keys, list_len(list));
 	free(keys);
+}
+
+enum route { /* in the order of routes[] */
+	     ROUTE_INITIALIZE,
+	     ROUTE_EXISTS,
+	     ROUTE_RESERVE,
+	     ROUTE_CONFIRM,
+	     ROUTE_DELETE,
+	     ROUTE_CLEAR,
+	     ROUTE_GET,
+};
+
+/* A key-list route (exists, get, delete) on the fast path (flat.h): 1 if
+ * answered, 0 if the body needs the general parse. body is changed only
+ * if answered. */
+static int answer_flat(struct meta *m, long rank, int route, char *body, size_t len, struct out *o)
+{
+	struct flat f;
+	int rc = flat_parse(body, len, SERVE_MAX_KEYS, &f);
+
+	if (rc < 0) {
+		out_errno(o, rc);
+		return 1;
+	}
+	if (rc > 0)
+		return 0;
+	struct route_ctx c = {m, rank, NULL, o}; /* no tree: the answers take their fields */
+	const char *ns = f.ns ? f.ns : "kv";
+	if (route == ROUTE_DELETE)
+		answer_delete(&c, ns, f.keys, f.n);
+	else
+		answer_exists(&c, ns, f.keys, f.n, route == ROUTE_GET);
+	flat_free(&f);
+	return 1;
 }
 
 static void route_clear(struct route_ctx *c)
@@ -419,10 +480,11 @@ static const char *const routes[] = {
 	"get_page_indices",
 };
 
-/* Answers one request into o. body is len bytes (NULL: empty); too_big: the
- * body was over SERVE_MAX_BODY and is not all there. */
-static void handle(struct meta *m, const char *url, const char *method, const char *body,
-                   size_t len, int too_big, struct out *o)
+/* Answers one request into o. body is len bytes (NULL: empty), which the
+ * fast path may change; too_big: the body was over SERVE_MAX_BODY and is
+ * not all there. */
+static void handle(struct meta *m, const char *url, const char *method, char *body, size_t len,
+                   int too_big, struct out *o)
 {
 	const char *slash = url[0] == '/' ? strchr(url + 1, '/') : NULL;
 	int route = -1;
@@ -452,6 +514,10 @@ static void handle(struct meta *m, const char *url, const char *method, const ch
 		snprintf(text, sizeof(text), "request body over %u bytes", SERVE_MAX_BODY);
 		return out_detail(o, 413, text);
 	}
+	if (fast_path && body &&
+	    (route == ROUTE_EXISTS || route == ROUTE_GET || route == ROUTE_DELETE) &&
+	    answer_flat(m, rank, route, body, len, o))
+		return;
 	char jerr[160];
 	size_t pos;
 	yajl_val data = body_parse(body ? body : "", len, jerr, sizeof(jerr), &pos);
@@ -471,22 +537,22 @@ static void handle(struct meta *m, const char *url, const char *method, const ch
 	}
 	struct route_ctx c = {m, rank, data, o};
 	switch (route) {
-	case 0:
+	case ROUTE_INITIALIZE:
 		route_initialize(&c);
 		break;
-	case 1:
+	case ROUTE_EXISTS:
 		route_exists(&c, 0);
 		break;
-	case 2:
+	case ROUTE_RESERVE:
 		route_reserve(&c);
 		break;
-	case 3:
+	case ROUTE_CONFIRM:
 		route_confirm(&c);
 		break;
-	case 4:
+	case ROUTE_DELETE:
 		route_delete(&c);
 		break;
-	case 5:
+	case ROUTE_CLEAR:
 		route_clear(&c);
 		break;
 	default:
@@ -511,6 +577,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		if (!(b = calloc(1, sizeof(*b))))
 			return MHD_NO;
 		*con_cls = b;
+		/* the body's buffer at once, at the size the client announced (a
+		 * hint only: a body grows its buffer past it, up to the limit) */
+		const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+		                                             MHD_HTTP_HEADER_CONTENT_LENGTH);
+		char *end;
+		unsigned long long want = cl ? strtoull(cl, &end, 10) : 0;
+		if (want > 0 && want <= BODY_HINT_MAX && *end == '\0' && (b->buf = malloc(want)))
+			b->cap = want;
 		return MHD_YES;
 	}
 	if (*upload_size) {
@@ -575,9 +649,14 @@ int serve_request(struct meta *m, const char *url, const char *method, const cha
                   unsigned *status, char **reply, size_t *reply_len)
 {
 	struct out o = {0};
+	char *copy = NULL; /* handle may write into the body */
 
-	handle(m, url, method, len > SERVE_MAX_BODY ? NULL : body, len > SERVE_MAX_BODY ? 0 : len,
-	       len > SERVE_MAX_BODY, &o);
+	if (body && len <= SERVE_MAX_BODY && !(copy = malloc(len ? len : 1)))
+		return -ENOMEM;
+	if (copy)
+		memcpy(copy, body, len);
+	handle(m, url, method, copy, len > SERVE_MAX_BODY ? 0 : len, len > SERVE_MAX_BODY, &o);
+	free(copy);
 	if (o.oom) {
 		free(o.buf);
 		return -ENOMEM;

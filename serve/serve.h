@@ -40,6 +40,9 @@ int serve_start(struct meta *m, const char *addr, int port, int threads, struct 
  */
 int serve_request(struct meta *m, const char *url, const char *method, const char *body, size_t len,
                   unsigned *status, char **reply, size_t *reply_len);
+/* Whether key-list bodies take the fast path (serve/flat.h; on by
+ * default). Tests turn it off to compare the replies of both paths. */
+void serve_set_fast_path(int on);
 /* Stops accepting, finishes requests in flight, frees the server. */
 void serve_stop(struct serve *s);
 

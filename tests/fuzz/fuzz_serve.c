@@ -12,7 +12,9 @@
  *
  * Every reply must be one the protocol allows: 204 without a body, 200
  * with the route's JSON (one answer per key), or a 4xx with a JSON
- * "detail"; never a 5xx (an index error on a well-formed request).
+ * "detail"; never a 5xx (an index error on a well-formed request). exists
+ * and get_page_indices are answered twice, with and without the fast
+ * path for key lists (serve/flat.h): the replies must be the same.
  */
 #define FUZZ_NAME "fuzz_serve"
 #include "tests/fuzz/fuzz_index.h"
@@ -117,6 +119,23 @@ static void one_request(const char *req, size_t len)
 	if (serve_request(fi.m, url, method, body, blen, &status, &reply, &rlen) < 0)
 		return; /* out of memory: nothing to check */
 	check_reply(url, body, blen, status, reply, rlen);
+	/* exists and get_page_indices change nothing their replies show: the
+	 * general parse must answer them as the fast path did */
+	const char *route = strrchr(url, '/');
+	if (route && (strcmp(route, "/exists") == 0 || strcmp(route, "/get_page_indices") == 0)) {
+		unsigned slow_status = 0;
+		char *slow = NULL;
+		size_t slow_len = 0;
+		serve_set_fast_path(0);
+		int rc = serve_request(fi.m, url, method, body, blen, &slow_status, &slow,
+		                       &slow_len);
+		serve_set_fast_path(1);
+		CHECK(rc < 0 || (slow_status == status && slow_len == rlen &&
+		                 (!rlen || memcmp(slow, reply, rlen) == 0)),
+		      "%s: fast path %u %.*s, general parse %u %.*s", url, status, (int)rlen,
+		      reply ? reply : "", slow_status, (int)slow_len, slow ? slow : "");
+		free(slow);
+	}
 	free(reply);
 }
 
