@@ -20,6 +20,7 @@
 #include "tests/fuzz/fuzz_index.h"
 
 #include "meta/internal.h"
+#include "meta/store.h"
 #include "serve/serve.h"
 #include "tools/cli_common.h"
 #include "tools/cli_mount.h"
@@ -73,7 +74,7 @@ static int is_pow2(uint64_t v)
 static void check_config(const struct cli_mount_config *c)
 {
 	char addr[64], err[256];
-	const char *path;
+	struct store_uri u;
 	struct stat st;
 	int port;
 
@@ -101,17 +102,20 @@ static void check_config(const struct cli_mount_config *c)
 	CHECK(!c->log_file[0] || c->log_file[0] == '/', "log file '%s'", c->log_file);
 	CHECK(!c->http || serve_parse_listen(c->http, addr, sizeof(addr), &port) == 0,
 	      "--http '%s'", c->http);
-	/* The index URI the daemon will open: an absolute sqlite path, or a
-	 * scheme meta_open refuses with a message. */
+	/* The index URI the daemon will open: an absolute sqlite path, a
+	 * PostgreSQL URI handed to libpq as given, or a scheme the store
+	 * refuses with a message. */
 	if (strncmp(c->meta_uri, "sqlite:", 7) == 0) {
 		CHECK(c->meta_uri[7] == '/', "meta URI '%s' is not absolute", c->meta_uri);
-		CHECK(index_uri_path(c->meta_uri, err, sizeof(err), &path) == 0 &&
-		              strcmp(path, c->meta_uri + 7) == 0,
+		CHECK(store_parse_uri(c->meta_uri, &u, err, sizeof(err)) == 0 &&
+		              u.engine == STORE_SQLITE && strcmp(u.target, c->meta_uri + 7) == 0,
 		      "meta URI '%s'", c->meta_uri);
 	} else {
 		CHECK(strstr(c->meta_uri, "://"), "meta URI '%s'", c->meta_uri);
-		CHECK(index_uri_path(c->meta_uri, err, sizeof(err), &path) < 0 && err[0],
-		      "meta URI '%s' accepted by meta_open", c->meta_uri);
+		int rc = store_parse_uri(c->meta_uri, &u, err, sizeof(err));
+		CHECK(rc == 0 ? u.engine == STORE_PG && strcmp(u.target, c->meta_uri) == 0
+		              : err[0] != '\0',
+		      "meta URI '%s': %d %s", c->meta_uri, rc, err);
 	}
 }
 

@@ -49,7 +49,7 @@ static void cleanup(void)
 static void open_index(void)
 {
 	struct meta_config cfg = {0};
-	char err[512], cmd[300];
+	char err[512], cmd[512];
 
 	if (m)
 		meta_close(m);
