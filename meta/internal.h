@@ -33,11 +33,6 @@ struct keys;
 
 /* A page: committed (in its pool's LRU) or being written (pending). */
 struct page {
-	/* What a name lookup reads of each page in a chain, in one line. */
-	struct page *name_next; /* meta.by_name chain */
-	uint64_t name_hash;
-	struct pool *pool;
-
 	struct page *id_next;             /* meta.by_id chain */
 	struct page *lru_prev, *lru_next; /* pool LRU, head = most recent; committed only */
 	uint64_t id;
@@ -53,9 +48,23 @@ struct page {
 	uint8_t has_checksum;
 	uint8_t verified; /* checksum verified since commit/mount */
 	uint8_t opens;    /* reader opens of this version (saturates at 255) */
+
+	/* What a name lookup reads, last and next to each other: a chain walk
+	 * reads these 24 bytes of each page (one line), a match the name
+	 * after them too (two lines for an SGLang key, where the name at the
+	 * other end of the structure made it three or four). */
+	struct page *name_next; /* meta.by_name chain */
+	uint64_t name_hash;
+	struct pool *pool;
 	uint16_t name_len;
 	char name[]; /* NUL-terminated */
 };
+
+/* Starts loading the line a chain walk reads of p. */
+static inline void page_prefetch_chain(const struct page *p)
+{
+	__builtin_prefetch(&p->name_next);
+}
 
 /* A pinned slot: readers or a deferred free. */
 struct pin {

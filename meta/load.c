@@ -80,7 +80,7 @@ static int link_batch(struct loader *l, struct batch *b)
 		for (i = base; i < base + g; i++) {
 			struct page *head = table_bucket_name(&m->by_name, b->p[i]->name_hash);
 			if (head)
-				__builtin_prefetch(head);
+				page_prefetch_chain(head);
 		}
 		for (i = base; i < base + g; i++) {
 			struct page *p = b->p[i];

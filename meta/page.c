@@ -13,6 +13,7 @@
 #include "meta/log.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -48,7 +49,10 @@ int64_t now_ns(void)
 
 struct page *page_alloc(const char *name, size_t len)
 {
-	struct page *p = calloc(1, sizeof(*p) + len + 1);
+	/* the name starts in the structure's tail padding: no more than
+	 * offsetof(name) + len + 1, but never less than the structure */
+	size_t size = offsetof(struct page, name) + len + 1;
+	struct page *p = calloc(1, size > sizeof(*p) ? size : sizeof(*p));
 
 	if (!p)
 		return NULL;

@@ -182,9 +182,10 @@ struct page *table_find_hashed(const struct page_table *t, uint64_t h, uint32_t 
 /* Lookups a group at a time, so that the cache misses of a group overlap
  * instead of following one another: a batch of 128 SGLang keys spent most
  * of its time waiting on them. Stages: the buckets; the first page of each
- * chain (its first line, where the chain walk reads, and its name); the
- * second page of each chain, which at load factor up to 1 a third of the
- * lookups reach. Prefetching past the end of a short name is harmless. */
+ * chain (the lines a match reads: its lookup fields and its name, which
+ * end struct page side by side); the second page of each chain, which at
+ * load factor up to 1 a third of the lookups reach. Prefetching past the
+ * end of a shorter name is harmless. */
 #define FIND_GROUP 16
 
 /* The stages for names[0..g), g <= FIND_GROUP: their hashes, lengths and
@@ -201,16 +202,17 @@ static void group_heads(const struct page_table *t, uint32_t pool_id, const char
 	for (size_t i = 0; i < g; i++) {
 		struct page *p = names[i] ? t->buckets[h[i] & t->mask] : NULL;
 		head[i] = p;
-		if (p) {
-			__builtin_prefetch(p);
-			__builtin_prefetch(p->name);
-			__builtin_prefetch(p->name + 64);
+		if (p) { /* its lookup fields, and a name of the length sought */
+			const char *a = (const char *)&p->name_next, *end = p->name + len[i];
+			for (; a < end; a += 64)
+				__builtin_prefetch(a);
+			__builtin_prefetch(end);
 		}
 	}
 	for (size_t i = 0; i < g; i++) {
 		const struct page *p = head[i];
 		if (p && p->name_hash != h[i] && p->name_next)
-			__builtin_prefetch(p->name_next);
+			page_prefetch_chain(p->name_next);
 	}
 }
 
@@ -274,5 +276,5 @@ void table_prefetch_ahead(const struct page_table *by_name, const struct page_ta
 	                            ? table_bucket_name(by_name, pages[i + AHEAD / 2]->name_hash)
 	                            : NULL;
 	if (head)
-		__builtin_prefetch(head);
+		page_prefetch_chain(head);
 }
