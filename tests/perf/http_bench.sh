@@ -15,11 +15,17 @@
 # creates its tables there on first use) pagefs serves from that
 # PostgreSQL index instead of an SQLite file in the temporary directory.
 #
-# Usage: [SGLANG_SRC=DIR] [META_URI=URI] tests/perf/http_bench.sh [BUILD_DIR] [SECONDS]
+# With ROUNDS=N every measurement is taken N times, the two servers
+# alternated, and the line gives medians: keys/s and keys per CPU second
+# of each, and the median of the N ratios (listed after it). One run on
+# this shared machine moves by a third; a median of 5 moves much less.
+#
+# Usage: [SGLANG_SRC=DIR] [META_URI=URI] [ROUNDS=N] tests/perf/http_bench.sh [BUILD_DIR] [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
 SECS=${2:-5}
+ROUNDS=${ROUNDS:-1}
 DIR=$(mktemp -d /tmp/pagefs-httpbench.XXXXXX)
 PIDS=()
 cleanup() {
@@ -63,17 +69,33 @@ if [[ -n ${SGLANG_SRC:-} ]]; then
 fi
 
 field() { sed -n "s#.* $1=\([0-9.]*\).*#\1#p"; }
+median() { # of the numbers on stdin; %.2f keeps ratios, integers print as such
+	sort -g | awk '{ v[NR] = $1 } END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+		printf (m == int(m) ? "%d\n" : "%.2f\n"), m }'
+}
 for op in write exists get; do
 	for c in 1 4 16; do
-		a=$("$BUILD/http_load" "$PORT" "$op" "$c" "$SECS" "$PID")
 		if [[ -z $PYPID ]]; then
-			echo "pagefs $a"
+			for ((r = 0; r < ROUNDS; r++)); do
+				echo "pagefs $("$BUILD/http_load" "$PORT" "$op" "$c" "$SECS" "$PID")"
+			done
 			continue
 		fi
-		b=$("$BUILD/http_load" "$PYPORT" "$op" "$c" "$SECS" "$PYPID")
-		ka=$(field keys/cpu_s <<<"$a") kb=$(field keys/cpu_s <<<"$b")
-		printf '%-6s clients=%-2s pagefs keys/s=%-8s keys/cpu_s=%-8s python keys/s=%-8s keys/cpu_s=%-8s ratio/cpu_s=%s\n' \
-			"$op" "$c" "$(field keys/s <<<"$a")" "$ka" "$(field keys/s <<<"$b")" "$kb" \
-			"$(awk -v a="$ka" -v b="$kb" 'BEGIN { printf "%.1f", (b > 0 ? a / b : 0) }')"
+		# ROUNDS measurements of each server, alternated; medians, and
+		# the median of each round's ratio
+		ka=() kb=() ra=() rb=() ratios=()
+		for ((r = 0; r < ROUNDS; r++)); do
+			a=$("$BUILD/http_load" "$PORT" "$op" "$c" "$SECS" "$PID")
+			b=$("$BUILD/http_load" "$PYPORT" "$op" "$c" "$SECS" "$PYPID")
+			ka+=("$(field keys/cpu_s <<<"$a")") kb+=("$(field keys/cpu_s <<<"$b")")
+			ra+=("$(field keys/s <<<"$a")") rb+=("$(field keys/s <<<"$b")")
+			ratios+=("$(awk -v a="${ka[-1]}" -v b="${kb[-1]}" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')")
+		done
+		printf '%-6s clients=%-2s pagefs keys/s=%-8s keys/cpu_s=%-8s python keys/s=%-8s keys/cpu_s=%-8s ratio/cpu_s=%.1f' \
+			"$op" "$c" "$(printf '%s\n' "${ra[@]}" | median)" "$(printf '%s\n' "${ka[@]}" | median)" \
+			"$(printf '%s\n' "${rb[@]}" | median)" "$(printf '%s\n' "${kb[@]}" | median)" \
+			"$(printf '%s\n' "${ratios[@]}" | median)"
+		if ((ROUNDS > 1)); then printf " (rounds: %s)" "${ratios[*]}"; fi
+		printf '\n'
 	done
 done
