@@ -15,10 +15,12 @@
 # creates its tables there on first use) pagefs serves from that
 # PostgreSQL index instead of an SQLite file in the temporary directory.
 #
-# With ROUNDS=N every measurement is taken N times, the two servers
-# alternated, and the line gives medians: keys/s and keys per CPU second
-# of each, and the median of the N ratios (listed after it). One run on
-# this shared machine moves by a third; a median of 5 moves much less.
+# With ROUNDS=N every exists and get measurement is taken N times, the two
+# servers alternated, and the line gives medians: keys/s and keys per CPU
+# second of each, and the median of the N ratios (listed after it). One
+# run on this shared machine moves by a third; a median of 5 much less.
+# Writes are measured once per client count, each run on keys no run
+# wrote before (HTTP_LOAD_RUN), so that none rewrites existing keys.
 #
 # Usage: [SGLANG_SRC=DIR] [META_URI=URI] [ROUNDS=N] tests/perf/http_bench.sh [BUILD_DIR] [SECONDS]
 set -euo pipefail
@@ -69,24 +71,31 @@ if [[ -n ${SGLANG_SRC:-} ]]; then
 fi
 
 field() { sed -n "s#.* $1=\([0-9.]*\).*#\1#p"; }
-median() { # of the numbers on stdin; %.2f keeps ratios, integers print as such
-	sort -g | awk '{ v[NR] = $1 } END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-		printf (m == int(m) ? "%d\n" : "%.2f\n"), m }'
+median() { # of the numbers on stdin: two decimals if they have any, else whole
+	sort -g | awk '{ v[NR] = $1; if (index($1, ".")) dec = 1 }
+		END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+		      printf (dec ? "%.2f\n" : "%.0f\n"), m }'
 }
+writes=0 # write runs so far: each writes keys of its own (HTTP_LOAD_RUN)
 for op in write exists get; do
 	for c in 1 4 16; do
+		# a write is measured once: another round would write other keys
+		# into a fuller index, not the same measurement again
+		rounds=$ROUNDS
+		[[ $op == write ]] && rounds=1
 		if [[ -z $PYPID ]]; then
-			for ((r = 0; r < ROUNDS; r++)); do
-				echo "pagefs $("$BUILD/http_load" "$PORT" "$op" "$c" "$SECS" "$PID")"
+			for ((r = 0; r < rounds; r++)); do
+				echo "pagefs $(HTTP_LOAD_RUN=$writes "$BUILD/http_load" "$PORT" "$op" "$c" "$SECS" "$PID")"
 			done
+			if [[ $op == write ]]; then writes=$((writes + 1)); fi
 			continue
 		fi
-		# ROUNDS measurements of each server, alternated; medians, and
+		# rounds measurements of each server, alternated; medians, and
 		# the median of each round's ratio
 		ka=() kb=() ra=() rb=() ratios=()
-		for ((r = 0; r < ROUNDS; r++)); do
-			a=$("$BUILD/http_load" "$PORT" "$op" "$c" "$SECS" "$PID")
-			b=$("$BUILD/http_load" "$PYPORT" "$op" "$c" "$SECS" "$PYPID")
+		for ((r = 0; r < rounds; r++)); do
+			a=$(HTTP_LOAD_RUN=$writes "$BUILD/http_load" "$PORT" "$op" "$c" "$SECS" "$PID")
+			b=$(HTTP_LOAD_RUN=$writes "$BUILD/http_load" "$PYPORT" "$op" "$c" "$SECS" "$PYPID")
 			ka+=("$(field keys/cpu_s <<<"$a")") kb+=("$(field keys/cpu_s <<<"$b")")
 			ra+=("$(field keys/s <<<"$a")") rb+=("$(field keys/s <<<"$b")")
 			ratios+=("$(awk -v a="${ka[-1]}" -v b="${kb[-1]}" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')")
@@ -95,7 +104,8 @@ for op in write exists get; do
 			"$op" "$c" "$(printf '%s\n' "${ra[@]}" | median)" "$(printf '%s\n' "${ka[@]}" | median)" \
 			"$(printf '%s\n' "${rb[@]}" | median)" "$(printf '%s\n' "${kb[@]}" | median)" \
 			"$(printf '%s\n' "${ratios[@]}" | median)"
-		if ((ROUNDS > 1)); then printf " (rounds: %s)" "${ratios[*]}"; fi
+		if ((rounds > 1)); then printf " (rounds: %s)" "${ratios[*]}"; fi
 		printf '\n'
+		if [[ $op == write ]]; then writes=$((writes + 1)); fi
 	done
 done

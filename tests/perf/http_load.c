@@ -7,8 +7,8 @@
  * OP is exists, get (get_page_indices) or write (reserve_and_allocate +
  * confirm_write). Each client is one thread with one keep-alive
  * connection to 127.0.0.1:PORT sending batches of 128 keys of SGLang's
- * shape (64 hex digits + a model suffix). exists/get ask for keys the
- * write phase stored (run write first). Prints keys/s and, with
+ * shape (64 hex digits + a model suffix). exists/get ask for keys that
+ * client 0 of write run 0 stored (run write first; HTTP_LOAD_RUN below). Prints keys/s and, with
  * SERVER_PID, the server's CPU seconds (utime + stime from /proc) and keys
  * per CPU second. A minimal HTTP/1.1 client: it only needs
  * Content-Length replies, which both servers send.
@@ -31,9 +31,13 @@
 #include <unistd.h>
 
 static int BATCH = 128; /* keys per request; HTTP_LOAD_BATCH overrides */
-#define STORED 65536    /* keys the write phase of client 0..N leaves per client */
+#define STORED 65536    /* keys of client 0 of write run 0 that exists/get ask for */
 
 static int port, op_write, op_get, seconds;
+/* HTTP_LOAD_RUN: a write run of its own number writes keys no other run
+ * wrote (client c, run r: indexes from r << 32), so every run measures
+ * new keys; exists/get ask for keys of run 0, client 0. */
+static unsigned long run;
 static atomic_ullong total_keys;
 static atomic_int stop;
 
@@ -122,7 +126,7 @@ static void *client_main(void *arg)
 {
 	int c = (int)(long)arg, fd = connect_to();
 	char *body = malloc(1 << 20), *resp = malloc(1 << 20), *conf = malloc(1 << 20);
-	unsigned long i = 0, seed = (unsigned long)c * 7919 + 1;
+	unsigned long i = run << 32, seed = (unsigned long)c * 7919 + 1;
 
 	while (!atomic_load(&stop)) {
 		size_t n = 0;
@@ -157,7 +161,7 @@ static void *client_main(void *arg)
 			for (int k = 0; k < BATCH; k++) {
 				seed = seed * 6364136223846793005UL + 1442695040888963407UL;
 				n += (size_t)sprintf(body + n, "%s", k ? "," : "");
-				n += key(body + n, c % 4, (seed >> 33) % STORED);
+				n += key(body + n, 0, (seed >> 33) % STORED);
 			}
 			n += (size_t)sprintf(body + n, "]}");
 			if (post(fd, op_get ? "get_page_indices" : "exists", body, n, resp,
@@ -200,6 +204,8 @@ int main(int argc, char **argv)
 	}
 	if (getenv("HTTP_LOAD_BATCH"))
 		BATCH = atoi(getenv("HTTP_LOAD_BATCH"));
+	if (getenv("HTTP_LOAD_RUN"))
+		run = strtoul(getenv("HTTP_LOAD_RUN"), NULL, 10);
 	port = atoi(argv[1]);
 	op_write = strcmp(argv[2], "write") == 0;
 	op_get = strcmp(argv[2], "get") == 0;
