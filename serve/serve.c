@@ -39,7 +39,8 @@ struct serve {
 	struct meta *m;
 };
 
-static int fast_path = 1; /* serve_set_fast_path */
+/* serve_set_fast_path: set by tests, never while a server runs. */
+static int fast_path = 1;
 
 void serve_set_fast_path(int on)
 {
@@ -405,14 +406,15 @@ static void route_delete(struct route_ctx *c)
 	free(keys);
 }
 
-enum route { /* in the order of routes[] */
-	     ROUTE_INITIALIZE,
-	     ROUTE_EXISTS,
-	     ROUTE_RESERVE,
-	     ROUTE_CONFIRM,
-	     ROUTE_DELETE,
-	     ROUTE_CLEAR,
-	     ROUTE_GET,
+/* The routes, in the order of routes[]. */
+enum route {
+	ROUTE_INITIALIZE,
+	ROUTE_EXISTS,
+	ROUTE_RESERVE,
+	ROUTE_CONFIRM,
+	ROUTE_DELETE,
+	ROUTE_CLEAR,
+	ROUTE_GET,
 };
 
 /* A key-list route (exists, get, delete) on the fast path (flat.h): 1 if
