@@ -151,7 +151,9 @@ static int state_errno(const char *state)
 		return -EROFS;
 	if (strcmp(state, "42501") == 0 || strncmp(state, "28", 2) == 0)
 		return -EACCES;
-	return -EIO; /* connection (08), shutdown (57P), anything else */
+	if (strcmp(state, "40P01") == 0 || strcmp(state, "40001") == 0)
+		return -EDEADLK; /* another transaction won: run it again (pg_apply) */
+	return -EIO;             /* connection (08), shutdown (57P), anything else */
 }
 
 int pg_error(PGconn *c, const PGresult *res, const char *what)

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #define PG_ITER_CHUNK 256
+#define PG_DEADLOCK_TRIES 3 /* runs of a record again after a deadlock (pg_apply) */
 
 /* ---- load ---- */
 
@@ -755,17 +756,33 @@ int pg_apply(struct store *base, struct rec *r)
 {
 	struct pg_store *s = (struct pg_store *)base;
 	int rc, shared = s->base.node_id != 0;
+	int pool_locked = shared && (r->type == REC_COMMIT || r->type == REC_LEASE ||
+	                             r->type == REC_POOL_RETIRE);
 
-	if (shared && (r->type == REC_COMMIT || r->type == REC_LEASE))
-		rc = pool_lock(s, "SAVEPOINT rec; ", r->pool_id, 0);
-	else if (shared && r->type == REC_POOL_RETIRE)
-		rc = pool_lock(s, "SAVEPOINT rec; ", r->pool_id, 1);
+	if (pool_locked)
+		rc = pool_lock(s, "SAVEPOINT rec; ", r->pool_id, r->type == REC_POOL_RETIRE);
 	else
 		rc = exec_simple(s, "SAVEPOINT rec");
 	r->xid = (uint64_t)s->xid;
 	if (rc < 0)
-		return rc;
+		return rc == -EDEADLK ? -EIO : rc;
 	rc = apply_one(s, r);
+	/* A deadlock with another node's transaction (or a serialization
+	 * failure) cancels this record's statements only: back to its
+	 * savepoint, which frees what they locked and lets the other go on,
+	 * and run them again. Two nodes met here updating atimes and
+	 * dropping pages in different orders. Not for a record that locked
+	 * its pool: going back to the savepoint would free that lock too. */
+	for (int tries = 0; rc == -EDEADLK && !pool_locked && tries < PG_DEADLOCK_TRIES &&
+	                    PQstatus(s->conn) == CONNECTION_OK;
+	     tries++) {
+		log_info("index (PostgreSQL): record %d met another node's transaction; again",
+		         (int)r->type);
+		exec_simple(s, "ROLLBACK TO SAVEPOINT rec");
+		rc = apply_one(s, r);
+	}
+	if (rc == -EDEADLK)
+		rc = -EIO;
 	if (rc < 0 && PQstatus(s->conn) == CONNECTION_OK)
 		exec_simple(s, "ROLLBACK TO SAVEPOINT rec");
 	if (PQstatus(s->conn) == CONNECTION_OK)
