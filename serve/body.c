@@ -180,18 +180,33 @@ struct tree {
 	int oom;
 	yajl_handle h; /* for the offset where the root value ends */
 	size_t end;
-	uintptr_t text, text_end; /* the body: [text, text_end) */
+	const char *text; /* the body */
+	size_t len;
 };
 
-/* Whether s[0..len) holds a NUL. yajl hands over a string without escapes
- * as a slice of the body, where a NUL (a control character) never gets
- * past its lexer: only a decoded string (with escapes) needs looking at. */
+/* Whether s[0..len) holds a NUL. In a slice of the body a NUL (a control
+ * character) never gets past yajl's lexer: only a decoded string (with
+ * escapes) needs looking at. */
 static int has_nul(const struct tree *t, const unsigned char *s, size_t len)
 {
-	uintptr_t a = (uintptr_t)s;
-	if (a >= t->text && a + len <= t->text_end)
-		return 0;
-	return memchr(s, 0, len) != NULL;
+	return !body_slice(t->text, t->len, s, len) && memchr(s, 0, len) != NULL;
+}
+
+size_t body_odd_space(const char *text, size_t len)
+{
+	const char *vt = memchr(text, '\v', len), *ff = memchr(text, '\f', len);
+
+	if (!vt && !ff)
+		return len;
+	return (size_t)((vt && (!ff || vt < ff) ? vt : ff) - text);
+}
+
+size_t body_trailing(const char *text, size_t from, size_t len)
+{
+	for (size_t i = from; i < len; i++)
+		if (text[i] == '\0' || !strchr(" \t\n\r", text[i]))
+			return i;
+	return len;
 }
 
 static void *arena(struct tree *t, size_t n)
@@ -411,16 +426,12 @@ struct body_tree {
 
 yajl_val body_parse(const char *text, size_t len, char *err, size_t errlen, size_t *pos)
 {
-	/* yajl takes \v and \f for white space, JSON does not; inside a
-	 * string yajl refuses them as it refuses every control character. */
-	const char *vt = memchr(text, '\v', len), *ff = memchr(text, '\f', len);
-	if (vt || ff) {
-		*pos = (size_t)((vt && (!ff || vt < ff) ? vt : ff) - text);
+	if ((*pos = body_odd_space(text, len)) < len) {
 		snprintf(err, errlen, "lexical error: invalid char in json text");
 		return NULL;
 	}
 
-	struct tree t = {.text = (uintptr_t)text, .text_end = (uintptr_t)text + len};
+	struct tree t = {.text = text, .len = len};
 	yajl_handle h = yajl_alloc(&tree_cb, NULL, &t);
 	yajl_status st = yajl_status_error;
 
@@ -434,14 +445,11 @@ yajl_val body_parse(const char *text, size_t len, char *err, size_t errlen, size
 			*pos = len; /* what is missing is missing at the end */
 		}
 	}
-	/* yajl leaves an unfinished token after the value unread (a lone '"'):
-	 * only white space may follow the root value */
-	for (size_t i = t.end; st == yajl_status_ok && t.root && i < len; i++) {
-		if (text[i] == '\0' || !strchr(" \t\n\r", text[i])) {
-			trailing = 1;
-			*pos = i;
-			st = yajl_status_error;
-		}
+	size_t junk = st == yajl_status_ok && t.root ? body_trailing(text, t.end, len) : len;
+	if (junk < len) {
+		trailing = 1;
+		*pos = junk;
+		st = yajl_status_error;
 	}
 	struct body_tree *bt = NULL;
 	if (st == yajl_status_ok && !t.oom && t.root && (bt = arena(&t, sizeof(*bt)))) {

@@ -6,6 +6,7 @@
 #define PAGEFS_SERVE_BODY_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 #include <yajl/yajl_tree.h>
 
@@ -45,6 +46,23 @@ __attribute__((format(printf, 2, 3))) void out_fmt(struct out *o, const char *fm
 void out_value(struct out *o, yajl_val v);
 /* Appends s as a JSON string. */
 void out_jstr(struct out *o, const char *s);
+
+/* The checks strict JSON needs beyond yajl's: the offset of the first \v
+ * or \f in text[0..len) (yajl's white space, not JSON's; inside a string
+ * yajl refuses them), or len; and the offset of the first byte from
+ * `from` on that is not JSON white space (what may follow the root value:
+ * yajl leaves an unfinished token such as a lone '"' unread), or len. */
+size_t body_odd_space(const char *text, size_t len);
+size_t body_trailing(const char *text, size_t from, size_t len);
+
+/* Whether s[0..n) is a slice of text[0..len) followed by at least one more
+ * byte: how yajl hands over a string without escapes (then the byte after
+ * is its closing quote); a decoded string lies elsewhere. */
+static inline int body_slice(const char *text, size_t len, const void *s, size_t n)
+{
+	uintptr_t a = (uintptr_t)s, t = (uintptr_t)text;
+	return a >= t && a + n < t + len;
+}
 
 /*
  * Parses text[0..len) as strict JSON: no comments, UTF-8 checked, no NUL

@@ -11,9 +11,9 @@
  * unit tests compare them on a corpus of bodies, and fuzz_serve runs both.
  */
 #include "serve/flat.h"
+#include "serve/body.h"
 
 #include <errno.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <yajl/yajl_parse.h>
@@ -24,7 +24,8 @@ struct flat_state {
 	struct flat *f;
 	size_t *lens; /* keys[i] is lens[i] bytes long */
 	size_t ns_len;
-	const char *text, *text_end;
+	const char *text;
+	size_t len;
 	size_t max_keys;
 	yajl_handle h;
 	int depth, has_keys, oom;
@@ -51,20 +52,12 @@ static int fail_number(void *ctx, const char *s, size_t len)
 	return fail(ctx);
 }
 
-/* A slice of the body, which is what yajl hands over for a string without
- * escapes; a decoded string lies elsewhere. */
-static int in_body(const struct flat_state *st, const unsigned char *s, size_t len)
-{
-	uintptr_t a = (uintptr_t)s;
-	return a >= (uintptr_t)st->text && a + len < (uintptr_t)st->text_end;
-}
-
 static int on_string(void *ctx, const unsigned char *s, size_t len)
 {
 	struct flat_state *st = ctx;
 	struct flat *f = st->f;
 
-	if (!in_body(st, s, len))
+	if (!body_slice(st->text, st->len, s, len))
 		return 0;
 	if (st->depth == 1 && st->expect == EXPECT_NS) {
 		f->ns = (const char *)s;
@@ -158,64 +151,24 @@ static const yajl_callbacks flat_cb = {
 	.yajl_end_array = on_end_array,
 };
 
-/* Whether text[from..to) holds \v or \f, which yajl takes for white space
- * and JSON does not (body_parse refuses them). */
-static int odd_space(const char *text, size_t from, size_t to)
-{
-	for (size_t i = from; i < to; i++)
-		if (text[i] == '\v' || text[i] == '\f')
-			return 1;
-	return 0;
-}
-
-/* The checks body_parse makes around yajl's: no \v or \f between the
- * tokens (strings cannot hold them: yajl refuses control characters in
- * strings) and only JSON white space after the closing brace. */
-static int strict(const struct flat_state *st, const char *text, size_t len)
-{
-	const struct flat *f = st->f;
-	size_t at = 0;
-	int ns_first = f->ns && (f->n == 0 || f->ns < f->keys[0]);
-
-	if (ns_first) {
-		if (odd_space(text, 0, (size_t)(f->ns - text)))
-			return 0;
-		at = (size_t)(f->ns - text) + st->ns_len;
-	}
-	for (size_t i = 0; i < f->n; i++) {
-		size_t start = (size_t)(f->keys[i] - text);
-		if (odd_space(text, at, start))
-			return 0;
-		at = start + st->lens[i];
-	}
-	if (f->ns && !ns_first) {
-		if (odd_space(text, at, (size_t)(f->ns - text)))
-			return 0;
-		at = (size_t)(f->ns - text) + st->ns_len;
-	}
-	if (odd_space(text, at, st->root_end))
-		return 0;
-	for (size_t i = st->root_end; i < len; i++)
-		if (!strchr(" \t\n\r", text[i]) || text[i] == '\0')
-			return 0;
-	return 1;
-}
-
 int flat_parse(char *text, size_t len, size_t max_keys, struct flat *f)
 {
-	struct flat_state st = {.f = f, .text = text, .text_end = text + len, .max_keys = max_keys};
+	struct flat_state st = {.f = f, .text = text, .len = len, .max_keys = max_keys};
 	int ok = 0;
 
 	memset(f, 0, sizeof(*f));
 	st.h = yajl_alloc(&flat_cb, NULL, &st);
 	if (!st.h)
 		return -ENOMEM;
+	/* body_parse's checks around yajl's, so that what is taken here is
+	 * what body_parse accepts */
 	ok = yajl_parse(st.h, (const unsigned char *)text, len) == yajl_status_ok &&
-	     yajl_complete_parse(st.h) == yajl_status_ok && st.has_keys && strict(&st, text, len);
+	     yajl_complete_parse(st.h) == yajl_status_ok && st.has_keys &&
+	     body_odd_space(text, len) == len && body_trailing(text, st.root_end, len) == len;
 	yajl_free(st.h);
 	if (ok) {
-		/* over each closing quote: in_body kept every string short of
-		 * the end, so the quote is there */
+		/* over each closing quote: body_slice kept every string short
+		 * of the end, so the quote is there */
 		for (size_t i = 0; i < f->n; i++)
 			text[f->keys[i] - text + st.lens[i]] = '\0';
 		if (f->ns)
