@@ -419,14 +419,15 @@ struct page *table_find_name(const struct page_table *t, uint32_t pool_id, const
 struct page *table_find_hashed(const struct page_table *t, uint64_t h, uint32_t pool_id,
                                const char *name, size_t len);
 /* The same as table_find_name for n names at once (a NULL name finds
- * nothing); lens[i] is strlen(names[i]), or lens is NULL. */
+ * nothing); lens[i] is strlen(names[i]). */
 void table_find_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
                       const size_t *lens, size_t n, struct page **out);
-/* Start loading what table_find_names would read for names[0..n), for
- * lookups one at a time that follow (table_find_hashed: they may drop
- * meta.lock between); hs[i] and lens[i] are names[i]'s hash and length. */
+/* Start loading what table_find_names would read for names[0..n) (of
+ * lengths lens[0..n)), for lookups one at a time that follow
+ * (table_find_hashed: they may drop meta.lock between); hs[i] is names[i]'s
+ * hash (0 for a NULL name). */
 void table_prefetch_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
-                          size_t n, uint64_t *hs, size_t *lens);
+                          const size_t *lens, size_t n, uint64_t *hs);
 /* In a loop over pages[0..n) that looks each up by name (and, by_id not
  * NULL, inserts it by id): call at each i first. Loads buckets and chain
  * heads of the pages a few steps ahead, so their misses overlap. */

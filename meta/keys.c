@@ -860,28 +860,34 @@ static struct page *find_key(struct meta *m, uint32_t pool_id, const char *key)
 
 /* For loops that look keys up one at a time and may drop meta.lock in
  * between (reserve, confirm): at each KEYS_CHUNK-th key, the next chunk's
- * hashes and lengths, with their table lines on the way to the cache. */
+ * names checked (valid: the key, or NULL), measured and hashed, with their
+ * table lines on the way to the cache. Entry i of keys is entry
+ * i % KEYS_CHUNK here. */
 struct keys_ahead {
-	uint64_t h[KEYS_CHUNK];
+	const char *valid[KEYS_CHUNK];
 	size_t len[KEYS_CHUNK];
+	uint64_t h[KEYS_CHUNK];
 };
 
 static void keys_ahead(struct meta *m, uint32_t pool_id, const char *const *keys, size_t n,
                        size_t i, struct keys_ahead *a)
 {
-	if (i % KEYS_CHUNK == 0)
-		table_prefetch_names(&m->by_name, pool_id, keys + i,
-		                     n - i < KEYS_CHUNK ? n - i : KEYS_CHUNK, a->h, a->len);
+	if (i % KEYS_CHUNK != 0)
+		return;
+	size_t g = n - i < KEYS_CHUNK ? n - i : KEYS_CHUNK;
+	for (size_t j = 0; j < g; j++)
+		a->valid[j] = meta_check_name_len(keys[i + j], &a->len[j]) < 0 ? NULL : keys[i + j];
+	table_prefetch_names(&m->by_name, pool_id, a->valid, a->len, g, a->h);
 }
 
 /* find_key for keys[i] after keys_ahead(..., i, a). */
-static struct page *find_key_ahead(struct meta *m, uint32_t pool_id, const char *key,
-                                   const struct keys_ahead *a, size_t i)
+static struct page *find_key_ahead(struct meta *m, uint32_t pool_id, const struct keys_ahead *a,
+                                   size_t i)
 {
-	if (meta_check_name(key) < 0)
+	size_t j = i % KEYS_CHUNK;
+	if (!a->valid[j])
 		return NULL;
-	return table_find_hashed(&m->by_name, a->h[i % KEYS_CHUNK], pool_id, key,
-	                         a->len[i % KEYS_CHUNK]);
+	return table_find_hashed(&m->by_name, a->h[j], pool_id, a->valid[j], a->len[j]);
 }
 
 static void find_keys(struct meta *m, uint32_t pool_id, const char *const *keys, size_t n,
@@ -1001,7 +1007,7 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 	}
 	for (size_t i = 0; i < n; i++) {
 		keys_ahead(m, pool_id, keys, n, i, &ka); /* (keys_take may drop meta.lock) */
-		struct page *p = find_key_ahead(m, pool_id, keys[i], &ka, i);
+		struct page *p = find_key_ahead(m, pool_id, &ka, i);
 		int64_t prev;
 		if (p) {
 			existed[i] = 1;
@@ -1014,7 +1020,7 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 			continue;
 		}
 		uint64_t s;
-		if (meta_check_name(keys[i]) < 0)
+		if (!ka.valid[i % KEYS_CHUNK])
 			continue; /* cannot become a page: -1, the writer skips it */
 		int trc = keys_take(m, pool_id, kp, &s);
 		if (!(pool = pool_by_id(m, pool_id)))
@@ -1102,12 +1108,12 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 				break;
 		}
 		keys_ahead(m, pool_id, keys, n, i, &ka); /* (ids_wait drops meta.lock) */
-		struct page *old = find_key_ahead(m, pool_id, keys[i], &ka, i);
+		struct page *old = find_key_ahead(m, pool_id, &ka, i);
 		if (old && (int64_t)old->slot == s) {
 			keys_touch(m, old, now_ns()); /* confirmed again: nothing changes */
 			continue;
 		}
-		if (s < 0 || !resv_get(kp, (uint64_t)s) || meta_check_name(keys[i]) < 0) {
+		if (s < 0 || !resv_get(kp, (uint64_t)s) || !ka.valid[i % KEYS_CHUNK]) {
 			log_warn("pool %u/%s: confirm of key '%.64s' at page %lld ignored: that "
 			         "page is not reserved (expired, never reserved, or taken)",
 			         pool->rank, pool->ns, keys[i], (long long)s);

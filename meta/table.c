@@ -195,7 +195,7 @@ static void group_heads(const struct page_table *t, uint32_t pool_id, const char
 {
 	for (size_t i = 0; i < g; i++) {
 		const char *name = names[i];
-		len[i] = !name ? 0 : lens ? lens[i] : strlen(name);
+		len[i] = name ? lens[i] : 0;
 		h[i] = name ? name_hash(pool_id, name, len[i]) : 0;
 		__builtin_prefetch(&t->buckets[h[i] & t->mask]);
 	}
@@ -216,12 +216,10 @@ static void group_heads(const struct page_table *t, uint32_t pool_id, const char
 	}
 }
 
-/* The stages for names[0..n), a group at a time; with out, the walks too.
- * in_lens: the names' lengths if known, else NULL; hs/lens: where to put
- * their hashes and lengths, or NULL. */
+/* The stages for names[0..n) of lengths lens[0..n), a group at a time;
+ * with out, the walks too; hs: where to put their hashes, or NULL. */
 static void find_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
-                       const size_t *in_lens, size_t n, struct page **out, uint64_t *hs,
-                       size_t *lens)
+                       const size_t *lens, size_t n, struct page **out, uint64_t *hs)
 {
 	uint64_t h[FIND_GROUP];
 	size_t len[FIND_GROUP];
@@ -229,29 +227,26 @@ static void find_names(const struct page_table *t, uint32_t pool_id, const char 
 
 	for (size_t base = 0; base < n; base += FIND_GROUP) {
 		size_t g = n - base < FIND_GROUP ? n - base : FIND_GROUP;
-		group_heads(t, pool_id, names + base, in_lens ? in_lens + base : NULL, g, h, len,
-		            head);
+		group_heads(t, pool_id, names + base, lens + base, g, h, len, head);
 		for (size_t i = 0; out && i < g; i++)
 			out[base + i] = head[i] ? chain_find(head[i], h[i], pool_id,
 			                                     names[base + i], len[i], NULL)
 			                        : NULL;
 		if (hs)
 			memcpy(hs + base, h, g * sizeof(*h));
-		if (lens)
-			memcpy(lens + base, len, g * sizeof(*len));
 	}
 }
 
 void table_find_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
                       const size_t *lens, size_t n, struct page **out)
 {
-	find_names(t, pool_id, names, lens, n, out, NULL, NULL);
+	find_names(t, pool_id, names, lens, n, out, NULL);
 }
 
 void table_prefetch_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
-                          size_t n, uint64_t *hs, size_t *lens)
+                          const size_t *lens, size_t n, uint64_t *hs)
 {
-	find_names(t, pool_id, names, NULL, n, NULL, hs, lens);
+	find_names(t, pool_id, names, lens, n, NULL, hs);
 }
 
 /* How far ahead table_prefetch_ahead loads buckets; chain heads are
