@@ -27,7 +27,7 @@ void drops_add(struct dropped **list, const struct page *p)
 		return; /* only a kernel cache hint is lost */
 	d->pool_id = p->pool->id;
 	d->page_id = p->id;
-	memcpy(d->name, p->name, p->name_len + 1u);
+	pname_text(p, d->name);
 	d->next = *list;
 	*list = d;
 }
@@ -43,7 +43,6 @@ void drops_notify(struct meta *m, struct dropped *d)
 	}
 }
 
-/* Removes the committed page of that name other than keep_id, if any. */
 /* A page of this record left: its slot is free (or pinned), or, in a
  * chunk of this node on a shared index, in its grace period from this
  * transaction on (the change feed reports the same). */
@@ -54,11 +53,17 @@ static void free_slot(struct pool *pool, uint64_t slot, const struct rec *r)
 		grace_add(pool, slot, r->xid);
 }
 
-static void remove_other(struct meta *m, const struct rec *r, struct pool *pool, const char *name,
-                         size_t len, uint64_t h, uint64_t keep_id, struct dropped **drops)
+/* The committed page of the record's name in pool, or NULL. */
+static struct page *named(struct meta *m, const struct pool *pool, const struct rec *r)
 {
-	struct page *old = table_find_hashed(&m->by_name, h, pool->id, name, len);
+	return table_find_hashed(&m->by_name, name_hash(pool->id, r->name, r->name_len), pool->id,
+	                         r->name, r->name_len);
+}
 
+/* Removes old (the committed page of a name, or NULL) unless it is keep_id. */
+static void remove_other(struct meta *m, const struct rec *r, struct pool *pool, struct page *old,
+                         uint64_t keep_id, struct dropped **drops)
+{
 	if (!old || old->id == keep_id)
 		return;
 	page_unlink_committed(m, old);
@@ -75,8 +80,7 @@ static void apply_commit(struct meta *m, const struct rec *r, struct dropped **d
 
 	if (!pool)
 		return;
-	remove_other(m, r, pool, r->name, r->name_len, name_hash(pool->id, r->name, r->name_len),
-	             r->page_id, drops);
+	remove_other(m, r, pool, named(m, pool, r), r->page_id, drops);
 	p = table_find_id(&m->by_id, r->page_id);
 	if (p && p->committed) {
 		/* In-place replacement (open with O_TRUNC): new slot, same id. */
@@ -100,7 +104,7 @@ static void apply_commit(struct meta *m, const struct rec *r, struct dropped **d
 		p->id = r->page_id;
 		p->pool = pool;
 		p->gen = r->gen;
-		p->name_hash = name_hash(pool->id, p->name, p->name_len);
+		p->name_hash = name_hash(pool->id, r->name, r->name_len);
 	}
 	page_take_row(p, r);
 	if (p->committed) {
@@ -119,8 +123,7 @@ static void apply_rename(struct meta *m, const struct rec *r)
 
 	if (!pool || !p || !p->committed)
 		return;
-	remove_other(m, r, pool, r->name, r->name_len, name_hash(pool->id, r->name, r->name_len),
-	             r->page_id, NULL);
+	remove_other(m, r, pool, named(m, pool, r), r->page_id, NULL);
 	q = page_alloc(r->name, r->name_len);
 	if (!q) {
 		log_error("out of memory applying a rename; restart the daemon");
@@ -128,8 +131,9 @@ static void apply_rename(struct meta *m, const struct rec *r)
 	}
 	/* The name lives inside the struct: move the page into a new one. */
 	page_unlink_committed(m, p);
-	memcpy(q, p, offsetof(struct page, name_len));
-	q->name_hash = name_hash(pool->id, q->name, q->name_len);
+	memcpy(q, p, offsetof(struct page, name_hash));
+	q->pool = p->pool;
+	q->name_hash = name_hash(pool->id, r->name, r->name_len);
 	free(p);
 	page_link_committed(m, q);
 }
@@ -194,10 +198,9 @@ void apply_remote(struct meta *m, const struct store_change *c, struct dropped *
 	if (o && o->id != r->page_id)
 		remote_drop(m, o, drops); /* that name is this page's now */
 	if (p && p->slot == r->slot && p->length == r->length && p->checksum == r->checksum &&
-	    p->has_checksum == r->has_checksum && p->name_len == r->name_len &&
-	    memcmp(p->name, r->name, r->name_len) == 0)
+	    p->has_checksum == r->has_checksum && pname_eq(p, r->name, r->name_len))
 		return; /* nothing this node does not know */
-	if (p && (p->name_len != r->name_len || memcmp(p->name, r->name, r->name_len) != 0)) {
+	if (p && !pname_eq(p, r->name, r->name_len)) {
 		remote_drop(m, p, drops); /* renamed: made again below under its new name */
 		p = NULL;
 	}
@@ -218,7 +221,7 @@ void apply_remote(struct meta *m, const struct store_change *c, struct dropped *
 		}
 		p->id = r->page_id;
 		p->pool = pool;
-		p->name_hash = name_hash(pool->id, p->name, p->name_len);
+		p->name_hash = name_hash(pool->id, r->name, r->name_len);
 		slot_mark(pool, r->slot);
 	}
 	page_take_row(p, r);
@@ -282,8 +285,7 @@ void apply_record(struct meta *m, const struct rec *r, struct dropped **drops)
 		for (size_t i = 0; i < r->bulk->n; i++) {
 			table_prefetch_ahead(&m->by_name, &m->by_id, r->bulk->pages, r->bulk->n, i);
 			struct page *b = r->bulk->pages[i];
-			remove_other(m, r, b->pool, b->name, b->name_len, b->name_hash, b->id,
-			             drops);
+			remove_other(m, r, b->pool, table_find_same(&m->by_name, b), b->id, drops);
 			page_link_committed(m, b);
 			/* It appeared without a FUSE create (a key confirmed over
 			 * HTTP): the kernel may cache a miss for the name. */

@@ -41,7 +41,7 @@ struct page {
 	uint64_t checksum;
 	int64_t mtime_ns;
 	int64_t atime_ns;
-	int64_t atime_saved_ns; /* atime last sent to the store */
+	uint32_t atime_saved_s; /* atime last sent to the store, in seconds */
 	uint32_t gen;
 	uint32_t version; /* in-place replacements this mount */
 	uint8_t committed;
@@ -51,19 +51,25 @@ struct page {
 
 	/* What a name lookup reads, last and next to each other: a chain walk
 	 * reads these 24 bytes of each page (one line), a match the name
-	 * after them too (two lines for an SGLang key, where the name at the
-	 * other end of the structure made it three or four). */
+	 * after them too (one more line for an SGLang key). */
+	uint32_t name_hash;     /* the low half of name_hash() */
+	uint16_t name_len;      /* of the name as text */
+	uint8_t name_hex;       /* leading name bytes held packed: pname.c */
 	struct page *name_next; /* meta.by_name chain */
-	uint64_t name_hash;
 	struct pool *pool;
-	uint16_t name_len;
-	char name[]; /* NUL-terminated */
+	unsigned char packed[]; /* the name as pname.c packs it, no NUL */
 };
+
+/* The second of p's atime: what atime_saved_s compares with. */
+static inline uint32_t page_atime_s(const struct page *p)
+{
+	return (uint32_t)(p->atime_ns / 1000000000LL);
+}
 
 /* Starts loading the line a chain walk reads of p. */
 static inline void page_prefetch_chain(const struct page *p)
 {
-	__builtin_prefetch(&p->name_next);
+	__builtin_prefetch(&p->name_hash);
 }
 
 /* A pinned slot: readers or a deferred free. */
@@ -406,7 +412,8 @@ void keys_stop(struct meta *m);
 /* table.c */
 int table_init(struct page_table *t, uint64_t buckets);
 void table_free(struct page_table *t);
-uint64_t name_hash(uint32_t pool_id, const char *name, size_t len);
+/* What struct page keeps of a name's hash, and tables and batches use. */
+uint32_t name_hash(uint32_t pool_id, const char *name, size_t len);
 void table_add_name(struct page_table *t, struct page *p);
 void table_del_name(struct page_table *t, struct page *p);
 void table_add_id(struct page_table *t, struct page *p);
@@ -418,6 +425,8 @@ struct page *table_find_name(const struct page_table *t, uint32_t pool_id, const
 /* The committed page of (pool_id, name) whose name_hash is h. */
 struct page *table_find_hashed(const struct page_table *t, uint64_t h, uint32_t pool_id,
                                const char *name, size_t len);
+/* The committed page of b's name (in b's pool), b itself if committed. */
+struct page *table_find_same(const struct page_table *t, const struct page *b);
 /* The same as table_find_name for n names at once (a NULL name finds
  * nothing); lens[i] is strlen(names[i]). */
 void table_find_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
@@ -439,6 +448,17 @@ void table_prefetch_name(const struct page_table *t, uint64_t h);
 void table_prefetch_id(const struct page_table *t, uint64_t id);
 /* The first page of the bucket of name hash h, or NULL. */
 struct page *table_bucket_name(const struct page_table *t, uint64_t h);
+
+/* pname.c: a page's name, packed (the struct's packed[] holds
+ * pname_size bytes of it) */
+size_t pname_size(const char *name, size_t len);
+void pname_set(struct page *p, const char *name, size_t len);
+/* Whether p is named name (len bytes). */
+int pname_eq(const struct page *p, const char *name, size_t len);
+/* Whether a and b have the same name. */
+int pname_same(const struct page *a, const struct page *b);
+/* The name as text into out (name_len + 1 bytes); returns out. */
+char *pname_text(const struct page *p, char *out);
 
 /* page.c helpers shared with apply.c and load.c */
 struct page *page_alloc(const char *name, size_t len);

@@ -838,7 +838,7 @@ int meta_keys_pool(struct meta *m, int rank, const char *ns, uint32_t *pool_id)
  * minute per page (HTTP clients look keys up far more often than FUSE). */
 static void keys_touch(struct meta *m, struct page *p, int64_t now)
 {
-	if (now - p->atime_saved_ns >= 60 * SEC) {
+	if ((uint32_t)(now / SEC) - p->atime_saved_s >= 60) {
 		page_touch(m, p);
 		return;
 	}
@@ -1139,7 +1139,8 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 		p->slot = (uint64_t)s;
 		p->length = pool->slot_size;
 		p->has_checksum = 0; /* summed on its first read through pagefs */
-		p->mtime_ns = p->atime_ns = p->atime_saved_ns = now;
+		p->mtime_ns = p->atime_ns = now;
+		p->atime_saved_s = page_atime_s(p);
 		p->name_hash = ka.h[i % KEYS_CHUNK];
 		done[bulk.n] = p->slot;
 		pages[bulk.n++] = p;

@@ -85,14 +85,15 @@ static int link_batch(struct loader *l, struct batch *b)
 		for (i = base; i < base + g; i++) {
 			struct page *p = b->p[i];
 			struct pool *pool = p->pool;
-			struct page *twin = table_find_hashed(&m->by_name, p->name_hash, pool->id,
-			                                      p->name, p->name_len);
+			struct page *twin = table_find_same(&m->by_name, p);
 			if (twin) {
+				char name[META_NAME_MAX + 1];
 				snprintf(l->lerr, sizeof(l->lerr),
 				         "index %s is inconsistent: pages %llu and %llu are both "
 				         "named '%s' in pool %u/%s; run 'pagefs fsck --repair'",
 				         m->db_path, (unsigned long long)twin->id,
-				         (unsigned long long)p->id, p->name, pool->rank, pool->ns);
+				         (unsigned long long)p->id, pname_text(p, name), pool->rank,
+				         pool->ns);
 				rc = -EUCLEAN;
 				break;
 			}

@@ -18,7 +18,6 @@
 #include <string.h>
 #include <time.h>
 
-#define TOUCH_PERSIST_NS 1000000000LL /* atime reaches the store at most 1/s per page */
 #define GRACE_WAIT_MS 5000 /* shared index: how long a writer waits for an evicted slot */
 #define EVICT_BATCH 8ULL   /* shared index: pages one eviction frees at once */
 
@@ -49,16 +48,13 @@ int64_t now_ns(void)
 
 struct page *page_alloc(const char *name, size_t len)
 {
-	/* the name starts in the structure's tail padding: no more than
-	 * offsetof(name) + len + 1, but never less than the structure */
-	size_t size = offsetof(struct page, name) + len + 1;
+	/* the name starts in the structure's tail padding, if it has any */
+	size_t size = offsetof(struct page, packed) + pname_size(name, len);
 	struct page *p = calloc(1, size > sizeof(*p) ? size : sizeof(*p));
 
 	if (!p)
 		return NULL;
-	memcpy(p->name, name, len);
-	p->name[len] = '\0';
-	p->name_len = (uint16_t)len;
+	pname_set(p, name, len);
 	return p;
 }
 
@@ -103,7 +99,8 @@ void page_take_row(struct page *p, const struct rec *r)
 	p->checksum = r->checksum;
 	p->has_checksum = (uint8_t)r->has_checksum;
 	p->mtime_ns = r->mtime_ns;
-	p->atime_ns = p->atime_saved_ns = r->atime_ns;
+	p->atime_ns = r->atime_ns;
+	p->atime_saved_s = page_atime_s(p);
 	p->verified = 0;
 }
 
@@ -147,17 +144,18 @@ static void fill_info(const struct page *p, struct meta_page_info *out)
 	out->opens = p->opens;
 	out->mtime_ns = p->mtime_ns;
 	out->atime_ns = p->atime_ns;
-	memcpy(out->name, p->name, p->name_len + 1u);
+	pname_text(p, out->name);
 }
 
-/* Refreshes recency; the store hears of it at most once a second. */
+/* Refreshes recency; the store hears of it at most once in each second
+ * of the clock. */
 void page_touch(struct meta *m, struct page *p)
 {
 	p->atime_ns = now_ns();
 	lru_touch(p->pool, p);
-	if (m->cfg.read_only || p->atime_ns - p->atime_saved_ns < TOUCH_PERSIST_NS)
+	if (m->cfg.read_only || page_atime_s(p) == p->atime_saved_s)
 		return;
-	p->atime_saved_ns = p->atime_ns;
+	p->atime_saved_s = page_atime_s(p);
 	journal_touch(m, p->id);
 }
 
@@ -423,6 +421,7 @@ int meta_page_reserve(struct meta *m, uint32_t pool_id, const char *name, uint64
 	if (rc == -ENOSPC && !m->shared && m->cfg.evict == META_EVICT_LRU) {
 		struct page *v = lru_victim(pool, replace_id);
 		if (v && (drop = rec_new(REC_DROP))) {
+			char vname[META_NAME_MAX + 1];
 			/* The victim's slot passes straight to this writer once
 			 * the store has recorded the eviction. */
 			page_unlink_committed(m, v);
@@ -434,7 +433,7 @@ int meta_page_reserve(struct meta *m, uint32_t pool_id, const char *name, uint64
 			drop->drop_slot = slot;
 			drop->handoff = 1;
 			drop->waited = 1;
-			log_debug("evict %s from pool %u slot %llu", v->name, pool_id,
+			log_debug("evict %s from pool %u slot %llu", pname_text(v, vname), pool_id,
 			          (unsigned long long)slot);
 			free(v);
 			rc = 0;
@@ -443,7 +442,8 @@ int meta_page_reserve(struct meta *m, uint32_t pool_id, const char *name, uint64
 	if (rc < 0)
 		goto out;
 	if (!replace_id) {
-		pend = page_alloc(name, strlen(name));
+		size_t len = strlen(name);
+		pend = page_alloc(name, len);
 		if (!pend) {
 			if (drop) {
 				/* Still record the eviction; its slot frees itself. */
@@ -462,7 +462,7 @@ int meta_page_reserve(struct meta *m, uint32_t pool_id, const char *name, uint64
 		pend->pool = pool;
 		pend->gen = m->epoch;
 		pend->slot = slot;
-		pend->name_hash = name_hash(pool_id, pend->name, pend->name_len);
+		pend->name_hash = name_hash(pool_id, name, len);
 		table_add_name(&m->by_name, pend);
 		table_add_id(&m->by_id, pend);
 		pool->pending++;
@@ -565,7 +565,7 @@ int meta_page_commit(struct meta *m, const struct meta_resv *r, uint64_t length,
 	rec->mtime_ns = rec->atime_ns = now_ns();
 	rec->gen = p->gen;
 	rec->name_len = p->name_len;
-	memcpy(rec->name, p->name, p->name_len + 1u);
+	pname_text(p, rec->name);
 	rec_note_replaced(m, rec);
 	rec->waited = 1;
 	journal_submit(m, rec);
@@ -645,8 +645,9 @@ void meta_page_verified(struct meta *m, uint64_t page_id, uint64_t slot, int ok)
 	struct pool *pool = p->pool;
 	struct rec *r = rec_new(REC_DROP);
 	pool->checksum_failures++;
+	char name[META_NAME_MAX + 1];
 	log_error("checksum mismatch: page '%s' of pool %u/%s (slot %llu) dropped from the index",
-	          p->name, pool->rank, pool->ns, (unsigned long long)slot);
+	          pname_text(p, name), pool->rank, pool->ns, (unsigned long long)slot);
 	if (r && !m->cfg.read_only) {
 		page_unlink_committed(m, p);
 		drops_add(&drops, p);

@@ -31,15 +31,27 @@ void rec_note_replaced(struct meta *m, struct rec *r)
 	r->replaced_id = p && p->id != r->page_id ? p->id : 0;
 }
 
-/* The names a batch gives, in order. */
+/* The names a batch gives, in order: a record's, as text, or a bulk
+ * page's, as the page holds it. */
 struct namer {
-	uint64_t hash;
 	uint64_t id;
-	const char *name;
+	const char *name; /* or NULL: */
+	const struct page *page;
+	uint32_t hash;
 	uint32_t pool_id;
 	uint16_t len;
 	uint32_t prev; /* the previous namer of the same hash, + 1 (0: none) */
 };
+
+/* Whether namer o gives the name k gives; both of one hash and pool. */
+static int same_name(const struct namer *o, const struct namer *k)
+{
+	if (o->len != k->len)
+		return 0;
+	if (o->page)
+		return k->page ? pname_same(o->page, k->page) : pname_eq(o->page, k->name, k->len);
+	return k->page ? pname_eq(k->page, o->name, o->len) : memcmp(o->name, k->name, k->len) == 0;
+}
 
 static int cand_add(struct resolver *rs, uint64_t id)
 {
@@ -57,10 +69,14 @@ static int cand_add(struct resolver *rs, uint64_t id)
 
 /* Adds the candidates of one name (of hash h) given to page id (see the
  * header) and records the namer. 0 or -ENOMEM; meta.lock held. */
-static int name_given(struct meta *m, struct resolver *rs, uint32_t pool_id, const char *name,
-                      uint16_t len, uint64_t h, uint64_t id, uint64_t submitted)
+static int name_given(struct meta *m, struct resolver *rs, const struct namer *given,
+                      uint64_t submitted)
 {
-	struct page *p = table_find_hashed(&m->by_name, h, pool_id, name, len);
+	uint32_t h = given->hash;
+	uint64_t id = given->id;
+	struct page *p = given->page ? table_find_same(&m->by_name, given->page)
+	                             : table_find_hashed(&m->by_name, h, given->pool_id,
+	                                                 given->name, given->len);
 	struct namer *k = &rs->v[rs->n];
 	int rc = 0;
 
@@ -70,11 +86,12 @@ static int name_given(struct meta *m, struct resolver *rs, uint32_t pool_id, con
 		rc = cand_add(rs, submitted);
 	for (uint32_t e = rs->head[h & rs->mask]; rc == 0 && e; e = rs->v[e - 1].prev) {
 		const struct namer *o = &rs->v[e - 1];
-		if (o->hash == h && o->pool_id == pool_id && o->len == len && o->id != id &&
-		    memcmp(o->name, name, len) == 0)
+		if (o->hash == h && o->pool_id == given->pool_id && o->id != id &&
+		    same_name(o, given))
 			rc = cand_add(rs, o->id);
 	}
-	*k = (struct namer){h, id, name, pool_id, len, rs->head[h & rs->mask]};
+	*k = *given;
+	k->prev = rs->head[h & rs->mask];
 	rs->head[h & rs->mask] = (uint32_t)++rs->n;
 	return rc;
 }
@@ -109,9 +126,14 @@ int replaced_resolve(struct meta *m, struct rec *batch, struct resolver *rs)
 	for (struct rec *r = batch; r && rc == 0; r = r->next) {
 		if (r->type == REC_COMMIT || r->type == REC_RENAME) {
 			at[0] = (uint32_t)rs->ncand;
-			rc = name_given(m, rs, r->pool_id, r->name, r->name_len,
-			                name_hash(r->pool_id, r->name, r->name_len), r->page_id,
-			                r->replaced_id);
+			struct namer given = {
+				.id = r->page_id,
+				.name = r->name,
+				.hash = name_hash(r->pool_id, r->name, r->name_len),
+				.pool_id = r->pool_id,
+				.len = r->name_len,
+			};
+			rc = name_given(m, rs, &given, r->replaced_id);
 			at[1] = (uint32_t)rs->ncand;
 			at += 2;
 		} else if (r->type == REC_BULK) {
@@ -120,8 +142,14 @@ int replaced_resolve(struct meta *m, struct rec *batch, struct resolver *rs)
 			for (size_t i = 0; i < b->n && rc == 0; i++) {
 				table_prefetch_ahead(&m->by_name, NULL, b->pages, b->n, i);
 				const struct page *p = b->pages[i];
-				rc = name_given(m, rs, p->pool->id, p->name, p->name_len,
-				                p->name_hash, p->id, 0);
+				struct namer given = {
+					.id = p->id,
+					.page = p,
+					.hash = p->name_hash,
+					.pool_id = p->pool->id,
+					.len = p->name_len,
+				};
+				rc = name_given(m, rs, &given, 0);
 				at[i + 1] = (uint32_t)rs->ncand;
 			}
 			at += b->n + 1;

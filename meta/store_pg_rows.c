@@ -333,6 +333,7 @@ static int bulk_chunk(struct pg_store *s, struct page *const *pages, size_t n)
 		tb_str(&col[c], "{");
 	for (size_t i = 0; i < n; i++) {
 		const struct page *p = pages[i];
+		char name[META_NAME_MAX + 1];
 		int64_t v[PG_BULK_COLS] = {
 			(int64_t)p->id,   (int64_t)p->pool->id, 0,
 			(int64_t)p->slot, (int64_t)p->length,   (int64_t)p->checksum,
@@ -341,7 +342,7 @@ static int bulk_chunk(struct pg_store *s, struct page *const *pages, size_t n)
 			if (i)
 				tb_str(&col[c], ",");
 			if (c == 2)
-				tb_hex(&col[c], p->name, p->name_len);
+				tb_hex(&col[c], pname_text(p, name), p->name_len);
 			else if (c == 5 && !p->has_checksum)
 				tb_str(&col[c], "NULL");
 			else

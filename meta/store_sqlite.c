@@ -466,16 +466,18 @@ static int apply_bulk(struct sqlite_store *s, const struct rec *r)
 		exec(s, "PRAGMA cache_size=-524288"); /* no spills (a schema 1 name index fits) */
 	for (size_t i = 0; i < b->n && rc == 0; i++) {
 		const struct page *p = b->pages[i];
+		char name[META_NAME_MAX + 1];
+		pname_text(p, name);
 		/* Replaces the rows of the same name, as REC_COMMIT does (repl is
 		 * NULL when no page of the batch replaces any). */
 		if (b->repl_at && b->repl_at[i + 1] > b->repl_at[i] &&
-		    (rc = delete_replaced(s, ST_COMMIT_DEL, p->pool->id, p->name, p->name_len,
-		                          p->id, b->repl + b->repl_at[i],
+		    (rc = delete_replaced(s, ST_COMMIT_DEL, p->pool->id, name, p->name_len, p->id,
+		                          b->repl + b->repl_at[i],
 		                          b->repl_at[i + 1] - b->repl_at[i])) < 0)
 			return rc;
 		sqlite3_bind_int64(st, 1, (sqlite3_int64)p->id);
 		sqlite3_bind_int64(st, 2, p->pool->id);
-		sqlite3_bind_blob(st, 3, p->name, p->name_len, SQLITE_STATIC);
+		sqlite3_bind_blob(st, 3, name, p->name_len, SQLITE_STATIC);
 		sqlite3_bind_int64(st, 4, (sqlite3_int64)p->slot);
 		sqlite3_bind_int64(st, 5, (sqlite3_int64)p->length);
 		if (p->has_checksum)

@@ -31,9 +31,9 @@ void table_free(struct page_table *t)
 	t->buckets = NULL;
 }
 
-uint64_t name_hash(uint32_t pool_id, const char *name, size_t len)
+uint32_t name_hash(uint32_t pool_id, const char *name, size_t len)
 {
-	return XXH3_64bits_withSeed(name, len, pool_id);
+	return (uint32_t)XXH3_64bits_withSeed(name, len, pool_id);
 }
 
 static uint64_t id_hash(uint64_t id)
@@ -150,8 +150,7 @@ static struct page *chain_find(struct page *p, uint64_t h, uint32_t pool_id, con
 	if (pending)
 		*pending = 0;
 	for (; p; p = p->name_next) {
-		if (p->name_hash != h || p->pool->id != pool_id || p->name_len != len ||
-		    memcmp(p->name, name, len) != 0)
+		if (p->name_hash != h || p->pool->id != pool_id || !pname_eq(p, name, len))
 			continue;
 		if (p->committed) {
 			found = p;
@@ -179,6 +178,15 @@ struct page *table_find_hashed(const struct page_table *t, uint64_t h, uint32_t 
 	return chain_find(t->buckets[h & t->mask], h, pool_id, name, len, NULL);
 }
 
+struct page *table_find_same(const struct page_table *t, const struct page *b)
+{
+	for (struct page *p = t->buckets[b->name_hash & t->mask]; p; p = p->name_next)
+		if (p->committed && p->name_hash == b->name_hash && p->pool == b->pool &&
+		    pname_same(p, b))
+			return p;
+	return NULL;
+}
+
 /* Lookups a group at a time, so that the cache misses of a group overlap
  * instead of following one another: a batch of 128 SGLang keys spent most
  * of its time waiting on them. Stages: the buckets; the first page of each
@@ -203,7 +211,8 @@ static void group_heads(const struct page_table *t, uint32_t pool_id, const char
 		struct page *p = names[i] ? t->buckets[h[i] & t->mask] : NULL;
 		head[i] = p;
 		if (p) { /* its lookup fields, and a name of the length sought */
-			const char *a = (const char *)&p->name_next, *end = p->name + len[i];
+			const char *a = (const char *)&p->name_hash;
+			const char *end = (const char *)p->packed + len[i] / 2;
 			for (; a < end; a += 64)
 				__builtin_prefetch(a);
 			__builtin_prefetch(end);

@@ -1,0 +1,163 @@
+/*
+ * test_pname.c - page names as struct page holds them (meta/pname.c):
+ * every name comes back as the exact text it was given, the packed form
+ * is smaller for SGLang's hex names and no larger for any other, and
+ * equality holds only between identical texts.
+ */
+#include "meta/internal.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char sha[] = "0f3a9c1e5b7d2468ace0135792468bdf0f3a9c1e5b7d2468ace0135792468bdf";
+
+static struct page *make(const char *name)
+{
+	struct page *p = page_alloc(name, strlen(name));
+
+	cr_assert_not_null(p);
+	return p;
+}
+
+/* Gives the text back, and says whether it equals itself. */
+static void round_trip(const char *name)
+{
+	char out[META_NAME_MAX + 1];
+	struct page *p = make(name);
+
+	cr_assert_eq(p->name_len, strlen(name));
+	cr_assert_str_eq(pname_text(p, out), name);
+	cr_assert(pname_eq(p, name, strlen(name)), "'%s' is not equal to itself", name);
+	free(p);
+}
+
+Test(pname, round_trips)
+{
+	char all_hex[256], odd_hex[256], high[8] = {'a', 'b', (char)0xc3, (char)0xa9, 'f', 0};
+
+	memset(all_hex, 'e', 255);
+	all_hex[255] = '\0';
+	memset(odd_hex, '7', 254);
+	odd_hex[254] = 'x';
+	odd_hex[255] = '\0';
+	const char *names[] = {
+		sha,
+		"0f3a9c1e5b7d2468ace0135792468bdf0f3a9c1e5b7d2468ace0135792468bdf_Qwen-Qwen3-32B_0_"
+	        "2.bin",
+		"0F3A9C1E", /* uppercase: held as text */
+		"abc",      /* odd run: "ab" packed, "c" as text */
+		"a",
+		"g0",
+		"0",
+		"page-1",
+		"ff.tmp",
+		all_hex, /* 254 packed (what name_hex holds), one as text */
+		odd_hex,
+		high,
+	};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		round_trip(names[i]);
+}
+
+Test(pname, packs_hex_prefixes_only)
+{
+	char suffixed[128];
+
+	cr_assert_eq(pname_size(sha, 64), 32);
+	snprintf(suffixed, sizeof(suffixed), "%s_Qwen-Qwen3-32B_0_2.bin", sha);
+	cr_assert_eq(pname_size(suffixed, strlen(suffixed)), 32 + 23);
+	cr_assert_eq(pname_size("abc", 3), 2);           /* 0xab, 'c' */
+	cr_assert_eq(pname_size("ABCDEF", 6), 6);        /* uppercase stays text */
+	cr_assert_eq(pname_size("x0123456", 8), 8);      /* not at the start */
+	cr_assert_eq(pname_size("page-00001", 10), 10);  /* no run of two */
+	cr_assert_eq(pname_size("0a1b2c3d.bin", 12), 8); /* 4 bytes + ".bin" */
+
+	struct page *p = make("0a1b2c3d.bin");
+	cr_assert_eq(p->name_hex, 8);
+	cr_assert_eq(p->packed[0], 0x0a);
+	cr_assert_eq(p->packed[3], 0x3d);
+	cr_assert_eq(memcmp(p->packed + 4, ".bin", 4), 0);
+	free(p);
+}
+
+Test(pname, equal_only_to_the_same_text)
+{
+	struct page *p = make(sha);
+	char other[65];
+
+	memcpy(other, sha, sizeof(other));
+	for (size_t i = 0; i < 64; i++) { /* one digit changed anywhere */
+		other[i] = other[i] == '0' ? '1' : '0';
+		cr_assert_not(pname_eq(p, other, 64), "equal with digit %zu changed", i);
+		other[i] = sha[i];
+	}
+	cr_assert(pname_eq(p, other, 64));
+	other[3] = 'A'; /* sha[3] is 'a': the uppercase name is another name */
+	cr_assert_eq(sha[3], 'a');
+	cr_assert_not(pname_eq(p, other, 64));
+	cr_assert_not(pname_eq(p, sha, 63)); /* a prefix */
+	free(p);
+
+	struct page *a = make("abc_x"), *b = make("abc_x"), *c = make("abc_y"), *d = make("ABC_x");
+	cr_assert(pname_same(a, b));
+	cr_assert_not(pname_same(a, c));
+	cr_assert_not(pname_same(a, d));
+	cr_assert_not(pname_eq(a, "abd_x", 5));
+	cr_assert_not(pname_eq(a, "abc_x_", 6));
+	/* text that looks like another name's packed bytes is not that name */
+	struct page *raw = page_alloc("\xab"
+	                              "c_x",
+	                              4);
+	cr_assert_not_null(raw);
+	cr_assert_not(pname_same(a, raw));
+	cr_assert_not(pname_eq(raw, "abc_x", 5));
+	free(raw);
+	free(a);
+	free(b);
+	free(c);
+	free(d);
+}
+
+Test(pname, hex_names_take_less_memory)
+{
+	/* What the structures hold: the fixed part and the packed name. */
+	cr_assert_leq(offsetof(struct page, packed) + pname_size(sha, 64), 144);
+	cr_assert_leq(offsetof(struct page, packed) + 32 + 23, 168);
+}
+
+/* Names with a hex run of every length, ended by every kind of byte that
+ * is not a lowercase digit, against what the packing must give: the
+ * 16-byte and one-byte loops meet at every offset. */
+Test(pname, every_run_length)
+{
+	static const char stops[] = {'A', 'F', 'g', 'z', '_', '.', ':', '`', '@', '\x80', '\xff'};
+	uint64_t seed = 42;
+	char name[256], out[256], other[256];
+
+	for (size_t len = 1; len <= 255; len++) {
+		for (size_t run = 0; run <= len; run++) {
+			seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+			for (size_t i = 0; i < len; i++)
+				name[i] = "0123456789abcdef"[(seed >> (i % 60)) & 15];
+			if (run < len)
+				name[run] = stops[(seed >> 7) % sizeof(stops)];
+			name[len] = '\0';
+			size_t hex = (run > 254 ? 254 : run) & ~(size_t)1;
+			struct page *p = page_alloc(name, len);
+			cr_assert_not_null(p);
+			cr_assert_eq(p->name_hex, hex, "len %zu run %zu", len, run);
+			cr_assert_eq(pname_size(name, len), hex / 2 + (len - hex));
+			cr_assert_eq(memcmp(pname_text(p, out), name, len + 1), 0,
+			             "len %zu run %zu", len, run);
+			cr_assert(pname_eq(p, name, len));
+			size_t at = (seed >> 20) % len; /* one byte changed, anywhere */
+			memcpy(other, name, len + 1);
+			other[at] = other[at] == 'a' ? 'b' : 'a';
+			cr_assert_not(pname_eq(p, other, len), "len %zu run %zu at %zu", len, run,
+			              at);
+			free(p);
+		}
+	}
+}
