@@ -123,7 +123,7 @@ int meta_adopt(struct meta *m, const struct meta_adopt_page *in, size_t n,
 	return 0;
 fail:
 	for (i = 0; pages && i < n; i++)
-		free(pages[i]);
+		page_free(pages[i]);
 	free(pages);
 	free(pools);
 	free(r);

@@ -70,7 +70,7 @@ static void remove_other(struct meta *m, const struct rec *r, struct pool *pool,
 	free_slot(pool, old->slot, r);
 	if (drops)
 		drops_add(drops, old);
-	free(old);
+	page_free(old);
 }
 
 static void apply_commit(struct meta *m, const struct rec *r, struct dropped **drops)
@@ -134,7 +134,7 @@ static void apply_rename(struct meta *m, const struct rec *r)
 	memcpy(q, p, offsetof(struct page, name_hash));
 	q->pool = p->pool;
 	q->name_hash = name_hash(pool->id, r->name, r->name_len);
-	free(p);
+	page_free(p);
 	page_link_committed(m, q);
 }
 
@@ -169,7 +169,7 @@ static void remote_drop(struct meta *m, struct page *p, struct dropped **drops)
 	page_unlink_committed(m, p);
 	slot_put(pool, p->slot);
 	drops_add(drops, p);
-	free(p);
+	page_free(p);
 }
 
 void apply_remote(struct meta *m, const struct store_change *c, struct dropped **drops)
@@ -265,7 +265,7 @@ void apply_record(struct meta *m, const struct rec *r, struct dropped **drops)
 		if (p && p->committed) {
 			page_unlink_committed(m, p);
 			free_slot(p->pool, p->slot, r);
-			free(p);
+			page_free(p);
 		}
 		break;
 	case REC_RENAME:

@@ -288,7 +288,7 @@ static struct held_chunk *lru_chunk(const struct meta *m, struct pool *p)
 	}
 	/* From the most recent page on, the candidate met last is the one
 	 * whose newest page is the oldest. */
-	for (const struct page *g = p->lru_head; g && distinct < ncand; g = g->lru_next) {
+	for (const struct page *g = p->lru_head; g && distinct < ncand; g = page_at(g->lru_next)) {
 		uint64_t c = chunk_of(p, g->slot);
 		if (c < total && BIT(cand, c)) {
 			cand[c / 8] &= (uint8_t) ~(1u << (c % 8));
@@ -324,7 +324,7 @@ static void release_chunk(struct meta *m, struct pool *p, struct held_chunk *h,
 	 * (it is O(pages), and unused chunks go back at every heartbeat). */
 	int used = (chunk_bits(p, h->chunk, &valid) & valid) != 0;
 	for (struct page *g = used ? p->lru_tail : NULL, *prev; g; g = prev) {
-		prev = g->lru_prev;
+		prev = page_at(g->lru_prev);
 		if (chunk_of(p, g->slot) != h->chunk || slot_pinned_anywhere(m, p, g->slot))
 			continue;
 		struct rec *drop = rec_new(REC_DROP);
@@ -337,7 +337,7 @@ static void release_chunk(struct meta *m, struct pool *p, struct held_chunk *h,
 		drop->pool_id = p->id;
 		drop->page_id = g->id;
 		drop->drop_slot = g->slot;
-		free(g);
+		page_free(g);
 		journal_submit(m, drop);
 	}
 	for (int b = 0; b < PIN_BUCKETS; b++)

@@ -31,17 +31,19 @@ struct sync;
 struct journal;
 struct keys;
 
-/* A page: committed (in its pool's LRU) or being written (pending). */
+/* A page: committed (in its pool's LRU) or being written (pending).
+ * Pages live in the arena (arena.c) and link to each other by 32-bit
+ * references (page_at, page_ref; 0 is none). */
 struct page {
-	struct page *id_next;             /* meta.by_id chain */
-	struct page *lru_prev, *lru_next; /* pool LRU, head = most recent; committed only */
 	uint64_t id;
 	uint64_t slot;
 	uint64_t length;
 	uint64_t checksum;
 	int64_t mtime_ns;
 	int64_t atime_ns;
-	uint32_t atime_saved_s; /* atime last sent to the store, in seconds */
+	uint32_t lru_prev, lru_next; /* pool LRU, head = most recent; committed only */
+	uint32_t id_next;            /* meta.by_id chain */
+	uint32_t atime_saved_s;      /* atime last sent to the store, in seconds */
 	uint32_t gen;
 	uint32_t version; /* in-place replacements this mount */
 	uint8_t committed;
@@ -50,15 +52,34 @@ struct page {
 	uint8_t opens;    /* reader opens of this version (saturates at 255) */
 
 	/* What a name lookup reads, last and next to each other: a chain walk
-	 * reads these 24 bytes of each page (one line), a match the name
+	 * reads these 20 bytes of each page (one line), a match the name
 	 * after them too (one more line for an SGLang key). */
-	uint32_t name_hash;     /* the low half of name_hash() */
-	uint16_t name_len;      /* of the name as text */
-	uint8_t name_hex;       /* leading name bytes held packed: pname.c */
-	struct page *name_next; /* meta.by_name chain */
+	uint32_t name_hash; /* name_hash() of the name */
+	uint32_t name_next; /* meta.by_name chain */
+	uint16_t name_len;  /* of the name as text */
+	uint8_t name_hex;   /* leading name bytes held packed: pname.c */
 	struct pool *pool;
 	unsigned char packed[]; /* the name as pname.c packs it, no NUL */
 };
+
+/* arena.c: where pages live; a piece is at most ARENA_MAX_PIECE bytes. */
+#define ARENA_MAX_PIECE 512u
+extern unsigned char *arena_base;
+void *arena_alloc(size_t size); /* zeroed; NULL when the arena is full */
+void arena_free(void *p, size_t size);
+size_t arena_live(void); /* pieces allocated and not freed, process-wide */
+
+/* The page a reference names, or NULL. */
+static inline struct page *page_at(uint32_t ref)
+{
+	return ref ? (struct page *)(void *)(arena_base + (size_t)ref * 8u) : NULL;
+}
+
+/* The reference of p (NULL: 0). */
+static inline uint32_t page_ref(const struct page *p)
+{
+	return p ? (uint32_t)(((const unsigned char *)p - arena_base) / 8u) : 0;
+}
 
 /* The second of p's atime: what atime_saved_s compares with. */
 static inline uint32_t page_atime_s(const struct page *p)
@@ -158,7 +179,7 @@ struct idblock {
 };
 
 struct page_table {
-	struct page **buckets;
+	uint32_t *buckets; /* page references */
 	uint64_t mask;
 	uint64_t count;
 };
@@ -461,7 +482,8 @@ int pname_same(const struct page *a, const struct page *b);
 char *pname_text(const struct page *p, char *out);
 
 /* page.c helpers shared with apply.c and load.c */
-struct page *page_alloc(const char *name, size_t len);
+struct page *page_alloc(const char *name, size_t len); /* zeroed but for the name */
+void page_free(struct page *p);
 /* Slot, length, checksum and times from a store row (or record), and
  * unverified until its next read. */
 void page_take_row(struct page *p, const struct rec *r);

@@ -507,7 +507,7 @@ static int drop_page(struct meta *m, struct page *p, struct drop_list *dl, struc
 	}
 	page_unlink_committed(m, p);
 	drops_add(drops, p);
-	free(p);
+	page_free(p);
 	journal_submit(m, r);
 	dl->recs[dl->n++] = r;
 	return 0;
@@ -561,7 +561,7 @@ static void evict(struct meta *m, struct pool *pool, uint64_t n, struct drop_lis
 			held[held_at(pool, i) / 8] |= (uint8_t)(1u << (held_at(pool, i) % 8));
 	for (struct page *p = pool->lru_tail, *prev; p && n; p = prev) {
 		uint64_t c = pool->shared ? chunk_of(pool, p->slot) : 0;
-		prev = p->lru_prev;
+		prev = page_at(p->lru_prev);
 		if (pool->shared ? slot_pinned_anywhere(m, pool, p->slot)
 		                 : slot_pinned(pool, p->slot))
 			continue; /* a reader here, or on another node, has it open */
@@ -939,9 +939,9 @@ int meta_keys_get(struct meta *m, uint32_t pool_id, const char *const *keys, siz
 		/* the LRU neighbours each touch relinks: their misses overlap too */
 		for (size_t i = 0; i < g; i++) {
 			if (found[i] && found[i]->lru_prev)
-				__builtin_prefetch(found[i]->lru_prev, 1);
+				__builtin_prefetch(page_at(found[i]->lru_prev), 1);
 			if (found[i] && found[i]->lru_next)
-				__builtin_prefetch(found[i]->lru_next, 1);
+				__builtin_prefetch(page_at(found[i]->lru_next), 1);
 		}
 		for (size_t i = 0; i < g; i++) {
 			struct page *p = found[i];
@@ -1128,7 +1128,7 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 		/* A key confirmed over an older page of the same name: the old
 		 * slot goes through the quarantine (readers may hold it). */
 		if (!p || (old && drop_page(m, old, &dl, &drops) < 0)) {
-			free(p);
+			page_free(p);
 			rc = -ENOMEM;
 			break;
 		}
@@ -1184,7 +1184,7 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 					slot_release(pool, pages[i]->slot);
 			pthread_mutex_unlock(&m->lock);
 			for (size_t i = 0; i < bulk.n; i++)
-				free(pages[i]);
+				page_free(pages[i]);
 		}
 		/* Committed or given back: the slots are no writer's any more,
 		 * their chunks may be handed over (pages[] may be gone: done[]). */

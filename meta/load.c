@@ -115,7 +115,7 @@ static int link_batch(struct loader *l, struct batch *b)
 	}
 	if (rc < 0)
 		for (; i < b->n; i++)
-			free(b->p[i]);
+			page_free(b->p[i]);
 	b->n = 0;
 	return rc;
 }
@@ -284,7 +284,7 @@ int index_load(struct meta *m, char *err, size_t errlen)
 	}
 	for (int i = 0; i < 2; i++) /* built and never linked */
 		for (size_t j = 0; j < l->buf[i].n; j++)
-			free(l->buf[i].p[j]);
+			page_free(l->buf[i].p[j]);
 	lru_build(l);
 	free(l->lru);
 	pthread_cond_destroy(&l->cv);

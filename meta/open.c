@@ -419,10 +419,10 @@ void meta_close(struct meta *m)
 	journal_stop(m);
 	if (m->by_id.buckets) {
 		for (uint64_t i = 0; i <= m->by_id.mask; i++) {
-			struct page *p = m->by_id.buckets[i];
+			struct page *p = page_at(m->by_id.buckets[i]);
 			while (p) {
-				struct page *next = p->id_next;
-				free(p);
+				struct page *next = page_at(p->id_next);
+				page_free(p);
 				p = next;
 			}
 		}

@@ -46,11 +46,21 @@ int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+_Static_assert(sizeof(struct page) + META_NAME_MAX <= ARENA_MAX_PIECE,
+               "a page with the longest name fits an arena piece");
+
+/* Bytes of a page of that name: the name starts in the structure's tail
+ * padding, if it has any. */
+static size_t page_size(size_t packed)
+{
+	size_t size = offsetof(struct page, packed) + packed;
+
+	return size > sizeof(struct page) ? size : sizeof(struct page);
+}
+
 struct page *page_alloc(const char *name, size_t len)
 {
-	/* the name starts in the structure's tail padding, if it has any */
-	size_t size = offsetof(struct page, packed) + pname_size(name, len);
-	struct page *p = calloc(1, size > sizeof(*p) ? size : sizeof(*p));
+	struct page *p = arena_alloc(page_size(pname_size(name, len)));
 
 	if (!p)
 		return NULL;
@@ -58,25 +68,33 @@ struct page *page_alloc(const char *name, size_t len)
 	return p;
 }
 
+void page_free(struct page *p)
+{
+	if (p)
+		arena_free(p, page_size(p->name_hex / 2u + (p->name_len - p->name_hex)));
+}
+
 static void lru_remove(struct pool *pool, struct page *p)
 {
-	if (p->lru_prev)
-		p->lru_prev->lru_next = p->lru_next;
+	struct page *prev = page_at(p->lru_prev), *next = page_at(p->lru_next);
+
+	if (prev)
+		prev->lru_next = p->lru_next;
 	else if (pool->lru_head == p)
-		pool->lru_head = p->lru_next;
-	if (p->lru_next)
-		p->lru_next->lru_prev = p->lru_prev;
+		pool->lru_head = next;
+	if (next)
+		next->lru_prev = p->lru_prev;
 	else if (pool->lru_tail == p)
-		pool->lru_tail = p->lru_prev;
-	p->lru_prev = p->lru_next = NULL;
+		pool->lru_tail = prev;
+	p->lru_prev = p->lru_next = 0;
 }
 
 void lru_push_head(struct pool *pool, struct page *p)
 {
-	p->lru_prev = NULL;
-	p->lru_next = pool->lru_head;
+	p->lru_prev = 0;
+	p->lru_next = page_ref(pool->lru_head);
 	if (pool->lru_head)
-		pool->lru_head->lru_prev = p;
+		pool->lru_head->lru_prev = page_ref(p);
 	pool->lru_head = p;
 	if (!pool->lru_tail)
 		pool->lru_tail = p;
@@ -200,7 +218,7 @@ int meta_page_get(struct meta *m, uint64_t page_id, struct meta_page_info *out)
 /* Picks the least recently used page nobody has open, other than skip. */
 static struct page *lru_victim(struct pool *pool, uint64_t skip)
 {
-	for (struct page *p = pool->lru_tail; p; p = p->lru_prev)
+	for (struct page *p = pool->lru_tail; p; p = page_at(p->lru_prev))
 		if (p->id != skip && !slot_pinned(pool, p->slot))
 			return p;
 	return NULL;
@@ -263,10 +281,10 @@ static int evict_shared(struct meta *m, uint32_t pool_id, uint64_t skip, struct 
 		return -ENOENT;
 	window = pool->pages / 8 > 2 * EVICT_BATCH ? pool->pages / 8 : 2 * EVICT_BATCH;
 	for (struct page *p = pool->lru_tail; p && n < EVICT_BATCH && seen < window;
-	     p = p->lru_prev, seen++)
+	     p = page_at(p->lru_prev), seen++)
 		if (evictable(m, pool, p, skip))
 			victims[n++] = p;
-	for (struct page *p = n ? NULL : pool->lru_tail; p && !n; p = p->lru_prev)
+	for (struct page *p = n ? NULL : pool->lru_tail; p && !n; p = page_at(p->lru_prev))
 		if (evictable(m, pool, p, skip))
 			victims[n++] = p;
 	if (!n)
@@ -283,7 +301,7 @@ static int evict_shared(struct meta *m, uint32_t pool_id, uint64_t skip, struct 
 		drop->pool_id = pool_id;
 		drop->page_id = p->id;
 		drop->drop_slot = p->slot;
-		free(p);
+		page_free(p);
 		if (last)
 			journal_submit(m, last); /* only the last one is waited for */
 		last = drop;
@@ -435,7 +453,7 @@ int meta_page_reserve(struct meta *m, uint32_t pool_id, const char *name, uint64
 			drop->waited = 1;
 			log_debug("evict %s from pool %u slot %llu", pname_text(v, vname), pool_id,
 			          (unsigned long long)slot);
-			free(v);
+			page_free(v);
 			rc = 0;
 		}
 	}
@@ -489,7 +507,7 @@ out:
 				table_del_name(&m->by_name, pend);
 				table_del_id(&m->by_id, pend);
 				pool->pending--;
-				free(pend);
+				page_free(pend);
 			}
 			pool->resv--;
 			pool_reap(m, pool);
@@ -511,7 +529,7 @@ void meta_page_abort(struct meta *m, const struct meta_resv *r)
 			table_del_name(&m->by_name, p);
 			table_del_id(&m->by_id, p);
 			pool->pending--;
-			free(p);
+			page_free(p);
 		}
 	}
 	if (pool) {
@@ -655,7 +673,7 @@ void meta_page_verified(struct meta *m, uint64_t page_id, uint64_t slot, int ok)
 		r->page_id = p->id;
 		r->drop_slot = slot;
 		journal_submit(m, r);
-		free(p);
+		page_free(p);
 	} else {
 		free(r);
 	}

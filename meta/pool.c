@@ -81,7 +81,7 @@ void pool_retire(struct meta *m, struct pool *p, struct dropped **drops)
 		slot_put(p, pg->slot);
 		if (drops)
 			drops_add(drops, pg);
-		free(pg);
+		page_free(pg);
 	}
 	pool_reap(m, p);
 }

@@ -380,7 +380,7 @@ static json_t *export_pool(struct meta *m, uint32_t pool_id, uint64_t *skipped)
 	struct pool *p = pool_by_id(m, pool_id);
 	if (!p || !obj || !free_list || !keys || !(used = calloc((p->capacity + 7) / 8, 1)))
 		goto fail;
-	for (struct page *pg = p->lru_tail; pg; pg = pg->lru_prev) {
+	for (struct page *pg = p->lru_tail; pg; pg = page_at(pg->lru_prev)) {
 		char text[META_NAME_MAX + 1];
 		json_t *name = json_string(pname_text(pg, text)); /* NULL: not UTF-8 */
 		if (!name) {

@@ -1,7 +1,8 @@
 /*
  * table.c - the two page hash tables of the in-memory index: by
  * (pool, name) for lookups and by id for inode numbers. Chained, power of
- * two buckets, doubling at load factor 1. Keys are hashed with xxhash.
+ * two buckets, doubling at load factor 1; buckets and chains hold page
+ * references (arena.c). Keys are hashed with xxhash.
  * Callers hold meta.lock.
  */
 #include "meta/internal.h"
@@ -45,22 +46,20 @@ static uint64_t id_hash(uint64_t id)
 static void grow(struct page_table *t, int by_name)
 {
 	uint64_t n = (t->mask + 1) * 2;
-	struct page **b = calloc(n, sizeof(*b));
+	uint32_t *b = calloc(n, sizeof(*b));
 
 	if (!b)
 		return;
 	for (uint64_t i = 0; i <= t->mask; i++) {
-		struct page *p = t->buckets[i];
-		while (p) {
-			struct page *next = by_name ? p->name_next : p->id_next;
+		uint32_t r = t->buckets[i];
+		while (r) {
+			struct page *p = page_at(r);
+			uint32_t *link = by_name ? &p->name_next : &p->id_next;
+			uint32_t next = *link;
 			uint64_t h = (by_name ? p->name_hash : id_hash(p->id)) & (n - 1);
-			if (by_name) {
-				p->name_next = b[h];
-			} else {
-				p->id_next = b[h];
-			}
-			b[h] = p;
-			p = next;
+			*link = b[h];
+			b[h] = r;
+			r = next;
 		}
 	}
 	free(t->buckets);
@@ -74,18 +73,19 @@ void table_add_name(struct page_table *t, struct page *p)
 		grow(t, 1);
 	uint64_t h = p->name_hash & t->mask;
 	p->name_next = t->buckets[h];
-	t->buckets[h] = p;
+	t->buckets[h] = page_ref(p);
 	t->count++;
 }
 
 void table_del_name(struct page_table *t, struct page *p)
 {
-	struct page **pp = &t->buckets[p->name_hash & t->mask];
+	uint32_t ref = page_ref(p);
 
-	for (; *pp; pp = &(*pp)->name_next) {
-		if (*pp == p) {
+	for (uint32_t *pp = &t->buckets[p->name_hash & t->mask]; *pp;
+	     pp = &page_at(*pp)->name_next) {
+		if (*pp == ref) {
 			*pp = p->name_next;
-			p->name_next = NULL;
+			p->name_next = 0;
 			t->count--;
 			return;
 		}
@@ -98,18 +98,19 @@ void table_add_id(struct page_table *t, struct page *p)
 		grow(t, 0);
 	uint64_t h = id_hash(p->id) & t->mask;
 	p->id_next = t->buckets[h];
-	t->buckets[h] = p;
+	t->buckets[h] = page_ref(p);
 	t->count++;
 }
 
 void table_del_id(struct page_table *t, struct page *p)
 {
-	struct page **pp = &t->buckets[id_hash(p->id) & t->mask];
+	uint32_t ref = page_ref(p);
 
-	for (; *pp; pp = &(*pp)->id_next) {
-		if (*pp == p) {
+	for (uint32_t *pp = &t->buckets[id_hash(p->id) & t->mask]; *pp;
+	     pp = &page_at(*pp)->id_next) {
+		if (*pp == ref) {
 			*pp = p->id_next;
-			p->id_next = NULL;
+			p->id_next = 0;
 			t->count--;
 			return;
 		}
@@ -128,12 +129,13 @@ void table_prefetch_id(const struct page_table *t, uint64_t id)
 
 struct page *table_bucket_name(const struct page_table *t, uint64_t h)
 {
-	return t->buckets[h & t->mask];
+	return page_at(t->buckets[h & t->mask]);
 }
 
 struct page *table_find_id(const struct page_table *t, uint64_t id)
 {
-	for (struct page *p = t->buckets[id_hash(id) & t->mask]; p; p = p->id_next)
+	for (struct page *p = page_at(t->buckets[id_hash(id) & t->mask]); p;
+	     p = page_at(p->id_next))
 		if (p->id == id)
 			return p;
 	return NULL;
@@ -149,7 +151,7 @@ static struct page *chain_find(struct page *p, uint64_t h, uint32_t pool_id, con
 
 	if (pending)
 		*pending = 0;
-	for (; p; p = p->name_next) {
+	for (; p; p = page_at(p->name_next)) {
 		if (p->name_hash != h || p->pool->id != pool_id || !pname_eq(p, name, len))
 			continue;
 		if (p->committed) {
@@ -169,18 +171,19 @@ struct page *table_find_name(const struct page_table *t, uint32_t pool_id, const
 	size_t len = strlen(name);
 	uint64_t h = name_hash(pool_id, name, len);
 
-	return chain_find(t->buckets[h & t->mask], h, pool_id, name, len, pending);
+	return chain_find(page_at(t->buckets[h & t->mask]), h, pool_id, name, len, pending);
 }
 
 struct page *table_find_hashed(const struct page_table *t, uint64_t h, uint32_t pool_id,
                                const char *name, size_t len)
 {
-	return chain_find(t->buckets[h & t->mask], h, pool_id, name, len, NULL);
+	return chain_find(page_at(t->buckets[h & t->mask]), h, pool_id, name, len, NULL);
 }
 
 struct page *table_find_same(const struct page_table *t, const struct page *b)
 {
-	for (struct page *p = t->buckets[b->name_hash & t->mask]; p; p = p->name_next)
+	for (struct page *p = page_at(t->buckets[b->name_hash & t->mask]); p;
+	     p = page_at(p->name_next))
 		if (p->committed && p->name_hash == b->name_hash && p->pool == b->pool &&
 		    pname_same(p, b))
 			return p;
@@ -208,7 +211,7 @@ static void group_heads(const struct page_table *t, uint32_t pool_id, const char
 		__builtin_prefetch(&t->buckets[h[i] & t->mask]);
 	}
 	for (size_t i = 0; i < g; i++) {
-		struct page *p = names[i] ? t->buckets[h[i] & t->mask] : NULL;
+		struct page *p = names[i] ? page_at(t->buckets[h[i] & t->mask]) : NULL;
 		head[i] = p;
 		if (p) { /* its lookup fields, and a name of the length sought */
 			const char *a = (const char *)&p->name_hash;
@@ -221,7 +224,7 @@ static void group_heads(const struct page_table *t, uint32_t pool_id, const char
 	for (size_t i = 0; i < g; i++) {
 		const struct page *p = head[i];
 		if (p && p->name_hash != h[i] && p->name_next)
-			page_prefetch_chain(p->name_next);
+			page_prefetch_chain(page_at(p->name_next));
 	}
 }
 

@@ -30,7 +30,7 @@ static void round_trip(const char *name)
 	cr_assert_eq(p->name_len, strlen(name));
 	cr_assert_str_eq(pname_text(p, out), name);
 	cr_assert(pname_eq(p, name, strlen(name)), "'%s' is not equal to itself", name);
-	free(p);
+	page_free(p);
 }
 
 Test(pname, round_trips)
@@ -45,7 +45,7 @@ Test(pname, round_trips)
 	const char *names[] = {
 		sha,
 		"0f3a9c1e5b7d2468ace0135792468bdf0f3a9c1e5b7d2468ace0135792468bdf_Qwen-Qwen3-32B_0_"
-	        "2.bin",
+		"2.bin",
 		"0F3A9C1E", /* uppercase: held as text */
 		"abc",      /* odd run: "ab" packed, "c" as text */
 		"a",
@@ -79,7 +79,7 @@ Test(pname, packs_hex_prefixes_only)
 	cr_assert_eq(p->packed[0], 0x0a);
 	cr_assert_eq(p->packed[3], 0x3d);
 	cr_assert_eq(memcmp(p->packed + 4, ".bin", 4), 0);
-	free(p);
+	page_free(p);
 }
 
 Test(pname, equal_only_to_the_same_text)
@@ -98,7 +98,7 @@ Test(pname, equal_only_to_the_same_text)
 	cr_assert_eq(sha[3], 'a');
 	cr_assert_not(pname_eq(p, other, 64));
 	cr_assert_not(pname_eq(p, sha, 63)); /* a prefix */
-	free(p);
+	page_free(p);
 
 	struct page *a = make("abc_x"), *b = make("abc_x"), *c = make("abc_y"), *d = make("ABC_x");
 	cr_assert(pname_same(a, b));
@@ -113,18 +113,18 @@ Test(pname, equal_only_to_the_same_text)
 	cr_assert_not_null(raw);
 	cr_assert_not(pname_same(a, raw));
 	cr_assert_not(pname_eq(raw, "abc_x", 5));
-	free(raw);
-	free(a);
-	free(b);
-	free(c);
-	free(d);
+	page_free(raw);
+	page_free(a);
+	page_free(b);
+	page_free(c);
+	page_free(d);
 }
 
 Test(pname, hex_names_take_less_memory)
 {
 	/* What the structures hold: the fixed part and the packed name. */
-	cr_assert_leq(offsetof(struct page, packed) + pname_size(sha, 64), 144);
-	cr_assert_leq(offsetof(struct page, packed) + 32 + 23, 168);
+	cr_assert_leq(offsetof(struct page, packed) + pname_size(sha, 64), 128);
+	cr_assert_leq(offsetof(struct page, packed) + 32 + 23, 152);
 }
 
 /* Names with a hex run of every length, ended by every kind of byte that
@@ -157,7 +157,35 @@ Test(pname, every_run_length)
 			other[at] = other[at] == 'a' ? 'b' : 'a';
 			cr_assert_not(pname_eq(p, other, len), "len %zu run %zu at %zu", len, run,
 			              at);
-			free(p);
+			page_free(p);
 		}
 	}
+}
+
+/* The arena (meta/arena.c) that pages live in: references name pages,
+ * freed pieces are reused for pages of their size, pieces come zeroed. */
+Test(arena, references_and_reuse)
+{
+	size_t live = arena_live();
+	struct page *a = make(sha), *b = make("page-b");
+
+	cr_assert_eq(arena_live(), live + 2);
+	cr_assert_neq(page_ref(a), 0);
+	cr_assert_eq(page_at(page_ref(a)), a);
+	cr_assert_eq(page_at(page_ref(b)), b);
+	cr_assert_null(page_at(0));
+	cr_assert_eq(page_ref(NULL), 0);
+	cr_assert_eq((uintptr_t)a % 8, 0, "pages are 8-byte aligned");
+	a->id = 77;
+	a->lru_next = page_ref(b);
+	page_free(a);
+	cr_assert_eq(arena_live(), live + 1);
+	struct page *c = make(sha); /* same size: the piece a had */
+	cr_assert_eq(c, a);
+	cr_assert_eq(c->id, 0, "a reused piece comes zeroed");
+	cr_assert_eq(c->lru_next, 0);
+	page_free(c);
+	page_free(b);
+	cr_assert_eq(arena_live(), live);
+	cr_assert_null(arena_alloc(ARENA_MAX_PIECE + 1));
 }
