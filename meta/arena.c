@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -67,8 +68,11 @@ static int reserve(void)
 		if (a == MAP_FAILED)
 			continue;
 		/* As the heap (README, Decisions): fewer first-touch faults
-		 * while an index loads, fewer TLB misses on lookups. */
-		(void)madvise(a, size, MADV_HUGEPAGE);
+		 * while an index loads, fewer TLB misses on lookups; and as
+		 * for the heap, PAGEFS_HUGE_HEAP=0 turns it off. */
+		const char *huge = getenv("PAGEFS_HUGE_HEAP");
+		if (!huge || strcmp(huge, "0") != 0)
+			(void)madvise(a, size, MADV_HUGEPAGE);
 		POISON(a, size);
 		arena_base = a;
 		reserved = size;
