@@ -18,7 +18,8 @@
  *
  * Under AddressSanitizer free pieces are poisoned and every piece is
  * followed by an 8-byte poisoned gap, so a use after free or a write past
- * a page's name is still reported.
+ * a page's name is still reported (the untouched rest of the region is
+ * not poisoned: its shadow would be 4 GiB).
  */
 #include "meta/internal.h"
 
@@ -73,7 +74,6 @@ static int reserve(void)
 		const char *huge = getenv("PAGEFS_HUGE_HEAP");
 		if (!huge || strcmp(huge, "0") != 0)
 			(void)madvise(a, size, MADV_HUGEPAGE);
-		POISON(a, size);
 		arena_base = a;
 		reserved = size;
 		top = UNIT; /* offset 0 is the null reference */
@@ -98,9 +98,11 @@ void *arena_alloc(size_t size)
 		UNPOISON(p, n);
 		memcpy(&free_head[n / UNIT], p, sizeof(uint32_t));
 	} else if (top + n + GAP <= reserved) {
+		/* Nothing above top was ever poisoned: poisoning the whole
+		 * region would touch 4 GiB of ASan's shadow memory. */
 		p = arena_base + top;
+		POISON((unsigned char *)p + n, GAP);
 		top += n + GAP;
-		UNPOISON(p, n);
 	}
 	if (p) {
 		memset(p, 0, n);
