@@ -1,9 +1,11 @@
 /*
  * fuzz_names.c - libFuzzer target for the parsers of names and sizes
  * (meta/names.c): meta_parse_size, meta_parse_rank, meta_check_ns,
- * meta_check_name, meta_check_prefix. The input is one C string (cut at
- * its first NUL); each parser's answer is checked against its contract.
+ * meta_check_name, meta_check_prefix; and the packed form a page keeps
+ * of a valid name (meta/pname.c). The input is one C string (cut at its
+ * first NUL); each parser's answer is checked against its contract.
  */
+#include "meta/internal.h"
 #include "meta/meta.h"
 
 #include <errno.h>
@@ -73,6 +75,17 @@ static void check_name(const char *s)
 	CHECK(n >= 1 && n <= META_NAME_MAX, "name of %zu bytes accepted", n);
 	CHECK(!strchr(s, '/'), "name with '/' accepted");
 	CHECK(strcmp(s, ".") != 0 && strcmp(s, "..") != 0, "'%s' accepted", s);
+
+	/* a page of that name gives it back, and equals it and nothing else */
+	char text[META_NAME_MAX + 1], other[META_NAME_MAX + 1];
+	struct page *p = page_alloc(s, n);
+	CHECK(p != NULL, "page_alloc('%s') failed", s);
+	CHECK(strcmp(pname_text(p, text), s) == 0, "'%s' unpacks as '%s'", s, text);
+	CHECK(pname_eq(p, s, n), "'%s' is not its own name", s);
+	memcpy(other, s, n + 1);
+	other[n - 1] ^= 1; /* another name of the same length */
+	CHECK(!pname_eq(p, other, n), "'%s' equals '%s'", s, other);
+	page_free(p);
 }
 
 static void check_prefix(const char *s)
