@@ -58,9 +58,16 @@ struct page {
 	uint32_t name_next; /* meta.by_name chain */
 	uint16_t name_len;  /* of the name as text */
 	uint8_t name_hex;   /* leading name bytes held packed: pname.c */
+	uint8_t name_tail;  /* 1: the rest is an interned tail's id (tails.c) */
 	struct pool *pool;
 	unsigned char packed[]; /* the name as pname.c packs it, no NUL */
 };
+
+/* tails.c: texts after the hex digits of names, interned (ids 1 to
+ * TAILS_MAX; 0: not interned: empty, over 255 bytes or the table full). */
+#define TAILS_MAX 65535u
+uint16_t tail_intern(const char *s, size_t len);
+const char *tail_text(uint16_t id, size_t *len);
 
 /* arena.c: where pages live; a piece is at most ARENA_MAX_PIECE bytes. */
 #define ARENA_MAX_PIECE 512u
@@ -476,6 +483,8 @@ size_t pname_size(const char *name, size_t len);
 void pname_set(struct page *p, const char *name, size_t len);
 /* Whether p is named name (len bytes). */
 int pname_eq(const struct page *p, const char *name, size_t len);
+/* Bytes of packed[] that p's name takes. */
+size_t pname_stored(const struct page *p);
 /* Whether a and b have the same name. */
 int pname_same(const struct page *a, const struct page *b);
 /* The name as text into out (name_len + 1 bytes); returns out. */

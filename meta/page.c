@@ -71,7 +71,7 @@ struct page *page_alloc(const char *name, size_t len)
 void page_free(struct page *p)
 {
 	if (p)
-		arena_free(p, page_size(p->name_hex / 2u + (p->name_len - p->name_hex)));
+		arena_free(p, page_size(pname_stored(p)));
 }
 
 static void lru_remove(struct pool *pool, struct page *p)

@@ -9,9 +9,12 @@
  * name_hex / 2 bytes, the rest of the name after it, without a NUL.
  * Only lowercase digits are packed, so a name has one packed form and
  * unpacking gives back the exact text; a name without such a run is held
- * as text (name_hex 0). Lookups hash and compare the text: the packed
- * form is only unpacked where a page's hash already matched, 32 digits
- * at a time with SSE2 (a digit at a time cost a lookup 500 instructions).
+ * as text (name_hex 0). After a run of at least TAIL_MIN_HEX digits, the
+ * rest of the name (if 3 bytes or more) is held as the 2-byte id of its
+ * interned text (tails.c: SGLang's file names share it). Lookups hash and
+ * compare the text: the packed form is only unpacked where a page's hash
+ * already matched, 32 digits at a time with SSE2 (a digit at a time cost
+ * a lookup 500 instructions).
  */
 #include "meta/internal.h"
 
@@ -26,6 +29,9 @@ static const uint8_t nibble[256] = {
 }; /* value + 1, so that every other entry, left 0, means "not a digit" */
 
 static const char digits[] = "0123456789abcdef";
+
+#define TAIL_MIN_HEX 16 /* digits before a tail worth interning: a hash */
+#define TAIL_MIN_LEN 3  /* bytes of tail worth an id of 2 */
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -87,11 +93,39 @@ static size_t hex_run(const char *name, size_t len)
 	return n & ~(size_t)1;
 }
 
+/* The interned id of the tail of name after its hex digits, or 0. */
+static uint16_t tail_of(const char *name, size_t len, size_t hex)
+{
+	if (hex < TAIL_MIN_HEX || len - hex < TAIL_MIN_LEN)
+		return 0;
+	return tail_intern(name + hex, len - hex);
+}
+
 size_t pname_size(const char *name, size_t len)
 {
 	size_t hex = hex_run(name, len);
 
-	return hex / 2 + (len - hex);
+	return hex / 2 + (tail_of(name, len, hex) ? sizeof(uint16_t) : len - hex);
+}
+
+size_t pname_stored(const struct page *p)
+{
+	return p->name_hex / 2u +
+	       (p->name_tail ? sizeof(uint16_t) : (size_t)(p->name_len - p->name_hex));
+}
+
+/* The text after p's digits, and its length. */
+static const char *rest_of(const struct page *p, size_t *len)
+{
+	const unsigned char *rest = p->packed + p->name_hex / 2;
+	uint16_t id;
+
+	if (!p->name_tail) {
+		*len = p->name_len - p->name_hex;
+		return (const char *)rest;
+	}
+	memcpy(&id, rest, sizeof(id));
+	return tail_text(id, len);
 }
 
 void pname_set(struct page *p, const char *name, size_t len)
@@ -111,9 +145,14 @@ void pname_set(struct page *p, const char *name, size_t len)
 	for (; i < hex; i += 2)
 		p->packed[i / 2] = (unsigned char)(((nibble[(uint8_t)name[i]] - 1) << 4) |
 		                                   (nibble[(uint8_t)name[i + 1]] - 1));
-	memcpy(p->packed + hex / 2, name + hex, len - hex);
+	uint16_t id = tail_of(name, len, hex); /* interned by pname_size already */
+	if (id)
+		memcpy(p->packed + hex / 2, &id, sizeof(id));
+	else
+		memcpy(p->packed + hex / 2, name + hex, len - hex);
 	p->name_len = (uint16_t)len;
 	p->name_hex = (uint8_t)hex;
+	p->name_tail = id != 0;
 }
 
 int pname_eq(const struct page *p, const char *name, size_t len)
@@ -138,13 +177,20 @@ int pname_eq(const struct page *p, const char *name, size_t len)
 		if (name[i] != digits[b >> 4] || name[i + 1] != digits[b & 15])
 			return 0;
 	}
-	return memcmp(p->packed + hex / 2, name + hex, len - hex) == 0;
+	size_t n;
+	const char *rest = rest_of(p, &n);
+	return n == len - hex && memcmp(rest, name + hex, n) == 0;
 }
 
 int pname_same(const struct page *a, const struct page *b)
 {
-	return a->name_len == b->name_len && a->name_hex == b->name_hex &&
-	       memcmp(a->packed, b->packed, a->name_hex / 2u + (a->name_len - a->name_hex)) == 0;
+	char text[META_NAME_MAX + 1];
+
+	if (a->name_len != b->name_len || a->name_hex != b->name_hex)
+		return 0;
+	if (a->name_tail == b->name_tail) /* one form: an interned text has one id */
+		return memcmp(a->packed, b->packed, pname_stored(a)) == 0;
+	return pname_eq(a, pname_text(b, text), b->name_len);
 }
 
 char *pname_text(const struct page *p, char *out)
@@ -164,7 +210,9 @@ char *pname_text(const struct page *p, char *out)
 		out[i] = digits[b >> 4];
 		out[i + 1] = digits[b & 15];
 	}
-	memcpy(out + hex, p->packed + hex / 2, p->name_len - hex);
+	size_t n;
+	const char *rest = rest_of(p, &n);
+	memcpy(out + hex, rest, n);
 	out[p->name_len] = '\0';
 	return out;
 }

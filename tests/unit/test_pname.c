@@ -67,12 +67,12 @@ Test(pname, packs_hex_prefixes_only)
 
 	cr_assert_eq(pname_size(sha, 64), 32);
 	snprintf(suffixed, sizeof(suffixed), "%s_Qwen-Qwen3-32B_0_2.bin", sha);
-	cr_assert_eq(pname_size(suffixed, strlen(suffixed)), 32 + 23);
-	cr_assert_eq(pname_size("abc", 3), 2);           /* 0xab, 'c' */
-	cr_assert_eq(pname_size("ABCDEF", 6), 6);        /* uppercase stays text */
-	cr_assert_eq(pname_size("x0123456", 8), 8);      /* not at the start */
-	cr_assert_eq(pname_size("page-00001", 10), 10);  /* no run of two */
-	cr_assert_eq(pname_size("0a1b2c3d.bin", 12), 8); /* 4 bytes + ".bin" */
+	cr_assert_eq(pname_size(suffixed, strlen(suffixed)), 32 + 2); /* the tail interned */
+	cr_assert_eq(pname_size("abc", 3), 2);                        /* 0xab, 'c' */
+	cr_assert_eq(pname_size("ABCDEF", 6), 6);                     /* uppercase stays text */
+	cr_assert_eq(pname_size("x0123456", 8), 8);                   /* not at the start */
+	cr_assert_eq(pname_size("page-00001", 10), 10);               /* no run of two */
+	cr_assert_eq(pname_size("0a1b2c3d.bin", 12), 8);              /* 4 bytes + ".bin" */
 
 	struct page *p = make("0a1b2c3d.bin");
 	cr_assert_eq(p->name_hex, 8);
@@ -124,7 +124,7 @@ Test(pname, hex_names_take_less_memory)
 {
 	/* What the structures hold: the fixed part and the packed name. */
 	cr_assert_leq(offsetof(struct page, packed) + pname_size(sha, 64), 128);
-	cr_assert_leq(offsetof(struct page, packed) + 32 + 23, 152);
+	cr_assert_leq(offsetof(struct page, packed) + 32 + 2, 136);
 }
 
 /* Names with a hex run of every length, ended by every kind of byte that
@@ -145,10 +145,12 @@ Test(pname, every_run_length)
 				name[run] = stops[(seed >> 7) % sizeof(stops)];
 			name[len] = '\0';
 			size_t hex = (run > 254 ? 254 : run) & ~(size_t)1;
+			int interned = hex >= 16 && len - hex >= 3; /* the table never fills here */
 			struct page *p = page_alloc(name, len);
 			cr_assert_not_null(p);
 			cr_assert_eq(p->name_hex, hex, "len %zu run %zu", len, run);
-			cr_assert_eq(pname_size(name, len), hex / 2 + (len - hex));
+			cr_assert_eq(p->name_tail, interned, "len %zu run %zu", len, run);
+			cr_assert_eq(pname_size(name, len), hex / 2 + (interned ? 2 : len - hex));
 			cr_assert_eq(memcmp(pname_text(p, out), name, len + 1), 0,
 			             "len %zu run %zu", len, run);
 			cr_assert(pname_eq(p, name, len));
@@ -188,4 +190,76 @@ Test(arena, references_and_reuse)
 	page_free(b);
 	cr_assert_eq(arena_live(), live);
 	cr_assert_null(arena_alloc(ARENA_MAX_PIECE + 1));
+}
+
+/* Tails after a hash (tails.c): one id per text, shared by every page
+ * that ends so; a name that is not a hash keeps its own text. */
+Test(pname, tails_after_a_hash_are_shared)
+{
+	char a_name[128], b_name[128], c_name[128], out[256];
+
+	snprintf(a_name, sizeof(a_name), "%s_Qwen-Qwen3-32B_0_2.bin", sha);
+	snprintf(b_name, sizeof(b_name), "%.62s17_Qwen-Qwen3-32B_0_2.bin", sha);
+	snprintf(c_name, sizeof(c_name), "%s_Qwen-Qwen3-32B_1_2.bin", sha);
+	struct page *a = make(a_name), *b = make(b_name), *c = make(c_name);
+	cr_assert(a->name_tail && b->name_tail && c->name_tail);
+	cr_assert_eq(pname_stored(a), 34);
+	cr_assert_eq(memcmp(a->packed + 32, b->packed + 32, 2), 0, "one id for one text");
+	cr_assert_neq(memcmp(a->packed + 32, c->packed + 32, 2), 0, "another text, another id");
+	cr_assert_str_eq(pname_text(a, out), a_name);
+	cr_assert_str_eq(pname_text(c, out), c_name);
+	cr_assert(pname_eq(a, a_name, strlen(a_name)));
+	cr_assert_not(pname_eq(a, c_name, strlen(c_name)));
+	cr_assert_not(pname_eq(a, b_name, strlen(b_name)));
+	cr_assert_not(pname_same(a, c));
+
+	struct page *short_hex = make("0a1b2c3d_Qwen-Qwen3-32B_0_2.bin"); /* 8 digits: no hash */
+	cr_assert_not(short_hex->name_tail);
+	cr_assert_eq(pname_stored(short_hex), 4 + 23);
+
+	/* the same name held inline (as it would be had the table been
+	 * full when its tail first came) is still the same name */
+	size_t n = strlen(a_name);
+	struct page *inline_a = arena_alloc(offsetof(struct page, packed) + 32 + (n - 64));
+	cr_assert_not_null(inline_a);
+	memcpy(inline_a->packed, a->packed, 32);
+	memcpy(inline_a->packed + 32, a_name + 64, n - 64);
+	inline_a->name_len = (uint16_t)n;
+	inline_a->name_hex = 64;
+	cr_assert_str_eq(pname_text(inline_a, out), a_name);
+	cr_assert(pname_same(a, inline_a));
+	cr_assert(pname_same(inline_a, a));
+	cr_assert_not(pname_same(inline_a, c));
+	page_free(inline_a);
+	page_free(short_hex);
+	page_free(a);
+	page_free(b);
+	page_free(c);
+}
+
+Test(pname, a_full_tail_table_leaves_new_tails_inline)
+{
+	char name[128], tail[32], out[256];
+	uint16_t known = tail_intern("_known.bin", 10);
+
+	cr_assert_neq(known, 0);
+	for (unsigned i = 1; i < TAILS_MAX; i++) {
+		int len = snprintf(tail, sizeof(tail), "_filler_%u", i);
+		cr_assert_neq(tail_intern(tail, (size_t)len), 0, "tail %u", i);
+	}
+	cr_assert_eq(tail_intern("_one_too_many", 13), 0, "the table is full");
+	cr_assert_eq(tail_intern("_known.bin", 10), known, "an interned text keeps its id");
+
+	snprintf(name, sizeof(name), "%s_new.bin", sha);
+	struct page *p = make(name);
+	cr_assert_not(p->name_tail);
+	cr_assert_eq(pname_stored(p), 32 + 8);
+	cr_assert_str_eq(pname_text(p, out), name);
+	cr_assert(pname_eq(p, name, strlen(name)));
+	page_free(p);
+	snprintf(name, sizeof(name), "%s_known.bin", sha);
+	p = make(name);
+	cr_assert(p->name_tail);
+	cr_assert_str_eq(pname_text(p, out), name);
+	page_free(p);
 }
