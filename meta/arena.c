@@ -9,8 +9,11 @@
  * to 8 and every link to it 4 bytes.
  *
  * The region is reserved once per process (32 GiB of address space, less
- * where that is refused; MAP_NORESERVE, so only what is touched counts)
- * and shared by every index the process opens. Pieces come from the top
+ * where that is refused) without access, and made writable GROW bytes at
+ * a time as pieces are handed out: only that part is memory the kernel
+ * accounts for, a core dump holds, or valgrind's leak check scans (it
+ * read all 32 GiB at every daemon's exit). It is shared by every index
+ * the process opens. Pieces come from the top
  * of the used part, or from a free list per size (freed pieces of that
  * size, linked through their first 4 bytes). Nothing is given back to the
  * kernel: freed pieces are reused, as malloc would reuse them. One mutex;
@@ -50,6 +53,7 @@
 #endif
 
 #define UNIT 8u
+#define GROW ((size_t)64 << 20) /* bytes made writable at a time */
 #define CLASSES (ARENA_MAX_PIECE / UNIT + 1)
 
 unsigned char *arena_base;
@@ -57,6 +61,7 @@ unsigned char *arena_base;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static size_t reserved;             /* bytes of address space */
 static size_t top;                  /* bytes handed out from the start */
+static size_t writable;             /* bytes made writable from the start */
 static uint32_t free_head[CLASSES]; /* per size / UNIT: first free piece */
 static atomic_size_t live;          /* pieces handed out and not freed */
 
@@ -64,8 +69,8 @@ static atomic_size_t live;          /* pieces handed out and not freed */
 static int reserve(void)
 {
 	for (size_t size = (size_t)32 << 30; size >= ((size_t)64 << 20); size /= 4) {
-		void *a = mmap(NULL, size, PROT_READ | PROT_WRITE,
-		               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		void *a = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		               -1, 0);
 		if (a == MAP_FAILED)
 			continue;
 		/* As the heap (README, Decisions): fewer first-touch faults
@@ -80,6 +85,20 @@ static int reserve(void)
 		return 0;
 	}
 	return -ENOMEM;
+}
+
+/* Makes the region writable up to at least end. 0 or -ENOMEM. */
+static int grow_to(size_t end)
+{
+	size_t want = writable;
+
+	while (want < end && want < reserved)
+		want = want + GROW < reserved ? want + GROW : reserved;
+	if (want < end ||
+	    mprotect(arena_base + writable, want - writable, PROT_READ | PROT_WRITE) < 0)
+		return -ENOMEM;
+	writable = want;
+	return 0;
 }
 
 void *arena_alloc(size_t size)
@@ -97,7 +116,7 @@ void *arena_alloc(size_t size)
 		p = arena_base + (size_t)head * UNIT;
 		UNPOISON(p, n);
 		memcpy(&free_head[n / UNIT], p, sizeof(uint32_t));
-	} else if (top + n + GAP <= reserved) {
+	} else if (top + n + GAP <= writable || grow_to(top + n + GAP) == 0) {
 		/* Nothing above top was ever poisoned: poisoning the whole
 		 * region would touch 4 GiB of ASan's shadow memory. */
 		p = arena_base + top;
