@@ -772,15 +772,20 @@ int pg_apply(struct store *base, struct rec *r)
 	 * failure) cancels this record's statements only: back to its
 	 * savepoint, which frees what they locked and lets the other go on,
 	 * and run them again. Two nodes met here updating atimes and
-	 * dropping pages in different orders. Not for a record that locked
-	 * its pool: going back to the savepoint would free that lock too. */
-	for (int tries = 0; rc == -EDEADLK && !pool_locked && tries < PG_DEADLOCK_TRIES &&
+	 * dropping pages in different orders. Going back to the savepoint
+	 * frees the pool lock too: a commit takes it again; a lease or a
+	 * pool's retirement, whose statements build on what they found
+	 * under it, is not run again. */
+	int again = !pool_locked || r->type == REC_COMMIT;
+	for (int tries = 0; rc == -EDEADLK && again && tries < PG_DEADLOCK_TRIES &&
 	                    PQstatus(s->conn) == CONNECTION_OK;
 	     tries++) {
 		log_info("index (PostgreSQL): record %d met another node's transaction; again",
 		         (int)r->type);
 		exec_simple(s, "ROLLBACK TO SAVEPOINT rec");
-		rc = apply_one(s, r);
+		rc = pool_locked ? pool_lock(s, "", r->pool_id, 0) : 0;
+		if (rc == 0)
+			rc = apply_one(s, r);
 	}
 	if (rc == -EDEADLK)
 		rc = -EIO;

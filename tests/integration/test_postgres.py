@@ -99,19 +99,18 @@ def test_lost_connections_fail_commits_only_with_eio_and_lose_nothing_that_retur
     print(f"{len(ok)} commits ok, {len(failed)} failed with EIO, {killed} sessions ended")
 
 
-def deadlocks_on_delete(m, times):
-    """Makes PostgreSQL cancel the next `times` deletions of a page row with
-    SQLSTATE 40P01, as it cancels the loser of a real deadlock between two
-    nodes' transactions (which cannot be made to happen on demand): a
-    trigger that counts on a sequence, which a rollback does not take back.
-    A deletion, not a commit: a commit on a shared index locks its pool
-    first and is not run again (pg_apply)."""
+def deadlocks_on(m, op, times):
+    """Makes PostgreSQL cancel the next `times` inserts or deletions (op) of
+    a page row with SQLSTATE 40P01, as it cancels the loser of a real
+    deadlock between two nodes' transactions (which cannot be made to
+    happen on demand): a trigger that counts on a sequence, which a
+    rollback does not take back."""
     H.psql("CREATE SEQUENCE test_deadlocks;"
            " CREATE FUNCTION test_deadlock() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
            f" IF nextval('test_deadlocks') <= {times} THEN"
            " RAISE EXCEPTION 'test: deadlock detected' USING ERRCODE = '40P01'; END IF;"
-           " RETURN OLD; END $$;"
-           " CREATE TRIGGER test_deadlock BEFORE DELETE ON pagefs_pages"
+           f" RETURN {'NEW' if op == 'INSERT' else 'OLD'}; END $$;"
+           f" CREATE TRIGGER test_deadlock BEFORE {op} ON pagefs_pages"
            " FOR EACH ROW EXECUTE FUNCTION test_deadlock()", uri=m.meta)
 
 
@@ -125,7 +124,7 @@ def test_a_change_cancelled_as_a_deadlock_is_run_again(mount):
     pool = m.pool()
     write_page(pool / "p", b"x")
     write_page(pool / "q", b"y")
-    deadlocks_on_delete(m, 2)
+    deadlocks_on(m, "DELETE", 2)
     os.unlink(pool / "p")  # cancelled twice, then through
     assert deadlocks_met(m) == 3, "two cancelled deletions, then the one that went through"
     assert m.log_tail().count("met another node's transaction; again") == 2, m.log_tail()
@@ -138,7 +137,7 @@ def test_a_change_cancelled_every_time_fails_with_eio_and_changes_nothing(mount)
     m = pg_mount(mount)
     pool = m.pool()
     write_page(pool / "p", b"x")
-    deadlocks_on_delete(m, 1000)
+    deadlocks_on(m, "DELETE", 1000)
     with pytest.raises(OSError) as e:
         os.unlink(pool / "p")
     assert e.value.errno == errno.EIO, e.value
@@ -150,6 +149,37 @@ def test_a_change_cancelled_every_time_fails_with_eio_and_changes_nothing(mount)
     os.unlink(pool / "p")
     m.remount()
     assert os.listdir(pool) == []
+
+
+def test_a_commit_cancelled_as_a_deadlock_takes_its_pool_lock_and_runs_again(mount):
+    m = pg_mount(mount)
+    pool = m.pool()
+    write_page(pool / "before", b"x")  # the pool exists: only the page below inserts
+    deadlocks_on(m, "INSERT", 2)
+    data = os.urandom(50000)
+    write_page(pool / "p", data)  # cancelled twice, then through
+    assert deadlocks_met(m) == 3, "two cancelled commits, then the one that went through"
+    assert m.log_tail().count("met another node's transaction; again") == 2, m.log_tail()
+    m.remount()
+    assert_bytes_equal(read_page(pool / "p"), data, "the page after two retries")
+    assert sorted(os.listdir(pool)) == ["before", "p"]
+
+
+def test_a_commit_cancelled_every_time_fails_its_close_with_eio(mount):
+    m = pg_mount(mount)
+    pool = m.pool()
+    write_page(pool / "before", b"x")
+    deadlocks_on(m, "INSERT", 1000)
+    with pytest.raises(OSError) as e:
+        write_page(pool / "p", b"data")
+    assert e.value.errno == errno.EIO, e.value
+    assert deadlocks_met(m) == 4, "the first run and 3 more (PG_DEADLOCK_TRIES), no more"
+    assert sorted(os.listdir(pool)) == ["before"]
+    H.psql("DROP TRIGGER test_deadlock ON pagefs_pages", uri=m.meta)
+    write_page(pool / "p", b"data")  # the name and a slot are free again
+    m.remount()
+    assert read_page(pool / "p") == b"data"
+    assert sorted(os.listdir(pool)) == ["before", "p"]
 
 
 def test_fsck_and_export_json_take_a_postgres_uri(mount):
