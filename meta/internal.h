@@ -451,7 +451,7 @@ struct page *table_find_id(const struct page_table *t, uint64_t id);
 struct page *table_find_name(const struct page_table *t, uint32_t pool_id, const char *name,
                              int *pending);
 /* The committed page of (pool_id, name) whose name_hash is h. */
-struct page *table_find_hashed(const struct page_table *t, uint64_t h, uint32_t pool_id,
+struct page *table_find_hashed(const struct page_table *t, uint32_t h, uint32_t pool_id,
                                const char *name, size_t len);
 /* The committed page of b's name (in b's pool), b itself if committed. */
 struct page *table_find_same(const struct page_table *t, const struct page *b);
@@ -464,7 +464,7 @@ void table_find_names(const struct page_table *t, uint32_t pool_id, const char *
  * (table_find_hashed: they may drop meta.lock between); hs[i] is names[i]'s
  * hash (0 for a NULL name). */
 void table_prefetch_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
-                          const size_t *lens, size_t n, uint64_t *hs);
+                          const size_t *lens, size_t n, uint32_t *hs);
 /* In a loop over pages[0..n) that looks each up by name (and, by_id not
  * NULL, inserts it by id): call at each i first. Loads buckets and chain
  * heads of the pages a few steps ahead, so their misses overlap. */
@@ -472,15 +472,20 @@ void table_prefetch_ahead(const struct page_table *by_name, const struct page_ta
                           struct page *const *pages, size_t n, size_t i);
 /* Start loading the bucket a page of name hash h (by_name) or of id (by_id)
  * goes to: the load inserts a group at a time (load.c). */
-void table_prefetch_name(const struct page_table *t, uint64_t h);
+void table_prefetch_name(const struct page_table *t, uint32_t h);
 void table_prefetch_id(const struct page_table *t, uint64_t id);
 /* The first page of the bucket of name hash h, or NULL. */
-struct page *table_bucket_name(const struct page_table *t, uint64_t h);
+struct page *table_bucket_name(const struct page_table *t, uint32_t h);
 
-/* pname.c: a page's name, packed (the struct's packed[] holds
- * pname_size bytes of it) */
-size_t pname_size(const char *name, size_t len);
-void pname_set(struct page *p, const char *name, size_t len);
+/* pname.c: a page's name, packed. pname_plan works out how (interning
+ * its tail) and returns the bytes of packed[] it takes; pname_set writes
+ * it so into p. */
+struct pname_plan {
+	uint8_t hex;   /* leading digits packed */
+	uint16_t tail; /* the interned tail's id, or 0 */
+};
+size_t pname_plan(const char *name, size_t len, struct pname_plan *plan);
+void pname_set(struct page *p, const char *name, size_t len, const struct pname_plan *plan);
 /* Whether p is named name (len bytes). */
 int pname_eq(const struct page *p, const char *name, size_t len);
 /* Bytes of packed[] that p's name takes. */

@@ -866,7 +866,7 @@ static struct page *find_key(struct meta *m, uint32_t pool_id, const char *key)
 struct keys_ahead {
 	const char *valid[KEYS_CHUNK];
 	size_t len[KEYS_CHUNK];
-	uint64_t h[KEYS_CHUNK];
+	uint32_t h[KEYS_CHUNK];
 };
 
 static void keys_ahead(struct meta *m, uint32_t pool_id, const char *const *keys, size_t n,

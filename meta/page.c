@@ -60,11 +60,12 @@ static size_t page_size(size_t packed)
 
 struct page *page_alloc(const char *name, size_t len)
 {
-	struct page *p = arena_alloc(page_size(pname_size(name, len)));
+	struct pname_plan plan;
+	struct page *p = arena_alloc(page_size(pname_plan(name, len, &plan)));
 
 	if (!p)
 		return NULL;
-	pname_set(p, name, len);
+	pname_set(p, name, len, &plan);
 	return p;
 }
 

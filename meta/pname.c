@@ -21,12 +21,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Nibble of a lowercase hex digit, or 16 for any other byte. */
+/* Nibble + 1 of a lowercase hex digit, 0 for any other byte. */
 static const uint8_t nibble[256] = {
 	['0'] = 1,  ['1'] = 2,  ['2'] = 3,  ['3'] = 4,  ['4'] = 5,  ['5'] = 6,
 	['6'] = 7,  ['7'] = 8,  ['8'] = 9,  ['9'] = 10, ['a'] = 11, ['b'] = 12,
 	['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16,
-}; /* value + 1, so that every other entry, left 0, means "not a digit" */
+};
 
 static const char digits[] = "0123456789abcdef";
 
@@ -101,11 +101,13 @@ static uint16_t tail_of(const char *name, size_t len, size_t hex)
 	return tail_intern(name + hex, len - hex);
 }
 
-size_t pname_size(const char *name, size_t len)
+size_t pname_plan(const char *name, size_t len, struct pname_plan *plan)
 {
 	size_t hex = hex_run(name, len);
 
-	return hex / 2 + (tail_of(name, len, hex) ? sizeof(uint16_t) : len - hex);
+	plan->hex = (uint8_t)hex;
+	plan->tail = tail_of(name, len, hex);
+	return hex / 2 + (plan->tail ? sizeof(uint16_t) : len - hex);
 }
 
 size_t pname_stored(const struct page *p)
@@ -128,9 +130,9 @@ static const char *rest_of(const struct page *p, size_t *len)
 	return tail_text(id, len);
 }
 
-void pname_set(struct page *p, const char *name, size_t len)
+void pname_set(struct page *p, const char *name, size_t len, const struct pname_plan *plan)
 {
-	size_t hex = hex_run(name, len), i = 0;
+	size_t hex = plan->hex, i = 0;
 
 #if defined(__SSE2__)
 	for (; i + 32 <= hex; i += 32) { /* (even << 4) | odd in each 16-bit lane */
@@ -145,14 +147,13 @@ void pname_set(struct page *p, const char *name, size_t len)
 	for (; i < hex; i += 2)
 		p->packed[i / 2] = (unsigned char)(((nibble[(uint8_t)name[i]] - 1) << 4) |
 		                                   (nibble[(uint8_t)name[i + 1]] - 1));
-	uint16_t id = tail_of(name, len, hex); /* interned by pname_size already */
-	if (id)
-		memcpy(p->packed + hex / 2, &id, sizeof(id));
+	if (plan->tail)
+		memcpy(p->packed + hex / 2, &plan->tail, sizeof(plan->tail));
 	else
 		memcpy(p->packed + hex / 2, name + hex, len - hex);
 	p->name_len = (uint16_t)len;
-	p->name_hex = (uint8_t)hex;
-	p->name_tail = id != 0;
+	p->name_hex = plan->hex;
+	p->name_tail = plan->tail != 0;
 }
 
 int pname_eq(const struct page *p, const char *name, size_t len)

@@ -42,6 +42,18 @@ static uint64_t id_hash(uint64_t id)
 	return id * 0x9E3779B97F4A7C15ULL;
 }
 
+/* A page's link in the chain of the table by name (by_name) or by id,
+ * and the hash that picks its bucket there. */
+static uint32_t *link_of(struct page *p, int by_name)
+{
+	return by_name ? &p->name_next : &p->id_next;
+}
+
+static uint64_t hash_of(const struct page *p, int by_name)
+{
+	return by_name ? p->name_hash : id_hash(p->id);
+}
+
 /* Rehashes into twice the buckets; keeps the old table on ENOMEM. */
 static void grow(struct page_table *t, int by_name)
 {
@@ -54,9 +66,8 @@ static void grow(struct page_table *t, int by_name)
 		uint32_t r = t->buckets[i];
 		while (r) {
 			struct page *p = page_at(r);
-			uint32_t *link = by_name ? &p->name_next : &p->id_next;
-			uint32_t next = *link;
-			uint64_t h = (by_name ? p->name_hash : id_hash(p->id)) & (n - 1);
+			uint32_t *link = link_of(p, by_name), next = *link;
+			uint64_t h = hash_of(p, by_name) & (n - 1);
 			*link = b[h];
 			b[h] = r;
 			r = next;
@@ -67,57 +78,52 @@ static void grow(struct page_table *t, int by_name)
 	t->mask = n - 1;
 }
 
-void table_add_name(struct page_table *t, struct page *p)
+static void add(struct page_table *t, struct page *p, int by_name)
 {
 	if (t->count > t->mask)
-		grow(t, 1);
-	uint64_t h = p->name_hash & t->mask;
-	p->name_next = t->buckets[h];
+		grow(t, by_name);
+	uint64_t h = hash_of(p, by_name) & t->mask;
+	*link_of(p, by_name) = t->buckets[h];
 	t->buckets[h] = page_ref(p);
 	t->count++;
+}
+
+static void del(struct page_table *t, struct page *p, int by_name)
+{
+	uint32_t ref = page_ref(p);
+
+	for (uint32_t *pp = &t->buckets[hash_of(p, by_name) & t->mask]; *pp;
+	     pp = link_of(page_at(*pp), by_name)) {
+		if (*pp == ref) {
+			*pp = *link_of(p, by_name);
+			*link_of(p, by_name) = 0;
+			t->count--;
+			return;
+		}
+	}
+}
+
+void table_add_name(struct page_table *t, struct page *p)
+{
+	add(t, p, 1);
 }
 
 void table_del_name(struct page_table *t, struct page *p)
 {
-	uint32_t ref = page_ref(p);
-
-	for (uint32_t *pp = &t->buckets[p->name_hash & t->mask]; *pp;
-	     pp = &page_at(*pp)->name_next) {
-		if (*pp == ref) {
-			*pp = p->name_next;
-			p->name_next = 0;
-			t->count--;
-			return;
-		}
-	}
+	del(t, p, 1);
 }
 
 void table_add_id(struct page_table *t, struct page *p)
 {
-	if (t->count > t->mask)
-		grow(t, 0);
-	uint64_t h = id_hash(p->id) & t->mask;
-	p->id_next = t->buckets[h];
-	t->buckets[h] = page_ref(p);
-	t->count++;
+	add(t, p, 0);
 }
 
 void table_del_id(struct page_table *t, struct page *p)
 {
-	uint32_t ref = page_ref(p);
-
-	for (uint32_t *pp = &t->buckets[id_hash(p->id) & t->mask]; *pp;
-	     pp = &page_at(*pp)->id_next) {
-		if (*pp == ref) {
-			*pp = p->id_next;
-			p->id_next = 0;
-			t->count--;
-			return;
-		}
-	}
+	del(t, p, 0);
 }
 
-void table_prefetch_name(const struct page_table *t, uint64_t h)
+void table_prefetch_name(const struct page_table *t, uint32_t h)
 {
 	__builtin_prefetch(&t->buckets[h & t->mask], 1);
 }
@@ -127,7 +133,7 @@ void table_prefetch_id(const struct page_table *t, uint64_t id)
 	__builtin_prefetch(&t->buckets[id_hash(id) & t->mask], 1);
 }
 
-struct page *table_bucket_name(const struct page_table *t, uint64_t h)
+struct page *table_bucket_name(const struct page_table *t, uint32_t h)
 {
 	return page_at(t->buckets[h & t->mask]);
 }
@@ -144,7 +150,7 @@ struct page *table_find_id(const struct page_table *t, uint64_t id)
 /* The committed page of (h, pool_id, name) in its chain; *pending is set
  * when an uncommitted one is there too. A name has one committed page, so
  * without `pending` the walk stops at it. */
-static struct page *chain_find(struct page *p, uint64_t h, uint32_t pool_id, const char *name,
+static struct page *chain_find(struct page *p, uint32_t h, uint32_t pool_id, const char *name,
                                size_t len, int *pending)
 {
 	struct page *found = NULL;
@@ -169,12 +175,12 @@ struct page *table_find_name(const struct page_table *t, uint32_t pool_id, const
                              int *pending)
 {
 	size_t len = strlen(name);
-	uint64_t h = name_hash(pool_id, name, len);
+	uint32_t h = name_hash(pool_id, name, len);
 
 	return chain_find(page_at(t->buckets[h & t->mask]), h, pool_id, name, len, pending);
 }
 
-struct page *table_find_hashed(const struct page_table *t, uint64_t h, uint32_t pool_id,
+struct page *table_find_hashed(const struct page_table *t, uint32_t h, uint32_t pool_id,
                                const char *name, size_t len)
 {
 	return chain_find(page_at(t->buckets[h & t->mask]), h, pool_id, name, len, NULL);
@@ -202,7 +208,7 @@ struct page *table_find_same(const struct page_table *t, const struct page *b)
 /* The stages for names[0..g), g <= FIND_GROUP: their hashes, lengths and
  * chain heads, with the lines a walk reads on their way to the cache. */
 static void group_heads(const struct page_table *t, uint32_t pool_id, const char *const *names,
-                        const size_t *lens, size_t g, uint64_t *h, size_t *len, struct page **head)
+                        const size_t *lens, size_t g, uint32_t *h, size_t *len, struct page **head)
 {
 	for (size_t i = 0; i < g; i++) {
 		const char *name = names[i];
@@ -231,9 +237,9 @@ static void group_heads(const struct page_table *t, uint32_t pool_id, const char
 /* The stages for names[0..n) of lengths lens[0..n), a group at a time;
  * with out, the walks too; hs: where to put their hashes, or NULL. */
 static void find_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
-                       const size_t *lens, size_t n, struct page **out, uint64_t *hs)
+                       const size_t *lens, size_t n, struct page **out, uint32_t *hs)
 {
-	uint64_t h[FIND_GROUP];
+	uint32_t h[FIND_GROUP];
 	size_t len[FIND_GROUP];
 	struct page *head[FIND_GROUP];
 
@@ -256,7 +262,7 @@ void table_find_names(const struct page_table *t, uint32_t pool_id, const char *
 }
 
 void table_prefetch_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
-                          const size_t *lens, size_t n, uint64_t *hs)
+                          const size_t *lens, size_t n, uint32_t *hs)
 {
 	find_names(t, pool_id, names, lens, n, NULL, hs);
 }

@@ -13,6 +13,14 @@
 
 static const char sha[] = "0f3a9c1e5b7d2468ace0135792468bdf0f3a9c1e5b7d2468ace0135792468bdf";
 
+/* Bytes of packed[] a page of that name takes. */
+static size_t packed_size(const char *name, size_t len)
+{
+	struct pname_plan plan;
+
+	return pname_plan(name, len, &plan);
+}
+
 static struct page *make(const char *name)
 {
 	struct page *p = page_alloc(name, strlen(name));
@@ -65,14 +73,14 @@ Test(pname, packs_hex_prefixes_only)
 {
 	char suffixed[128];
 
-	cr_assert_eq(pname_size(sha, 64), 32);
+	cr_assert_eq(packed_size(sha, 64), 32);
 	snprintf(suffixed, sizeof(suffixed), "%s_Qwen-Qwen3-32B_0_2.bin", sha);
-	cr_assert_eq(pname_size(suffixed, strlen(suffixed)), 32 + 2); /* the tail interned */
-	cr_assert_eq(pname_size("abc", 3), 2);                        /* 0xab, 'c' */
-	cr_assert_eq(pname_size("ABCDEF", 6), 6);                     /* uppercase stays text */
-	cr_assert_eq(pname_size("x0123456", 8), 8);                   /* not at the start */
-	cr_assert_eq(pname_size("page-00001", 10), 10);               /* no run of two */
-	cr_assert_eq(pname_size("0a1b2c3d.bin", 12), 8);              /* 4 bytes + ".bin" */
+	cr_assert_eq(packed_size(suffixed, strlen(suffixed)), 32 + 2); /* the tail interned */
+	cr_assert_eq(packed_size("abc", 3), 2);                        /* 0xab, 'c' */
+	cr_assert_eq(packed_size("ABCDEF", 6), 6);                     /* uppercase stays text */
+	cr_assert_eq(packed_size("x0123456", 8), 8);                   /* not at the start */
+	cr_assert_eq(packed_size("page-00001", 10), 10);               /* no run of two */
+	cr_assert_eq(packed_size("0a1b2c3d.bin", 12), 8);              /* 4 bytes + ".bin" */
 
 	struct page *p = make("0a1b2c3d.bin");
 	cr_assert_eq(p->name_hex, 8);
@@ -123,7 +131,7 @@ Test(pname, equal_only_to_the_same_text)
 Test(pname, hex_names_take_less_memory)
 {
 	/* What the structures hold: the fixed part and the packed name. */
-	cr_assert_leq(offsetof(struct page, packed) + pname_size(sha, 64), 128);
+	cr_assert_leq(offsetof(struct page, packed) + packed_size(sha, 64), 128);
 	cr_assert_leq(offsetof(struct page, packed) + 32 + 2, 136);
 }
 
@@ -150,7 +158,7 @@ Test(pname, every_run_length)
 			cr_assert_not_null(p);
 			cr_assert_eq(p->name_hex, hex, "len %zu run %zu", len, run);
 			cr_assert_eq(p->name_tail, interned, "len %zu run %zu", len, run);
-			cr_assert_eq(pname_size(name, len), hex / 2 + (interned ? 2 : len - hex));
+			cr_assert_eq(packed_size(name, len), hex / 2 + (interned ? 2 : len - hex));
 			cr_assert_eq(memcmp(pname_text(p, out), name, len + 1), 0,
 			             "len %zu run %zu", len, run);
 			cr_assert(pname_eq(p, name, len));
