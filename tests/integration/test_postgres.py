@@ -119,67 +119,64 @@ def deadlocks_met(m):
                       " FROM test_deadlocks", uri=m.meta))
 
 
-def test_a_change_cancelled_as_a_deadlock_is_run_again(mount):
-    m = pg_mount(mount)
+# The change each deadlock test makes, by the row operation the trigger
+# cancels: a deletion (unlink) or a commit (close: it takes its pool's lock
+# again before it runs again); and the pages the pool holds once the change
+# went through, and while it did not.
+CHANGES = {
+    "DELETE": (lambda pool, data: os.unlink(pool / "p"), ["q"], ["p", "q"]),
+    "INSERT": (lambda pool, data: write_page(pool / "p", data), ["p", "q"], ["q"]),
+}
+
+
+def pool_before(m, op, data):
+    """The pool as the change finds it: q (so that the pool exists and only
+    the change inserts), and p too when the change deletes it."""
     pool = m.pool()
-    write_page(pool / "p", b"x")
     write_page(pool / "q", b"y")
-    deadlocks_on(m, "DELETE", 2)
-    os.unlink(pool / "p")  # cancelled twice, then through
-    assert deadlocks_met(m) == 3, "two cancelled deletions, then the one that went through"
-    assert m.log_tail().count("met another node's transaction; again") == 2, m.log_tail()
-    m.remount()
-    assert sorted(os.listdir(pool)) == ["q"]
-    assert read_page(pool / "q") == b"y"
+    if op == "DELETE":
+        write_page(pool / "p", data)
+    return pool
 
 
-def test_a_change_cancelled_every_time_fails_with_eio_and_changes_nothing(mount):
+def assert_pages(pool, names, data, what):
+    assert sorted(os.listdir(pool)) == names, what
+    for name in names:
+        assert_bytes_equal(read_page(pool / name), data if name == "p" else b"y", what)
+
+
+@pytest.mark.parametrize("op", CHANGES)
+def test_a_change_cancelled_as_a_deadlock_is_run_again(mount, op):
     m = pg_mount(mount)
-    pool = m.pool()
-    write_page(pool / "p", b"x")
-    deadlocks_on(m, "DELETE", 1000)
-    with pytest.raises(OSError) as e:
-        os.unlink(pool / "p")
-    assert e.value.errno == errno.EIO, e.value
-    assert deadlocks_met(m) == 4, "the first run and 3 more (PG_DEADLOCK_TRIES), no more"
-    assert read_page(pool / "p") == b"x"
-    m.remount()
-    assert read_page(pool / "p") == b"x", "the index kept the page"
-    H.psql("DROP TRIGGER test_deadlock ON pagefs_pages", uri=m.meta)
-    os.unlink(pool / "p")
-    m.remount()
-    assert os.listdir(pool) == []
-
-
-def test_a_commit_cancelled_as_a_deadlock_takes_its_pool_lock_and_runs_again(mount):
-    m = pg_mount(mount)
-    pool = m.pool()
-    write_page(pool / "before", b"x")  # the pool exists: only the page below inserts
-    deadlocks_on(m, "INSERT", 2)
     data = os.urandom(50000)
-    write_page(pool / "p", data)  # cancelled twice, then through
-    assert deadlocks_met(m) == 3, "two cancelled commits, then the one that went through"
+    change, done, _ = CHANGES[op]
+    pool = pool_before(m, op, data)
+    deadlocks_on(m, op, 2)
+    change(pool, data)  # cancelled twice, then through
+    assert deadlocks_met(m) == 3, "two cancelled runs, then the one that went through"
     assert m.log_tail().count("met another node's transaction; again") == 2, m.log_tail()
     m.remount()
-    assert_bytes_equal(read_page(pool / "p"), data, "the page after two retries")
-    assert sorted(os.listdir(pool)) == ["before", "p"]
+    assert_pages(pool, done, data, "after two retries")
 
 
-def test_a_commit_cancelled_every_time_fails_its_close_with_eio(mount):
+@pytest.mark.parametrize("op", CHANGES)
+def test_a_change_cancelled_every_time_fails_with_eio_and_changes_nothing(mount, op):
     m = pg_mount(mount)
-    pool = m.pool()
-    write_page(pool / "before", b"x")
-    deadlocks_on(m, "INSERT", 1000)
+    data = os.urandom(50000)
+    change, done, kept = CHANGES[op]
+    pool = pool_before(m, op, data)
+    deadlocks_on(m, op, 1000)
     with pytest.raises(OSError) as e:
-        write_page(pool / "p", b"data")
+        change(pool, data)
     assert e.value.errno == errno.EIO, e.value
     assert deadlocks_met(m) == 4, "the first run and 3 more (PG_DEADLOCK_TRIES), no more"
-    assert sorted(os.listdir(pool)) == ["before"]
-    H.psql("DROP TRIGGER test_deadlock ON pagefs_pages", uri=m.meta)
-    write_page(pool / "p", b"data")  # the name and a slot are free again
+    assert_pages(pool, kept, data, "after the failed change")
     m.remount()
-    assert read_page(pool / "p") == b"data"
-    assert sorted(os.listdir(pool)) == ["before", "p"]
+    assert_pages(pool, kept, data, "the index kept what it had")
+    H.psql("DROP TRIGGER test_deadlock ON pagefs_pages", uri=m.meta)
+    change(pool, data)  # the page, or the name and a slot, are free again
+    m.remount()
+    assert_pages(pool, done, data, "the change once nothing cancels it")
 
 
 def test_fsck_and_export_json_take_a_postgres_uri(mount):
