@@ -451,7 +451,7 @@ static int pg_get_setting(struct store *base, const char *key, char *buf, size_t
 {
 	struct pg_store *s = (struct pg_store *)base;
 	struct pg_args a = {0};
-	PGresult *res;
+	PGresult *res = NULL;
 	int rc;
 
 	pg_arg_text(&a, key);

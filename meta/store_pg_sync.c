@@ -191,7 +191,7 @@ static int heartbeat_txn(struct pg_store *s, const uint64_t (*pins)[2], size_t n
                          struct store_peers *out)
 {
 	struct pg_args a = {0};
-	PGresult *res;
+	PGresult *res = NULL;
 	char *pools = NULL, *slots = NULL;
 	int rc;
 
