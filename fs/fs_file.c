@@ -277,7 +277,7 @@ static void open_read(fuse_req_t req, struct fs_mount *fs, fuse_ino_t ino, uint6
 	h->page = p;
 	h->cached = fs_ino_current(ino, &p) &&
 	            (fs->opts->kernel_cache == PAGEFS_CACHE_ALWAYS ||
-	             (fs->opts->kernel_cache == PAGEFS_CACHE_REREAD && p.opens > 0));
+	             (fs->opts->kernel_cache == PAGEFS_CACHE_REREAD && p.opened));
 	fs_handles_add_checked(&fs->handles, h); /* no cache while a writer is open */
 	fi->direct_io = !h->cached;
 	fi->keep_cache = fs_ino_current(ino, &p); /* an older inode's cache is dropped */

@@ -76,6 +76,9 @@ static json_t *pool_json(const struct meta_pool_info *p)
 	json_object_set_new(o, "pages", jint(p->pages));
 	json_object_set_new(o, "bytes", jint(p->bytes));
 	json_object_set_new(o, "used_slots", jint(p->used_slots));
+	json_object_set_new(o, "writing", jint(p->writing));
+	json_object_set_new(o, "pinned_slots", jint(p->pinned_slots));
+	json_object_set_new(o, "freed_open_slots", jint(p->freed_open));
 	json_object_set_new(o, "hits", jint(p->hits));
 	json_object_set_new(o, "misses", jint(p->misses));
 	json_object_set_new(o, "evictions", jint(p->evictions));

@@ -92,7 +92,7 @@ int meta_adopt(struct meta *m, const struct meta_adopt_page *in, size_t n,
 	}
 	for (i = 0; i < n; i++) {
 		struct page *p = pages[i];
-		p->pool = pools[i];
+		page_set_pool(p, pools[i]);
 		p->gen = m->epoch;
 		p->slot = in[i].slot;
 		p->length = pools[i]->slot_size;

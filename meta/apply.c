@@ -25,7 +25,7 @@ void drops_add(struct dropped **list, const struct page *p)
 
 	if (!d)
 		return; /* only a kernel cache hint is lost */
-	d->pool_id = p->pool->id;
+	d->pool_id = page_pool(p)->id;
 	d->page_id = p->id;
 	pname_text(p, d->name);
 	d->next = *list;
@@ -102,7 +102,7 @@ static void apply_commit(struct meta *m, const struct rec *r, struct dropped **d
 			return;
 		}
 		p->id = r->page_id;
-		p->pool = pool;
+		page_set_pool(p, pool);
 		p->gen = r->gen;
 		p->name_hash = name_hash(pool->id, r->name, r->name_len);
 	}
@@ -129,10 +129,14 @@ static void apply_rename(struct meta *m, const struct rec *r)
 		log_error("out of memory applying a rename; restart the daemon");
 		return;
 	}
-	/* The name lives inside the struct: move the page into a new one. */
+	/* The name lives inside the struct: move the page into a new one
+	 * (all but its name and the name's hash chain). */
 	page_unlink_committed(m, p);
 	memcpy(q, p, offsetof(struct page, name_hash));
-	q->pool = p->pool;
+	q->pool_ix = p->pool_ix;
+	q->has_checksum = p->has_checksum;
+	q->verified = p->verified;
+	q->opened = p->opened;
 	q->name_hash = name_hash(pool->id, r->name, r->name_len);
 	page_free(p);
 	page_link_committed(m, q);
@@ -164,7 +168,7 @@ static void apply_lease(struct meta *m, const struct rec *r)
  * it (under that id or that name). */
 static void remote_drop(struct meta *m, struct page *p, struct dropped **drops)
 {
-	struct pool *pool = p->pool;
+	struct pool *pool = page_pool(p);
 
 	page_unlink_committed(m, p);
 	slot_put(pool, p->slot);
@@ -192,7 +196,7 @@ void apply_remote(struct meta *m, const struct store_change *c, struct dropped *
 			remote_drop(m, p, drops);
 		return;
 	}
-	if (r->pool_id != pool->id || r->slot >= pool->capacity)
+	if (r->pool_id != pool->id || r->slot >= pool->capacity || r->length > pool->slot_size)
 		return;
 	o = table_find_name(&m->by_name, pool->id, r->name, NULL);
 	if (o && o->id != r->page_id)
@@ -220,7 +224,7 @@ void apply_remote(struct meta *m, const struct store_change *c, struct dropped *
 			return;
 		}
 		p->id = r->page_id;
-		p->pool = pool;
+		page_set_pool(p, pool);
 		p->name_hash = name_hash(pool->id, r->name, r->name_len);
 		slot_mark(pool, r->slot);
 	}
@@ -264,7 +268,7 @@ void apply_record(struct meta *m, const struct rec *r, struct dropped **drops)
 		p = table_find_id(&m->by_id, r->page_id);
 		if (p && p->committed) {
 			page_unlink_committed(m, p);
-			free_slot(p->pool, p->slot, r);
+			free_slot(page_pool(p), p->slot, r);
 			page_free(p);
 		}
 		break;
@@ -285,7 +289,8 @@ void apply_record(struct meta *m, const struct rec *r, struct dropped **drops)
 		for (size_t i = 0; i < r->bulk->n; i++) {
 			table_prefetch_ahead(&m->by_name, &m->by_id, r->bulk->pages, r->bulk->n, i);
 			struct page *b = r->bulk->pages[i];
-			remove_other(m, r, b->pool, table_find_same(&m->by_name, b), b->id, drops);
+			remove_other(m, r, page_pool(b), table_find_same(&m->by_name, b), b->id,
+			             drops);
 			page_link_committed(m, b);
 			/* It appeared without a FUSE create (a key confirmed over
 			 * HTTP): the kernel may cache a miss for the name. */

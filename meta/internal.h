@@ -36,30 +36,30 @@ struct keys;
  * references (page_at, page_ref; 0 is none). */
 struct page {
 	uint64_t id;
-	uint64_t slot;
-	uint64_t length;
 	uint64_t checksum;
 	int64_t mtime_ns;
 	int64_t atime_ns;
+	uint32_t slot;               /* < its pool's capacity <= META_SLOTS_MAX */
+	uint32_t length;             /* <= its pool's slot size <= META_SLOT_SIZE_MAX */
 	uint32_t lru_prev, lru_next; /* pool LRU, head = most recent; committed only */
 	uint32_t id_next;            /* meta.by_id chain */
 	uint32_t atime_saved_s;      /* atime last sent to the store, in seconds */
 	uint32_t gen;
 	uint32_t version; /* in-place replacements this mount */
-	uint8_t committed;
-	uint8_t has_checksum;
-	uint8_t verified; /* checksum verified since commit/mount */
-	uint8_t opens;    /* reader opens of this version (saturates at 255) */
 
 	/* What a name lookup reads, last and next to each other: a chain walk
-	 * reads these 20 bytes of each page (one line), a match the name
+	 * reads these 14 bytes of each page (one line), a match the name
 	 * after them too (one more line for an SGLang key). */
 	uint32_t name_hash; /* name_hash() of the name */
 	uint32_t name_next; /* meta.by_name chain */
-	uint16_t name_len;  /* of the name as text */
-	uint8_t name_hex;   /* leading name bytes held packed: pname.c */
-	uint8_t name_tail;  /* 1: the rest is an interned tail's id (tails.c) */
-	struct pool *pool;
+	uint16_t pool_ix;   /* its pool: page_pool() (pool_index.c) */
+	uint8_t committed : 1;
+	uint8_t has_checksum : 1;
+	uint8_t verified : 1;   /* checksum verified since commit/mount */
+	uint8_t opened : 1;     /* a reader opened this version */
+	uint8_t name_len;       /* of the name as text (<= META_NAME_MAX) */
+	uint8_t name_hex;       /* leading name bytes held packed: pname.c */
+	uint8_t name_tail;      /* 1: the rest is an interned tail's id (tails.c) */
 	unsigned char packed[]; /* the name as pname.c packs it, no NUL */
 };
 
@@ -129,6 +129,7 @@ struct grace {
 struct pool {
 	struct pool *next; /* meta.pools list */
 	uint32_t id;
+	uint16_t ix; /* in pool_index (pool_index.c): what its pages hold */
 	uint16_t rank;
 	char ns[META_NS_MAX + 1];
 	uint64_t slot_size; /* bytes */
@@ -140,8 +141,10 @@ struct pool {
 	uint64_t *bits;
 	uint64_t bits_words;
 	uint64_t hwm;
-	uint64_t nused; /* set bits */
-	uint64_t scan;  /* no clear bit below this index */
+	uint64_t nused;    /* set bits */
+	uint64_t npins;    /* slots with a pin */
+	uint64_t nzombies; /* of them, slots whose page is gone (freed at unpin) */
+	uint64_t scan;     /* no clear bit below this index */
 	/* Shared index: where the next chunk lease starts looking (after the
 	 * last chunk leased), so a lease does not walk past the chunks this
 	 * node already holds. */
@@ -505,7 +508,7 @@ void page_take_row(struct page *p, const struct rec *r);
 static inline void page_new_version(struct page *p)
 {
 	p->version++;
-	p->opens = 0;
+	p->opened = 0;
 }
 void page_link_committed(struct meta *m, struct page *p);   /* tables + LRU + counts */
 void page_link_loaded(struct meta *m, struct page *p);      /* the same, no LRU */
@@ -515,6 +518,24 @@ void lru_push_head(struct pool *p, struct page *pg); /* as the most recent */
 /* lru_touch plus atime, persisted at most once a second per page. */
 void page_touch(struct meta *m, struct page *p);
 int64_t now_ns(void);
+
+/* pool_index.c: pools by 2-byte index, for pages (at most POOLS_MAX at
+ * once in a process). pool_new: a zeroed pool entered in the table, or
+ * NULL (errno ENOMEM or ENOSPC); pool_free takes it out. */
+#define POOLS_MAX 65535u
+extern struct pool *pool_index[POOLS_MAX + 1];
+struct pool *pool_new(void);
+void pool_index_drop(struct pool *p);
+
+static inline struct pool *page_pool(const struct page *p)
+{
+	return pool_index[p->pool_ix];
+}
+
+static inline void page_set_pool(struct page *p, const struct pool *pool)
+{
+	p->pool_ix = pool->ix;
+}
 
 /* pool.c helpers */
 struct pool *pool_by_id(struct meta *m, uint32_t id);

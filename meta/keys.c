@@ -491,19 +491,19 @@ static int drop_page(struct meta *m, struct page *p, struct drop_list *dl, struc
 	}
 	if (!(r = rec_new(REC_DROP)))
 		return -ENOMEM;
-	r->pool_id = p->pool->id;
+	r->pool_id = page_pool(p)->id;
 	r->page_id = p->id;
 	r->drop_slot = p->slot;
 	r->handoff = 1; /* the slot goes to the quarantine, not back to the pool */
 	r->waited = 1;
-	if (p->pool->shared) {
+	if (page_pool(p)->shared) {
 		/* HTTP readers may read the slot: pinned from now on through
 		 * the quarantine. In another node's chunk the pin is a zombie
 		 * (its page is gone), listed in pagefs_pins by the heartbeat
 		 * that acknowledges the drop, so the holder waits for it. */
-		slot_pin(p->pool, p->slot);
-		if (!chunk_owned(p->pool, chunk_of(p->pool, p->slot)))
-			slot_put(p->pool, p->slot); /* pinned: only marks it a zombie */
+		slot_pin(page_pool(p), p->slot);
+		if (!chunk_owned(page_pool(p), chunk_of(page_pool(p), p->slot)))
+			slot_put(page_pool(p), p->slot); /* pinned: only marks it a zombie */
 	}
 	page_unlink_committed(m, p);
 	drops_add(drops, p);
@@ -784,9 +784,14 @@ int meta_keys_initialize(struct meta *m, int rank, const char *ns, uint64_t num_
 		if ((rc = size_from_file(m, rank, ns, num_pages, &slot_size, msg, msglen)) < 0)
 			return rc;
 		slot_size = slot_size ? slot_size : m->cfg.default_slot_size;
-		if (num_pages > UINT64_MAX / slot_size) {
-			snprintf(msg, msglen, "num_pages %llu is too large",
-			         (unsigned long long)num_pages);
+		if (num_pages > UINT64_MAX / slot_size ||
+		    meta_check_geometry(slot_size, num_pages) < 0) {
+			snprintf(msg, msglen,
+			         "num_pages %llu of %llu bytes is too large: at most %llu pages of "
+			         "at most %llu bytes",
+			         (unsigned long long)num_pages, (unsigned long long)slot_size,
+			         (unsigned long long)META_SLOTS_MAX,
+			         (unsigned long long)META_SLOT_SIZE_MAX);
 			return -EINVAL;
 		}
 		rc = create_pool(m, rank, ns, slot_size, num_pages * slot_size, &info);
@@ -843,7 +848,7 @@ static void keys_touch(struct meta *m, struct page *p, int64_t now)
 		return;
 	}
 	p->atime_ns = now;
-	lru_touch(p->pool, p);
+	lru_touch(page_pool(p), p);
 }
 
 /* The committed page named key, if the name is valid. meta.lock held. */
@@ -1134,7 +1139,7 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 		}
 		resv_set(kp, (uint64_t)s, 0);
 		p->id = id_take(&m->page_ids);
-		p->pool = pool;
+		page_set_pool(p, pool);
 		p->gen = m->epoch;
 		p->slot = (uint64_t)s;
 		p->length = pool->slot_size;

@@ -84,7 +84,7 @@ static int link_batch(struct loader *l, struct batch *b)
 		}
 		for (i = base; i < base + g; i++) {
 			struct page *p = b->p[i];
-			struct pool *pool = p->pool;
+			struct pool *pool = page_pool(p);
 			struct page *twin = table_find_same(&m->by_name, p);
 			if (twin) {
 				char name[META_NAME_MAX + 1];
@@ -216,7 +216,7 @@ static int load_page(void *arg, const struct rec *row)
 	if (!(p = page_alloc(row->name, row->name_len)))
 		return -ENOMEM;
 	p->id = row->page_id;
-	p->pool = pool;
+	page_set_pool(p, pool);
 	page_take_row(p, row);
 	p->gen = row->gen;
 	p->name_hash = name_hash(pool->id, row->name, row->name_len);
@@ -250,7 +250,7 @@ static void lru_build(struct loader *l)
 	if (i < l->n)
 		qsort(l->lru, l->n, sizeof(*l->lru), cmp_lru);
 	for (i = 0; i < l->n; i++)
-		lru_push_head(l->lru[i].p->pool, l->lru[i].p);
+		lru_push_head(page_pool(l->lru[i].p), l->lru[i].p);
 }
 
 int index_load(struct meta *m, char *err, size_t errlen)

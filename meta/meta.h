@@ -26,6 +26,9 @@
 #define META_NS_MAX 64    /* namespace: [a-z0-9_]{1,64} */
 #define META_NAME_MAX 255 /* page file name bytes */
 #define META_RANK_MAX 65535
+/* A pool's geometry: pages keep slot and length in 32 bits each. */
+#define META_SLOT_SIZE_MAX (1ULL << 31) /* bytes per slot: 2 GiB */
+#define META_SLOTS_MAX 0xffffffffULL    /* slots per pool */
 
 enum meta_evict { META_EVICT_LRU = 0, META_EVICT_NONE = 1 };
 enum meta_verify { META_VERIFY_NONE = 0, META_VERIFY_FIRST = 1, META_VERIFY_ALWAYS = 2 };
@@ -55,6 +58,10 @@ struct meta_pool_info {
 	uint64_t pages;      /* committed pages */
 	uint64_t bytes;      /* sum of committed page lengths */
 	uint64_t used_slots; /* committed + reserved + waiting to be freed */
+	/* What holds the used slots that no committed page names: */
+	uint64_t writing;      /* pages being written (reservations) */
+	uint64_t pinned_slots; /* slots readers have open */
+	uint64_t freed_open;   /* of them, slots of pages gone since: free at last close */
 	uint64_t hits, misses, evictions, checksum_failures;
 	uint64_t bytes_read, bytes_written;
 	char data_file[4096]; /* absolute path of the pool's data file */
@@ -73,7 +80,7 @@ struct meta_page_info {
 	int has_checksum;
 	int committed;    /* 0: still being written by its creator */
 	uint32_t version; /* in-place replacements (O_TRUNC) this mount */
-	uint32_t opens;   /* reader opens of this version before this one (max 255) */
+	int opened;       /* a reader opened this version before this open */
 	int64_t mtime_ns; /* commit time */
 	int64_t atime_ns; /* last use */
 	char name[META_NAME_MAX + 1];
@@ -168,13 +175,19 @@ int meta_rank_list(struct meta *m, int after, uint16_t *out, int max);
 /* Looks up a pool by (rank, ns). 0 or -ENOENT. */
 int meta_pool_find(struct meta *m, int rank, const char *ns, struct meta_pool_info *out);
 int meta_pool_get(struct meta *m, uint32_t pool_id, struct meta_pool_info *out);
+/* Whether a pool of `slots` slots of slot_size bytes is allowed: 0, or
+ * -EINVAL (no slot, a slot over META_SLOT_SIZE_MAX bytes, or over
+ * META_SLOTS_MAX slots). */
+int meta_check_geometry(uint64_t slot_size, uint64_t slots);
 /* Creates a pool (and its rank and data file). slot_size/capacity 0 take
- * the mount defaults. -EEXIST, -EINVAL, or the data file's errno. */
+ * the mount defaults. -EEXIST, -EINVAL (meta_check_geometry), -ENOSPC
+ * (the process holds POOLS_MAX pools), or the data file's errno. */
 int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_size,
                      uint64_t capacity_bytes, struct meta_pool_info *out);
 /* Changes slot size (only while the pool has no pages: -EBUSY) and/or
  * capacity (not below the slots in use: -EBUSY). 0 leaves a value as is.
- * The capacity must be a whole number of slots (else -EINVAL). */
+ * The capacity must be a whole number of slots within
+ * meta_check_geometry (else -EINVAL). */
 int meta_pool_set(struct meta *m, uint32_t pool_id, uint64_t slot_size, uint64_t capacity_bytes);
 /* Removes an empty pool: 0, -ENOENT, -ENOTEMPTY. */
 int meta_pool_remove(struct meta *m, uint32_t pool_id);

@@ -200,11 +200,14 @@ int pool_from_row(struct meta *m, const struct store_pool_row *row, struct pool 
                   size_t errlen)
 {
 	char path[4096];
-	struct pool *p = calloc(1, sizeof(*p));
+	struct pool *p = pool_new();
 	int rc;
 
-	if (!p)
-		return -ENOMEM;
+	if (!p) {
+		snprintf(err, errlen, "%s",
+		         errno == ENOSPC ? "too many pools in one process" : "out of memory");
+		return errno == ENOSPC ? -ENOSPC : -ENOMEM;
+	}
 	p->id = row->id;
 	p->rank = row->rank;
 	memcpy(p->ns, row->ns, sizeof(p->ns));
@@ -213,6 +216,16 @@ int pool_from_row(struct meta *m, const struct store_pool_row *row, struct pool 
 	p->shared = (uint8_t)m->shared;
 	p->chunk_slots = pool_chunk_slots(p->capacity);
 	p->fd = -1;
+	if (p->slot_size && meta_check_geometry(p->slot_size, p->capacity) < 0) {
+		snprintf(err, errlen,
+		         "index %s: pool %u/%s has %llu slots of %llu bytes; this version of "
+		         "pagefs allows at most %llu slots of at most %llu bytes",
+		         m->db_path, p->rank, p->ns, (unsigned long long)p->capacity,
+		         (unsigned long long)p->slot_size, (unsigned long long)META_SLOTS_MAX,
+		         (unsigned long long)META_SLOT_SIZE_MAX);
+		pool_free(p);
+		return -EINVAL;
+	}
 	if (p->slot_size == 0 || meta_check_ns(p->ns) < 0 ||
 	    (rc = data_path(m, p->rank, p->ns, path, sizeof(path))) < 0 ||
 	    !(p->data_path = strdup(path))) {

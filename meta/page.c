@@ -116,7 +116,7 @@ void page_take_row(struct page *p, const struct rec *r)
 	p->slot = r->slot;
 	p->length = r->length;
 	p->checksum = r->checksum;
-	p->has_checksum = (uint8_t)r->has_checksum;
+	p->has_checksum = r->has_checksum != 0;
 	p->mtime_ns = r->mtime_ns;
 	p->atime_ns = r->atime_ns;
 	p->atime_saved_s = page_atime_s(p);
@@ -128,23 +128,23 @@ void page_link_loaded(struct meta *m, struct page *p)
 	p->committed = 1;
 	table_add_name(&m->by_name, p);
 	table_add_id(&m->by_id, p);
-	p->pool->pages++;
-	p->pool->bytes += p->length;
+	page_pool(p)->pages++;
+	page_pool(p)->bytes += p->length;
 }
 
 void page_link_committed(struct meta *m, struct page *p)
 {
 	page_link_loaded(m, p);
-	lru_push_head(p->pool, p);
+	lru_push_head(page_pool(p), p);
 }
 
 void page_unlink_committed(struct meta *m, struct page *p)
 {
 	table_del_name(&m->by_name, p);
 	table_del_id(&m->by_id, p);
-	lru_remove(p->pool, p);
-	p->pool->pages--;
-	p->pool->bytes -= p->length;
+	lru_remove(page_pool(p), p);
+	page_pool(p)->pages--;
+	page_pool(p)->bytes -= p->length;
 }
 
 static void fill_info(const struct page *p, struct meta_page_info *out)
@@ -152,7 +152,7 @@ static void fill_info(const struct page *p, struct meta_page_info *out)
 	if (!out)
 		return;
 	out->id = p->id;
-	out->pool_id = p->pool->id;
+	out->pool_id = page_pool(p)->id;
 	out->gen = p->gen;
 	out->slot = p->slot;
 	out->length = p->length;
@@ -160,7 +160,7 @@ static void fill_info(const struct page *p, struct meta_page_info *out)
 	out->has_checksum = p->has_checksum;
 	out->committed = p->committed;
 	out->version = p->version;
-	out->opens = p->opens;
+	out->opened = p->opened;
 	out->mtime_ns = p->mtime_ns;
 	out->atime_ns = p->atime_ns;
 	pname_text(p, out->name);
@@ -171,7 +171,7 @@ static void fill_info(const struct page *p, struct meta_page_info *out)
 void page_touch(struct meta *m, struct page *p)
 {
 	p->atime_ns = now_ns();
-	lru_touch(p->pool, p);
+	lru_touch(page_pool(p), p);
 	if (m->cfg.read_only || page_atime_s(p) == p->atime_saved_s)
 		return;
 	p->atime_saved_s = page_atime_s(p);
@@ -478,7 +478,7 @@ int meta_page_reserve(struct meta *m, uint32_t pool_id, const char *name, uint64
 			goto out;
 		}
 		pend->id = id_take(&m->page_ids);
-		pend->pool = pool;
+		page_set_pool(pend, pool);
 		pend->gen = m->epoch;
 		pend->slot = slot;
 		pend->name_hash = name_hash(pool_id, name, len);
@@ -605,11 +605,10 @@ int meta_page_pin(struct meta *m, uint64_t page_id, struct meta_page_info *out, 
 	pthread_mutex_lock(&m->lock);
 	struct page *p = table_find_id(&m->by_id, page_id);
 	if (p && p->committed) {
-		slot_pin(p->pool, p->slot);
+		slot_pin(page_pool(p), p->slot);
 		page_touch(m, p);
 		fill_info(p, out);
-		if (p->opens < UINT8_MAX)
-			p->opens++;
+		p->opened = 1;
 		/* A page without a checksum (written by the key protocol or
 		 * imported) is read once to get one. */
 		*verify = !p->has_checksum || m->cfg.verify == META_VERIFY_ALWAYS ||
@@ -661,7 +660,7 @@ void meta_page_verified(struct meta *m, uint64_t page_id, uint64_t slot, int ok)
 		pthread_mutex_unlock(&m->lock);
 		return;
 	}
-	struct pool *pool = p->pool;
+	struct pool *pool = page_pool(p);
 	struct rec *r = rec_new(REC_DROP);
 	pool->checksum_failures++;
 	char name[META_NAME_MAX + 1];

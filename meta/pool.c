@@ -122,6 +122,9 @@ void pool_fill_info(const struct pool *p, struct meta_pool_info *out)
 	out->pages = p->pages;
 	out->bytes = p->bytes;
 	out->used_slots = p->nused;
+	out->writing = p->resv;
+	out->pinned_slots = p->npins;
+	out->freed_open = p->nzombies;
 	out->hits = p->hits;
 	out->misses = p->misses;
 	out->evictions = p->evictions;
@@ -132,10 +135,17 @@ void pool_fill_info(const struct pool *p, struct meta_pool_info *out)
 	out->data_fd = p->fd;
 }
 
+int meta_check_geometry(uint64_t slot_size, uint64_t slots)
+{
+	return slot_size && slot_size <= META_SLOT_SIZE_MAX && slots <= META_SLOTS_MAX ? 0
+	                                                                               : -EINVAL;
+}
+
 void pool_free(struct pool *p)
 {
 	if (!p)
 		return;
+	pool_index_drop(p);
 	slots_free(p);
 	chunks_free(p);
 	if (p->fd >= 0)
@@ -371,7 +381,8 @@ int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_siz
 		return -EROFS;
 	slot_size = slot_size ? slot_size : m->cfg.default_slot_size;
 	capacity_bytes = capacity_bytes ? capacity_bytes : m->cfg.default_capacity;
-	if (slot_size == 0 || capacity_bytes < slot_size)
+	if (!slot_size || capacity_bytes < slot_size ||
+	    meta_check_geometry(slot_size, capacity_bytes / slot_size) < 0)
 		return -EINVAL;
 	rc = data_path(m, rank, ns, path, sizeof(path));
 	if (rc < 0)
@@ -381,8 +392,10 @@ int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_siz
 	pthread_mutex_unlock(&m->lock);
 	if (rc < 0)
 		return rc; /* checked again below, after the file is made */
-	if (!(p = calloc(1, sizeof(*p))) || !(p->data_path = strdup(path))) {
-		free(p);
+	if (!(p = pool_new()))
+		return errno == ENOSPC ? -ENOSPC : -ENOMEM;
+	if (!(p->data_path = strdup(path))) {
+		pool_free(p);
 		return -ENOMEM;
 	}
 	p->rank = (uint16_t)rank;
@@ -458,7 +471,8 @@ int meta_pool_set(struct meta *m, uint32_t pool_id, uint64_t slot_size, uint64_t
 	new_cap = capacity_bytes / slot_size;
 	rc = 0;
 	/* Whole pages only: what was set must read back as set. */
-	if (new_cap == 0 || capacity_bytes % slot_size != 0)
+	if (new_cap == 0 || capacity_bytes % slot_size != 0 ||
+	    meta_check_geometry(slot_size, new_cap) < 0)
 		rc = -EINVAL;
 	else if (slot_size != old_size && (p->pages || p->pending || p->nused))
 		rc = -EBUSY;

@@ -146,7 +146,7 @@ int replaced_resolve(struct meta *m, struct rec *batch, struct resolver *rs)
 					.id = p->id,
 					.page = p,
 					.hash = p->name_hash,
-					.pool_id = p->pool->id,
+					.pool_id = page_pool(p)->id,
 					.len = p->name_len,
 				};
 				rc = name_given(m, rs, &given, 0);

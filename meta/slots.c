@@ -117,9 +117,10 @@ void slot_put(struct pool *p, uint64_t slot)
 {
 	struct pin **pp = pin_find(p, slot);
 
-	if (*pp)
+	if (*pp) {
+		p->nzombies += !(*pp)->zombie;
 		(*pp)->zombie = 1;
-	else if (!p->shared || !chunk_owned(p, chunk_of(p, slot)))
+	} else if (!p->shared || !chunk_owned(p, chunk_of(p, slot)))
 		slot_release(p, slot);
 	/* else: freed in a chunk of this node; grace_release frees it */
 }
@@ -134,6 +135,7 @@ void slot_pin(struct pool *p, uint64_t slot)
 			abort(); /* a pin must never be lost: out of memory is fatal */
 		n->slot = slot;
 		*pp = n;
+		p->npins++;
 	}
 	(*pp)->count++;
 }
@@ -148,6 +150,8 @@ void slot_unpin(struct pool *p, uint64_t slot)
 	if (--n->count > 0)
 		return;
 	*pp = n->next;
+	p->npins--;
+	p->nzombies -= n->zombie;
 	if (n->zombie && (!p->shared || !chunk_owned(p, chunk_of(p, slot))))
 		slot_release(p, slot);
 	free(n);
@@ -175,6 +179,7 @@ void slots_free(struct pool *p)
 			free(n);
 		}
 	}
+	p->npins = p->nzombies = 0;
 	free(p->bits);
 	p->bits = NULL;
 	p->bits_words = 0;

@@ -181,6 +181,11 @@ static int check_pool_bytes(const char *pkey, const struct imp_pool *ip, char *e
 	if (ip->num_pages > (uint64_t)INT64_MAX / ip->slot_size)
 		FAIL("pool '%s': num_pages %llu of %llu bytes is more than a data file can hold",
 		     pkey, (unsigned long long)ip->num_pages, (unsigned long long)ip->slot_size);
+	if (meta_check_geometry(ip->slot_size, ip->num_pages) < 0)
+		FAIL("pool '%s': num_pages %llu of %llu bytes: a pool holds at most %llu pages of "
+		     "at most %llu bytes",
+		     pkey, (unsigned long long)ip->num_pages, (unsigned long long)ip->slot_size,
+		     (unsigned long long)META_SLOTS_MAX, (unsigned long long)META_SLOT_SIZE_MAX);
 	return 0;
 }
 

@@ -334,10 +334,15 @@ static int bulk_chunk(struct pg_store *s, struct page *const *pages, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		const struct page *p = pages[i];
 		char name[META_NAME_MAX + 1];
-		int64_t v[PG_BULK_COLS] = {
-			(int64_t)p->id,   (int64_t)p->pool->id, 0,
-			(int64_t)p->slot, (int64_t)p->length,   (int64_t)p->checksum,
-			p->mtime_ns,      p->atime_ns,          p->gen};
+		int64_t v[PG_BULK_COLS] = {(int64_t)p->id,
+		                           (int64_t)page_pool(p)->id,
+		                           0,
+		                           (int64_t)p->slot,
+		                           (int64_t)p->length,
+		                           (int64_t)p->checksum,
+		                           p->mtime_ns,
+		                           p->atime_ns,
+		                           p->gen};
 		for (int c = 0; c < PG_BULK_COLS; c++) {
 			if (i)
 				tb_str(&col[c], ",");
@@ -422,8 +427,8 @@ static int apply_bulk(struct pg_store *s, const struct rec *r)
 	 * must still be live: a removal that committed before the lock was
 	 * granted is seen by this later statement (-ENOENT). */
 	for (size_t i = 0; i < b->n && rc == 0 && s->base.node_id; i++) {
-		uint32_t pool = b->pages[i]->pool->id;
-		if (i > 0 && b->pages[i - 1]->pool->id == pool)
+		uint32_t pool = page_pool(b->pages[i])->id;
+		if (i > 0 && page_pool(b->pages[i - 1])->id == pool)
 			continue;
 		struct pg_args a = {0};
 		int live = 0;

@@ -471,12 +471,12 @@ static int apply_bulk(struct sqlite_store *s, const struct rec *r)
 		/* Replaces the rows of the same name, as REC_COMMIT does (repl is
 		 * NULL when no page of the batch replaces any). */
 		if (b->repl_at && b->repl_at[i + 1] > b->repl_at[i] &&
-		    (rc = delete_replaced(s, ST_COMMIT_DEL, p->pool->id, name, p->name_len, p->id,
-		                          b->repl + b->repl_at[i],
+		    (rc = delete_replaced(s, ST_COMMIT_DEL, page_pool(p)->id, name, p->name_len,
+		                          p->id, b->repl + b->repl_at[i],
 		                          b->repl_at[i + 1] - b->repl_at[i])) < 0)
 			return rc;
 		sqlite3_bind_int64(st, 1, (sqlite3_int64)p->id);
-		sqlite3_bind_int64(st, 2, p->pool->id);
+		sqlite3_bind_int64(st, 2, page_pool(p)->id);
 		sqlite3_bind_blob(st, 3, name, p->name_len, SQLITE_STATIC);
 		sqlite3_bind_int64(st, 4, (sqlite3_int64)p->slot);
 		sqlite3_bind_int64(st, 5, (sqlite3_int64)p->length);

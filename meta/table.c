@@ -158,7 +158,7 @@ static struct page *chain_find(struct page *p, uint32_t h, uint32_t pool_id, con
 	if (pending)
 		*pending = 0;
 	for (; p; p = page_at(p->name_next)) {
-		if (p->name_hash != h || p->pool->id != pool_id || !pname_eq(p, name, len))
+		if (p->name_hash != h || page_pool(p)->id != pool_id || !pname_eq(p, name, len))
 			continue;
 		if (p->committed) {
 			found = p;
@@ -190,7 +190,7 @@ struct page *table_find_same(const struct page_table *t, const struct page *b)
 {
 	for (struct page *p = page_at(t->buckets[b->name_hash & t->mask]); p;
 	     p = page_at(p->name_next))
-		if (p->committed && p->name_hash == b->name_hash && p->pool == b->pool &&
+		if (p->committed && p->name_hash == b->name_hash && p->pool_ix == b->pool_ix &&
 		    pname_same(p, b))
 			return p;
 	return NULL;

@@ -61,6 +61,32 @@ int cli_parse_pow2_size(const char *cmd, const char *what, const char *s, uint64
 	return 0;
 }
 
+int cli_parse_page_size(const char *cmd, const char *s, uint64_t *out)
+{
+	char maxbuf[32];
+	int ret = cli_parse_pow2_size(cmd, "--page-size", s, 4096, out);
+
+	if (ret || *out <= META_SLOT_SIZE_MAX)
+		return ret;
+	meta_format_size(META_SLOT_SIZE_MAX, maxbuf, sizeof(maxbuf));
+	return cli_usage_error(cmd, "--page-size '%s' is too large: use at most %s", s, maxbuf);
+}
+
+int cli_check_page_count(const char *cmd, uint64_t page_size, uint64_t capacity)
+{
+	char ps[32], cap[32];
+
+	if (!page_size || capacity / page_size <= META_SLOTS_MAX)
+		return 0;
+	meta_format_size(page_size, ps, sizeof(ps));
+	meta_format_size(capacity, cap, sizeof(cap));
+	return cli_usage_error(cmd,
+	                       "--capacity %s holds %llu pages of %s: a pool holds at most %llu; "
+	                       "use a smaller capacity or larger pages",
+	                       cap, (unsigned long long)(capacity / page_size), ps,
+	                       (unsigned long long)META_SLOTS_MAX);
+}
+
 int cli_parse_long(const char *s, long min, long max, long *out)
 {
 	char *end;

@@ -60,6 +60,12 @@ int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf
  */
 int cli_parse_pow2_size(const char *cmd, const char *what, const char *s, uint64_t min,
                         uint64_t *out);
+/* A --page-size: a power of two from 4096 to META_SLOT_SIZE_MAX, as
+ * cli_parse_pow2_size. */
+int cli_parse_page_size(const char *cmd, const char *s, uint64_t *out);
+/* Whether capacity bytes of page_size pages are at most META_SLOTS_MAX
+ * pages: 0, or prints a usage message and returns CLI_USAGE. */
+int cli_check_page_count(const char *cmd, uint64_t page_size, uint64_t capacity);
 /* Parses a decimal integer in [min, max]. 0 or -EINVAL. */
 int cli_parse_long(const char *s, long min, long max, long *out);
 

@@ -30,8 +30,7 @@ int cli_index_opt(const char *cmd, struct cli_index_opts *o, int c, const char *
 		o->prefix = arg;
 		return 1;
 	case CLI_INDEX_PAGE_SIZE:
-		return cli_parse_pow2_size(cmd, "--page-size", arg, 4096, &o->page_size) ? CLI_USAGE
-		                                                                         : 1;
+		return cli_parse_page_size(cmd, arg, &o->page_size) ? CLI_USAGE : 1;
 	}
 	return 0;
 }

@@ -435,7 +435,7 @@ int cli_mount_parse(int argc, char **argv, struct cli_mount_config *cfg)
 		                                         : "too many arguments");
 
 	if (page_size) {
-		ret = cli_parse_pow2_size(CMD, "--page-size", page_size, 4096, &cfg->page_size);
+		ret = cli_parse_page_size(CMD, page_size, &cfg->page_size);
 		if (ret)
 			return ret;
 	}
@@ -454,6 +454,8 @@ int cli_mount_parse(int argc, char **argv, struct cli_mount_config *cfg)
 		                       "multiple of the page size (at least %s)",
 		                       cap, ps, ps);
 	}
+	if ((ret = cli_check_page_count(CMD, cfg->page_size, cfg->capacity)) != 0)
+		return ret;
 	if (log_file && cli_mount_absolute(log_file, cfg->log_file, sizeof(cfg->log_file)) < 0)
 		return cli_usage_error(CMD, "--log-file path '%s' is too long", log_file);
 

@@ -117,8 +117,7 @@ static int cli_pool_create_parse(int argc, char **argv, struct cli_pool_create_c
 			cli_pool_usage(stdout);
 			return -1;
 		case 'p':
-			ret = cli_parse_pow2_size(CMD, "--page-size", optarg, 4096,
-			                          &cfg->page_size);
+			ret = cli_parse_page_size(CMD, optarg, &cfg->page_size);
 			if (ret)
 				return ret;
 			break;
@@ -147,6 +146,9 @@ static int cli_pool_create_parse(int argc, char **argv, struct cli_pool_create_c
 		                       "multiple of --page-size",
 		                       cap, ps);
 	}
+	if (cfg->page_size && cfg->capacity &&
+	    cli_check_page_count(CMD, cfg->page_size, cfg->capacity))
+		return CLI_USAGE;
 	return cli_pool_split(argv[optind], cfg);
 }
 
@@ -173,8 +175,8 @@ static int cli_pool_set(const struct cli_pool_create_config *cfg, const char *at
 	if (e == EINVAL)
 		return cli_fail(CMD,
 		                "%s: the filesystem refused %s = %s: the capacity must be a "
-		                "multiple of the page size",
-		                cfg->pool_dir, attr, size);
+		                "multiple of the page size, and at most %llu pages",
+		                cfg->pool_dir, attr, size, (unsigned long long)META_SLOTS_MAX);
 	if (e == EROFS)
 		return cli_fail(CMD, "%s: the mount is read-only (-o ro): remount it read-write",
 		                cfg->pool_dir);

@@ -86,3 +86,36 @@ def test_pool_settings_survive_remount(mount):
     m.remount()
     assert xattr_int(pool, "user.pagefs.page_size") == 262144
     assert xattr_int(pool, "user.pagefs.capacity") == 8388608
+
+
+# Pages keep slot and length in 32 bits (README "Decisions"): at most
+# 2^32 - 1 slots of at most 2 GiB in a pool.
+def test_pool_geometry_beyond_the_limits_is_refused_with_the_limit(mount):
+    m = mount(*SMALL)
+    r = run_pagefs("pool", "create", m.path(0, "big"), "--page-size", "4G")
+    assert r.returncode == 2, f"a 4 GiB page is over the limit: {describe(r)}"
+    assert "at most 2G" in r.stdout + r.stderr, describe(r)
+    r = run_pagefs("pool", "create", m.path(0, "big"), "--page-size", "4K", "--capacity", "16T")
+    assert r.returncode == 2, f"2^32 pages are over the limit: {describe(r)}"
+    assert "at most 4294967295" in r.stdout + r.stderr, describe(r)
+    assert not os.path.exists(m.path(0, "big")), "a refused pool was made"
+
+    pool = m.pool(0, "kv")
+    os.setxattr(pool, "user.pagefs.capacity", b"8G")  # two pages of 4 GiB would fit
+    expect_errno(errno.EINVAL, os.setxattr, pool, "user.pagefs.page_size", b"4G")
+    expect_errno(errno.EINVAL, os.setxattr, pool, "user.pagefs.capacity",
+                 str(1 << 48).encode())  # 2^32 pages of 64 KiB
+    assert xattr_int(pool, "user.pagefs.page_size") == 65536
+    assert xattr_int(pool, "user.pagefs.capacity") == 8 << 30
+
+    r = run_pagefs("pool", "create", m.path(0, "huge"), "--page-size", "2G", "--capacity", "2G")
+    assert r.returncode == 0, f"2 GiB pages are allowed: {describe(r)}"
+    assert xattr_int(m.path(0, "huge"), "user.pagefs.page_size") == 2 << 30
+
+
+def test_mount_with_a_page_size_or_capacity_over_the_limits_exits_2(mount):
+    m = mount(start=False)
+    r = m.attempt(opts=["--page-size", "4G"])
+    assert r.returncode == 2 and "at most 2G" in r.stdout + r.stderr, describe(r)
+    r = m.attempt(opts=["--page-size", "4K", "--capacity", "16T"])
+    assert r.returncode == 2 and "at most 4294967295" in r.stdout + r.stderr, describe(r)

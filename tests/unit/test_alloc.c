@@ -134,6 +134,46 @@ Test(alloc_noevict, unlinked_page_slot_is_reused)
 	             (unsigned long long)r.slot, (unsigned long long)p[3].slot);
 }
 
+/* What holds each used slot is counted: readers' pins, pages gone while
+ * open (freed at the last unpin), reservations being written. */
+static void assert_held(const char *when, uint64_t used, uint64_t pinned, uint64_t freed_open,
+                        uint64_t writing)
+{
+	struct meta_pool_info pi = pool_info(fx.pool);
+
+	cr_assert(
+		pi.used_slots == used && pi.pinned_slots == pinned && pi.freed_open == freed_open &&
+			pi.writing == writing,
+		"%s: used %llu pinned %llu freed_open %llu writing %llu, want %llu %llu %llu %llu",
+		when, (unsigned long long)pi.used_slots, (unsigned long long)pi.pinned_slots,
+		(unsigned long long)pi.freed_open, (unsigned long long)pi.writing,
+		(unsigned long long)used, (unsigned long long)pinned,
+		(unsigned long long)freed_open, (unsigned long long)writing);
+}
+
+Test(alloc_noevict, slots_held_by_readers_and_writers_are_counted)
+{
+	struct meta_page_info p[3];
+
+	put_pages(fx.pool, 3, p);
+	assert_held("three pages", 3, 0, 0, 0);
+	pin_ok(p[0].id);
+	pin_ok(p[0].id);
+	pin_ok(p[1].id);
+	assert_held("two pages open, one twice", 3, 2, 0, 0);
+	cr_assert_eq(meta_page_unlink(fx.m, fx.pool, p[0].name), 0);
+	assert_held("an open page unlinked", 3, 2, 1, 0);
+	struct meta_resv r = reserve_ok(fx.pool, "new", 0);
+	assert_held("a page being written", 4, 2, 1, 1);
+	meta_page_abort(fx.m, &r);
+	meta_slot_unpin(fx.m, fx.pool, p[0].slot);
+	assert_held("one of two readers of the unlinked page closed", 3, 2, 1, 0);
+	meta_slot_unpin(fx.m, fx.pool, p[0].slot);
+	assert_held("the unlinked page's last reader closed", 2, 1, 0, 0);
+	meta_slot_unpin(fx.m, fx.pool, p[1].slot);
+	assert_held("all closed", 2, 0, 0, 0);
+}
+
 Test(alloc, evicts_lru_page_when_pool_is_full)
 {
 	struct meta_page_info p[FX_SLOTS];

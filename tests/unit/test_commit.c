@@ -336,6 +336,8 @@ Test(commit, rename_rekeys_the_page_keeping_id_and_slot)
 {
 	struct meta_page_info tmp = put_page(fx.pool, "k.bin.tmp.1.2.uuid", 300, 3);
 
+	pin_ok(tmp.id); /* opened once: a later open is its second */
+	meta_slot_unpin(fx.m, fx.pool, tmp.slot);
 	rename_ok("k.bin.tmp.1.2.uuid", "k.bin");
 	cr_assert_eq(lookup_missing(fx.pool, "k.bin.tmp.1.2.uuid"), 0, "old name has a writer");
 	struct meta_page_info p = lookup_ok(fx.pool, "k.bin");
@@ -345,6 +347,10 @@ Test(commit, rename_rekeys_the_page_keeping_id_and_slot)
 	             (unsigned long long)tmp.slot, (unsigned long long)p.slot);
 	cr_assert_eq(p.length, 300, "rename changed the length");
 	cr_assert_eq(p.checksum, 3, "rename changed the checksum");
+	cr_assert(p.has_checksum, "rename lost the checksum");
+	struct meta_page_info again = pin_ok(tmp.id);
+	cr_assert(again.opened, "rename forgot the page was opened");
+	meta_slot_unpin(fx.m, fx.pool, tmp.slot);
 	assert_usage(1, 1, 300, "after rename");
 }
 
