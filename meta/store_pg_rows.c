@@ -775,13 +775,23 @@ int pg_apply(struct store *base, struct rec *r)
 	rc = apply_one(s, r);
 	/* A deadlock with another node's transaction (or a serialization
 	 * failure) cancels this record's statements only: back to its
-	 * savepoint, which frees what they locked and lets the other go on,
-	 * and run them again. Two nodes met here updating atimes and
-	 * dropping pages in different orders. Going back to the savepoint
-	 * frees the pool lock too: a commit takes it again; a lease or a
-	 * pool's retirement, whose statements build on what they found
-	 * under it, is not run again. */
-	int again = !pool_locked || r->type == REC_COMMIT;
+	 * savepoint, which frees what they locked, and run them again. Two
+	 * nodes met here updating atimes and dropping pages in different
+	 * orders. The rows the transaction's earlier records locked stay
+	 * locked, though, so the same two transactions can meet again at
+	 * every run (PostgreSQL cancels whichever waited longest): an atime,
+	 * a hint, therefore yields at once (its transaction goes on without
+	 * it and frees its rows at commit, and the other's record then goes
+	 * through). Going back to the savepoint frees the pool lock too: a
+	 * commit takes it again; a lease or a pool's retirement, whose
+	 * statements build on what they found under it, is not run again. */
+	if (rc == -EDEADLK && r->type == REC_TOUCH && PQstatus(s->conn) == CONNECTION_OK) {
+		log_info("index (PostgreSQL): the atime of page %llu met another node's "
+		         "transaction; left for its next use",
+		         (unsigned long long)r->page_id);
+		rc = exec_simple(s, "ROLLBACK TO SAVEPOINT rec");
+	}
+	int again = (!pool_locked || r->type == REC_COMMIT) && r->type != REC_TOUCH;
 	for (int tries = 0; rc == -EDEADLK && again && tries < PG_DEADLOCK_TRIES &&
 	                    PQstatus(s->conn) == CONNECTION_OK;
 	     tries++) {

@@ -69,6 +69,6 @@ def test_concurrent_writers_readers_renamers_and_deleters_never_see_foreign_or_t
     shared = {s: ns for s, ns in slots.items() if len(ns) > 1}
     assert not shared, f"slots owned by two names: {shared}"
     assert wait_until(lambda: m.statvfs_free_total()[0] ==
-                      (16 - len(os.listdir(pool))) * 65536, timeout=5), \
+                      (16 - len(os.listdir(pool))) * 65536, timeout=20), \
         f"free space {m.statvfs_free_total()} does not match {len(os.listdir(pool))} pages; " \
         f"stats: {json.dumps(m.stats(), sort_keys=True)}"
