@@ -165,7 +165,7 @@ int fs_writer_flush(struct fs_mount *fs, struct fs_handle *h, pid_t tid)
 		 * replaced, which need not be the one this handle opened (the
 		 * name was looked up again while it was written): both go. */
 		fuse_lowlevel_notify_inval_inode(fs->se, h->ino, 0, 0);
-		if (got && p.version > 0 && fs_ino_page(r.page_id, p.version - 1) != h->ino)
+		if (got && fs_ino_page(r.page_id, p.version - 1) != h->ino) /* (masked: wraps) */
 			fuse_lowlevel_notify_inval_inode(
 				fs->se, fs_ino_page(r.page_id, p.version - 1), 0, 0);
 		/* A reader of the old version pins that inode's attributes

@@ -100,7 +100,6 @@ int meta_adopt(struct meta *m, const struct meta_adopt_page *in, size_t n,
 		p->mtime_ns = now;
 		/* Oldest first, one nanosecond apart, all in the past. */
 		p->atime_ns = now - (int64_t)(n - i);
-		p->atime_saved_s = page_atime_s(p);
 		p->name_hash = name_hash(pools[i]->id, in[i].name, p->name_len);
 	}
 	bulk = (struct bulk){.pages = pages, .n = n, .progress = progress, .arg = arg};

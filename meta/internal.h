@@ -43,25 +43,34 @@ struct page {
 	uint32_t length;             /* <= its pool's slot size <= META_SLOT_SIZE_MAX */
 	uint32_t lru_prev, lru_next; /* pool LRU, head = most recent; committed only */
 	uint32_t id_next;            /* meta.by_id chain */
-	uint32_t atime_saved_s;      /* atime last sent to the store, in seconds */
-	uint32_t gen;
-	uint32_t version; /* in-place replacements this mount */
+	uint32_t gen : 28;           /* mount epoch it was made in (PAGE_GEN_MASK) */
+	uint32_t committed : 1;
+	uint32_t has_checksum : 1;
+	uint32_t verified : 1; /* checksum verified since commit/mount */
+	uint32_t opened : 1;   /* a reader opened this version */
+	uint16_t version;      /* in-place replacements this mount (wraps) */
 
 	/* What a name lookup reads, last and next to each other: a chain walk
-	 * reads these 14 bytes of each page (one line), a match the name
+	 * reads these 12 bytes of each page (one line), a match the name
 	 * after them too (one more line for an SGLang key). */
-	uint32_t name_hash; /* name_hash() of the name */
-	uint32_t name_next; /* meta.by_name chain */
-	uint16_t pool_ix;   /* its pool: page_pool() (pool_index.c) */
-	uint8_t committed : 1;
-	uint8_t has_checksum : 1;
-	uint8_t verified : 1;   /* checksum verified since commit/mount */
-	uint8_t opened : 1;     /* a reader opened this version */
+	uint16_t pool_ix;       /* its pool: page_pool() (pool_index.c) */
+	uint32_t name_hash;     /* name_hash() of the name */
+	uint32_t name_next;     /* meta.by_name chain */
 	uint8_t name_len;       /* of the name as text (<= META_NAME_MAX) */
-	uint8_t name_hex;       /* leading name bytes held packed: pname.c */
-	uint8_t name_tail;      /* 1: the rest is an interned tail's id (tails.c) */
+	uint8_t hex_bytes : 7;  /* bytes of leading digits held packed: pname.c */
+	uint8_t name_tail : 1;  /* the rest is an interned tail's id (tails.c) */
 	unsigned char packed[]; /* the name as pname.c packs it, no NUL */
 };
+
+/* struct page keeps 28 bits of a mount epoch (what FUSE gets as an inode
+ * generation; ids are never reused, so it only has to be stable). */
+#define PAGE_GEN_MASK 0x0fffffffu
+
+/* Leading lowercase hex digits of p's name held packed (pname.c). */
+static inline size_t pname_hex(const struct page *p)
+{
+	return (size_t)p->hex_bytes * 2u;
+}
 
 /* tails.c: texts after the hex digits of names, interned (ids 1 to
  * TAILS_MAX; 0: not interned: empty, over 255 bytes or the table full). */
@@ -88,7 +97,8 @@ static inline uint32_t page_ref(const struct page *p)
 	return p ? (uint32_t)(((const unsigned char *)p - arena_base) / 8u) : 0;
 }
 
-/* The second of p's atime: what atime_saved_s compares with. */
+/* The second of p's atime: a use in another second than the one before
+ * notes the page for the store (page_touch). */
 static inline uint32_t page_atime_s(const struct page *p)
 {
 	return (uint32_t)(p->atime_ns / 1000000000LL);

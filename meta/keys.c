@@ -839,11 +839,12 @@ int meta_keys_pool(struct meta *m, int rank, const char *ns, uint32_t *pool_id)
 	return rc;
 }
 
-/* Recency for a protocol lookup: memory at once, the store at most once a
- * minute per page (HTTP clients look keys up far more often than FUSE). */
+/* Recency for a protocol lookup: memory at once, the store when the use
+ * is in another minute than the one before (HTTP clients look keys up far
+ * more often than FUSE): at most once a minute per page. */
 static void keys_touch(struct meta *m, struct page *p, int64_t now)
 {
-	if ((uint32_t)(now / SEC) - p->atime_saved_s >= 60) {
+	if (now / (60 * SEC) != p->atime_ns / (60 * SEC)) {
 		page_touch(m, p);
 		return;
 	}
@@ -1145,7 +1146,6 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 		p->length = pool->slot_size;
 		p->has_checksum = 0; /* summed on its first read through pagefs */
 		p->mtime_ns = p->atime_ns = now;
-		p->atime_saved_s = page_atime_s(p);
 		p->name_hash = ka.h[i % KEYS_CHUNK];
 		done[bulk.n] = p->slot;
 		pages[bulk.n++] = p;

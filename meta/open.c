@@ -285,7 +285,11 @@ static int bump_epoch(struct meta *m, char *err, size_t errlen)
 	int rc;
 
 	store_get_setting(m->store, "epoch", val, sizeof(val));
-	m->epoch = (uint32_t)strtoul(val, NULL, 10) + 1;
+	/* Pages keep 28 bits of it: it wraps there (after 268 million
+	 * mounts), past 0, which no page was made in. */
+	m->epoch = ((uint32_t)strtoul(val, NULL, 10) + 1) & PAGE_GEN_MASK;
+	if (!m->epoch)
+		m->epoch = 1;
 	if (m->cfg.read_only)
 		return 0;
 	snprintf(val, sizeof(val), "%u", m->epoch);

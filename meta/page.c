@@ -119,7 +119,6 @@ void page_take_row(struct page *p, const struct rec *r)
 	p->has_checksum = r->has_checksum != 0;
 	p->mtime_ns = r->mtime_ns;
 	p->atime_ns = r->atime_ns;
-	p->atime_saved_s = page_atime_s(p);
 	p->verified = 0;
 }
 
@@ -170,11 +169,12 @@ static void fill_info(const struct page *p, struct meta_page_info *out)
  * of the clock. */
 void page_touch(struct meta *m, struct page *p)
 {
+	uint32_t before = page_atime_s(p);
+
 	p->atime_ns = now_ns();
 	lru_touch(page_pool(p), p);
-	if (m->cfg.read_only || page_atime_s(p) == p->atime_saved_s)
+	if (m->cfg.read_only || page_atime_s(p) == before)
 		return;
-	p->atime_saved_s = page_atime_s(p);
 	journal_touch(m, p->id);
 }
 

@@ -5,11 +5,11 @@
  * SGLang names pages by a SHA-256 in hex (64 digits, and for its file
  * backend a suffix such as "_Qwen-Qwen3-32B_0_2.bin"): held as text, the
  * name was a third of the memory of a page. The longest even run of
- * [0-9a-f] at the start of a name (name_hex digits) is held in
- * name_hex / 2 bytes, the rest of the name after it, without a NUL.
+ * [0-9a-f] at the start of a name (pname_hex digits) is held in
+ * hex_bytes bytes, the rest of the name after it, without a NUL.
  * Only lowercase digits are packed, so a name has one packed form and
  * unpacking gives back the exact text; a name without such a run is held
- * as text (name_hex 0). After a run of at least TAIL_MIN_HEX digits, the
+ * as text (hex_bytes 0). After a run of at least TAIL_MIN_HEX digits, the
  * rest of the name (if 3 bytes or more) is held as the 2-byte id of its
  * interned text (tails.c: SGLang's file names share it). Lookups hash and
  * compare the text: the packed form is only unpacked where a page's hash
@@ -75,7 +75,7 @@ static inline unsigned digit_mask16(const char *s, __m128i *nib)
 #endif
 
 /* Digits of name held packed: the longest even run of lowercase hex at
- * its start (at most 254, what name_hex holds). */
+ * its start (at most 254, what hex_bytes holds, halved). */
 static size_t hex_run(const char *name, size_t len)
 {
 	size_t lim = len > 254 ? 254 : len, n = 0;
@@ -112,18 +112,18 @@ size_t pname_plan(const char *name, size_t len, struct pname_plan *plan)
 
 size_t pname_stored(const struct page *p)
 {
-	return p->name_hex / 2u +
-	       (p->name_tail ? sizeof(uint16_t) : (size_t)(p->name_len - p->name_hex));
+	return p->hex_bytes +
+	       (p->name_tail ? sizeof(uint16_t) : (size_t)(p->name_len - pname_hex(p)));
 }
 
 /* The text after p's digits, and its length. */
 static const char *rest_of(const struct page *p, size_t *len)
 {
-	const unsigned char *rest = p->packed + p->name_hex / 2;
+	const unsigned char *rest = p->packed + p->hex_bytes;
 	uint16_t id;
 
 	if (!p->name_tail) {
-		*len = p->name_len - p->name_hex;
+		*len = p->name_len - pname_hex(p);
 		return (const char *)rest;
 	}
 	memcpy(&id, rest, sizeof(id));
@@ -151,14 +151,14 @@ void pname_set(struct page *p, const char *name, size_t len, const struct pname_
 		memcpy(p->packed + hex / 2, &plan->tail, sizeof(plan->tail));
 	else
 		memcpy(p->packed + hex / 2, name + hex, len - hex);
-	p->name_len = (uint16_t)len;
-	p->name_hex = plan->hex;
+	p->name_len = (uint8_t)len;
+	p->hex_bytes = (uint8_t)(plan->hex / 2);
 	p->name_tail = plan->tail != 0;
 }
 
 int pname_eq(const struct page *p, const char *name, size_t len)
 {
-	size_t hex = p->name_hex, i = 0;
+	size_t hex = pname_hex(p), i = 0;
 
 	if (p->name_len != len)
 		return 0;
@@ -187,7 +187,7 @@ int pname_same(const struct page *a, const struct page *b)
 {
 	char text[META_NAME_MAX + 1];
 
-	if (a->name_len != b->name_len || a->name_hex != b->name_hex)
+	if (a->name_len != b->name_len || a->hex_bytes != b->hex_bytes)
 		return 0;
 	if (a->name_tail == b->name_tail) /* one form: an interned text has one id */
 		return memcmp(a->packed, b->packed, pname_stored(a)) == 0;
@@ -196,7 +196,7 @@ int pname_same(const struct page *a, const struct page *b)
 
 char *pname_text(const struct page *p, char *out)
 {
-	size_t hex = p->name_hex, i = 0;
+	size_t hex = pname_hex(p), i = 0;
 
 #if defined(__SSE2__)
 	for (; i + 32 <= hex; i += 32) {

@@ -61,7 +61,7 @@ Test(pname, round_trips)
 		"0",
 		"page-1",
 		"ff.tmp",
-		all_hex, /* 254 packed (what name_hex holds), one as text */
+		all_hex, /* 254 packed (what hex_bytes holds, halved), one as text */
 		odd_hex,
 		high,
 	};
@@ -83,7 +83,7 @@ Test(pname, packs_hex_prefixes_only)
 	cr_assert_eq(packed_size("0a1b2c3d.bin", 12), 8);              /* 4 bytes + ".bin" */
 
 	struct page *p = make("0a1b2c3d.bin");
-	cr_assert_eq(p->name_hex, 8);
+	cr_assert_eq(pname_hex(p), 8);
 	cr_assert_eq(p->packed[0], 0x0a);
 	cr_assert_eq(p->packed[3], 0x3d);
 	cr_assert_eq(memcmp(p->packed + 4, ".bin", 4), 0);
@@ -131,10 +131,10 @@ Test(pname, equal_only_to_the_same_text)
 Test(pname, hex_names_take_less_memory)
 {
 	/* What the structures hold: the fixed part and the packed name, in
-	 * arena pieces of 8 bytes: 112 for a SHA-256 key (3FS) and for one
+	 * arena pieces of 8 bytes: 104 for a SHA-256 key (3FS) and for one
 	 * with an interned tail (SGLang's file backend). */
-	cr_assert_leq(offsetof(struct page, packed) + packed_size(sha, 64), 112);
-	cr_assert_leq(offsetof(struct page, packed) + 32 + 2, 112);
+	cr_assert_leq(offsetof(struct page, packed) + packed_size(sha, 64), 104);
+	cr_assert_leq(offsetof(struct page, packed) + 32 + 2, 104);
 }
 
 /* Names with a hex run of every length, ended by every kind of byte that
@@ -158,7 +158,7 @@ Test(pname, every_run_length)
 			int interned = hex >= 16 && len - hex >= 3; /* the table never fills here */
 			struct page *p = page_alloc(name, len);
 			cr_assert_not_null(p);
-			cr_assert_eq(p->name_hex, hex, "len %zu run %zu", len, run);
+			cr_assert_eq(pname_hex(p), hex, "len %zu run %zu", len, run);
 			cr_assert_eq(p->name_tail, interned, "len %zu run %zu", len, run);
 			cr_assert_eq(packed_size(name, len), hex / 2 + (interned ? 2 : len - hex));
 			cr_assert_eq(memcmp(pname_text(p, out), name, len + 1), 0,
@@ -235,7 +235,7 @@ Test(pname, tails_after_a_hash_are_shared)
 	memcpy(inline_a->packed, a->packed, 32);
 	memcpy(inline_a->packed + 32, a_name + 64, n - 64);
 	inline_a->name_len = (uint16_t)n;
-	inline_a->name_hex = 64;
+	inline_a->hex_bytes = 32;
 	cr_assert_str_eq(pname_text(inline_a, out), a_name);
 	cr_assert(pname_same(a, inline_a));
 	cr_assert(pname_same(inline_a, a));
