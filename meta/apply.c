@@ -130,13 +130,9 @@ static void apply_rename(struct meta *m, const struct rec *r)
 		return;
 	}
 	/* The name lives inside the struct: move the page into a new one
-	 * (all but its name and the name's hash chain). */
+	 * (everything before the name's hash, its chain and the name). */
 	page_unlink_committed(m, p);
 	memcpy(q, p, offsetof(struct page, name_hash));
-	q->pool_ix = p->pool_ix;
-	q->has_checksum = p->has_checksum;
-	q->verified = p->verified;
-	q->opened = p->opened;
 	q->name_hash = name_hash(pool->id, r->name, r->name_len);
 	page_free(p);
 	page_link_committed(m, q);

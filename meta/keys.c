@@ -479,6 +479,7 @@ struct drop_list {
  */
 static int drop_page(struct meta *m, struct page *p, struct drop_list *dl, struct dropped **drops)
 {
+	struct pool *pool = page_pool(p);
 	struct rec *r;
 
 	if (dl->n == dl->cap) {
@@ -491,19 +492,19 @@ static int drop_page(struct meta *m, struct page *p, struct drop_list *dl, struc
 	}
 	if (!(r = rec_new(REC_DROP)))
 		return -ENOMEM;
-	r->pool_id = page_pool(p)->id;
+	r->pool_id = pool->id;
 	r->page_id = p->id;
 	r->drop_slot = p->slot;
 	r->handoff = 1; /* the slot goes to the quarantine, not back to the pool */
 	r->waited = 1;
-	if (page_pool(p)->shared) {
+	if (pool->shared) {
 		/* HTTP readers may read the slot: pinned from now on through
 		 * the quarantine. In another node's chunk the pin is a zombie
 		 * (its page is gone), listed in pagefs_pins by the heartbeat
 		 * that acknowledges the drop, so the holder waits for it. */
-		slot_pin(page_pool(p), p->slot);
-		if (!chunk_owned(page_pool(p), chunk_of(page_pool(p), p->slot)))
-			slot_put(page_pool(p), p->slot); /* pinned: only marks it a zombie */
+		slot_pin(pool, p->slot);
+		if (!chunk_owned(pool, chunk_of(pool, p->slot)))
+			slot_put(pool, p->slot); /* pinned: only marks it a zombie */
 	}
 	page_unlink_committed(m, p);
 	drops_add(drops, p);
@@ -784,8 +785,7 @@ int meta_keys_initialize(struct meta *m, int rank, const char *ns, uint64_t num_
 		if ((rc = size_from_file(m, rank, ns, num_pages, &slot_size, msg, msglen)) < 0)
 			return rc;
 		slot_size = slot_size ? slot_size : m->cfg.default_slot_size;
-		if (num_pages > UINT64_MAX / slot_size ||
-		    meta_check_geometry(slot_size, num_pages) < 0) {
+		if (meta_check_geometry(slot_size, num_pages) < 0) { /* (no overflow below) */
 			snprintf(msg, msglen,
 			         "num_pages %llu of %llu bytes is too large: at most %llu pages of "
 			         "at most %llu bytes",

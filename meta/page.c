@@ -124,11 +124,13 @@ void page_take_row(struct page *p, const struct rec *r)
 
 void page_link_loaded(struct meta *m, struct page *p)
 {
+	struct pool *pool = page_pool(p);
+
 	p->committed = 1;
 	table_add_name(&m->by_name, p);
 	table_add_id(&m->by_id, p);
-	page_pool(p)->pages++;
-	page_pool(p)->bytes += p->length;
+	pool->pages++;
+	pool->bytes += p->length;
 }
 
 void page_link_committed(struct meta *m, struct page *p)
@@ -139,11 +141,13 @@ void page_link_committed(struct meta *m, struct page *p)
 
 void page_unlink_committed(struct meta *m, struct page *p)
 {
+	struct pool *pool = page_pool(p);
+
 	table_del_name(&m->by_name, p);
 	table_del_id(&m->by_id, p);
-	lru_remove(page_pool(p), p);
-	page_pool(p)->pages--;
-	page_pool(p)->bytes -= p->length;
+	lru_remove(pool, p);
+	pool->pages--;
+	pool->bytes -= p->length;
 }
 
 static void fill_info(const struct page *p, struct meta_page_info *out)

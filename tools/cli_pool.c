@@ -146,9 +146,8 @@ static int cli_pool_create_parse(int argc, char **argv, struct cli_pool_create_c
 		                       "multiple of --page-size",
 		                       cap, ps);
 	}
-	if (cfg->page_size && cfg->capacity &&
-	    cli_check_page_count(CMD, cfg->page_size, cfg->capacity))
-		return CLI_USAGE;
+	if ((ret = cli_check_page_count(CMD, cfg->page_size, cfg->capacity)) != 0)
+		return ret;
 	return cli_pool_split(argv[optind], cfg);
 }
 

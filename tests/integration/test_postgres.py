@@ -145,13 +145,20 @@ def assert_pages(pool, names, data, what):
         assert_bytes_equal(read_page(pool / name), data if name == "p" else b"y", what)
 
 
-@pytest.mark.parametrize("op", CHANGES)
-def test_a_change_cancelled_as_a_deadlock_is_run_again(mount, op):
+def deadlock_case(mount, op, times):
+    """A mount whose pool holds what change op finds, the page's bytes,
+    and the next `times` row operations op cancelled as deadlocks."""
     m = pg_mount(mount)
     data = os.urandom(50000)
-    change, done, _ = CHANGES[op]
     pool = pool_before(m, op, data)
-    deadlocks_on(m, op, 2)
+    deadlocks_on(m, op, times)
+    return m, pool, data
+
+
+@pytest.mark.parametrize("op", CHANGES)
+def test_a_change_cancelled_as_a_deadlock_is_run_again(mount, op):
+    change, done, _ = CHANGES[op]
+    m, pool, data = deadlock_case(mount, op, 2)
     change(pool, data)  # cancelled twice, then through
     assert deadlocks_met(m) == 3, "two cancelled runs, then the one that went through"
     assert m.log_tail().count("met another node's transaction; again") == 2, m.log_tail()
@@ -161,11 +168,8 @@ def test_a_change_cancelled_as_a_deadlock_is_run_again(mount, op):
 
 @pytest.mark.parametrize("op", CHANGES)
 def test_a_change_cancelled_every_time_fails_with_eio_and_changes_nothing(mount, op):
-    m = pg_mount(mount)
-    data = os.urandom(50000)
     change, done, kept = CHANGES[op]
-    pool = pool_before(m, op, data)
-    deadlocks_on(m, op, 1000)
+    m, pool, data = deadlock_case(mount, op, 1000)
     with pytest.raises(OSError) as e:
         change(pool, data)
     assert e.value.errno == errno.EIO, e.value

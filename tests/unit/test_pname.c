@@ -7,6 +7,7 @@
 #include "meta/internal.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -271,5 +272,34 @@ Test(pname, a_full_tail_table_leaves_new_tails_inline)
 	p = make(name);
 	cr_assert(p->name_tail);
 	cr_assert_str_eq(pname_text(p, out), name);
+	page_free(p);
+}
+
+/* A page names its pool by a 2-byte index (pool_index.c): at most
+ * POOLS_MAX pools at once; a freed pool's index is taken again. */
+Test(pool_index, pages_find_their_pool_and_the_table_has_a_limit)
+{
+	static struct pool *pools[POOLS_MAX];
+	struct page *p = make(sha);
+
+	for (unsigned i = 0; i < POOLS_MAX; i++) {
+		pools[i] = pool_new();
+		cr_assert_not_null(pools[i], "pool %u of %u: %s", i, POOLS_MAX, strerror(errno));
+		cr_assert_eq(pools[i]->fd, -1, "a new pool has no data file yet");
+	}
+	page_set_pool(p, pools[1234]);
+	cr_assert_eq(page_pool(p), pools[1234]);
+	errno = 0;
+	cr_assert_null(pool_new(), "pool %u", POOLS_MAX + 1);
+	cr_assert_eq(errno, ENOSPC);
+	uint16_t ix = pools[7]->ix;
+	pool_free(pools[7]);
+	struct pool *again = pool_new();
+	cr_assert_not_null(again, "a freed pool's index is free again");
+	cr_assert_eq(again->ix, ix);
+	pools[7] = again;
+	cr_assert_eq(page_pool(p), pools[1234]);
+	for (unsigned i = 0; i < POOLS_MAX; i++)
+		pool_free(pools[i]);
 	page_free(p);
 }
