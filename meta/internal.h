@@ -43,17 +43,18 @@ struct page {
 	uint32_t length;             /* <= its pool's slot size <= META_SLOT_SIZE_MAX */
 	uint32_t lru_prev, lru_next; /* pool LRU, head = most recent; committed only */
 	uint32_t id_next;            /* meta.by_id chain */
-	uint32_t gen : 28;           /* mount epoch it was made in (PAGE_GEN_MASK) */
-	uint32_t committed : 1;
-	uint32_t has_checksum : 1;
-	uint32_t verified : 1; /* checksum verified since commit/mount */
-	uint32_t opened : 1;   /* a reader opened this version */
-	uint16_t version;      /* in-place replacements this mount (wraps) */
+	uint16_t version;            /* in-place replacements this mount (wraps) */
 
 	/* What a name lookup reads, last and next to each other: a chain walk
-	 * reads these 12 bytes of each page (one line), a match the name
-	 * after them too (one more line for an SGLang key). */
-	uint16_t pool_ix;       /* its pool: page_pool() (pool_index.c) */
+	 * reads the hash and the link of each page, a match all of these
+	 * fields (from pool_ix on) and the name after them: 16 bytes and the
+	 * name, one or two lines (page_prefetch_lookup). */
+	uint16_t pool_ix;  /* its pool: page_pool() (pool_index.c) */
+	uint32_t gen : 28; /* mount epoch it was made in (PAGE_GEN_MASK) */
+	uint32_t committed : 1;
+	uint32_t has_checksum : 1;
+	uint32_t verified : 1;  /* checksum verified since commit/mount */
+	uint32_t opened : 1;    /* a reader opened this version */
 	uint32_t name_hash;     /* name_hash() of the name */
 	uint32_t name_next;     /* meta.by_name chain */
 	uint8_t name_len;       /* of the name as text (<= META_NAME_MAX) */
@@ -108,6 +109,15 @@ static inline uint32_t page_atime_s(const struct page *p)
 static inline void page_prefetch_chain(const struct page *p)
 {
 	__builtin_prefetch(&p->name_hash);
+}
+
+/* Starts loading what a lookup of a name of len characters reads of p if
+ * it matches: the fields from pool_ix on and at most len / 2 bytes of
+ * packed name (one or two lines). */
+static inline void page_prefetch_lookup(const struct page *p, size_t len)
+{
+	__builtin_prefetch(&p->pool_ix);
+	__builtin_prefetch((const char *)p->packed + len / 2);
 }
 
 /* A pinned slot: readers or a deferred free. */

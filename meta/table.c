@@ -196,60 +196,60 @@ struct page *table_find_same(const struct page_table *t, const struct page *b)
 	return NULL;
 }
 
-/* Lookups a group at a time, so that the cache misses of a group overlap
- * instead of following one another: a batch of 128 SGLang keys spent most
- * of its time waiting on them. Stages: the buckets; the first page of each
- * chain (the lines a match reads: its lookup fields and its name, which
- * end struct page side by side); the second page of each chain, which at
- * load factor up to 1 a third of the lookups reach. Prefetching past the
- * end of a shorter name is harmless. */
-#define FIND_GROUP 16
+/* Lookups as a pipeline, so that the cache misses of several keys
+ * overlap instead of following one another (a batch of 128 SGLang keys
+ * spent most of its time waiting on them). Each key passes four stages,
+ * LEAD keys apart: its hash and its bucket loaded; the bucket read and
+ * its chain head's lookup fields and name loaded; the head checked and,
+ * when the name is not its own, the second page of the chain loaded (at
+ * load factor up to 1 a third of lookups reach it); the walk. LEAD was
+ * chosen with tests/perf/lookup_bench.c (2, 4, 8, 12, 16 keys: 8 and 12
+ * best, 2 a quarter slower). Loading past the end of a shorter name is
+ * harmless. */
+#define LEAD 8
+#define FIND_BLOCK 128
 
-/* The stages for names[0..g), g <= FIND_GROUP: their hashes, lengths and
- * chain heads, with the lines a walk reads on their way to the cache. */
-static void group_heads(const struct page_table *t, uint32_t pool_id, const char *const *names,
-                        const size_t *lens, size_t g, uint32_t *h, size_t *len, struct page **head)
+/* The stages for names[0..n), n <= FIND_BLOCK, as above; with out, the
+ * walks too; h: their hashes. */
+static void find_block(const struct page_table *t, uint32_t pool_id, const char *const *names,
+                       const size_t *lens, size_t n, struct page **out, uint32_t *h)
 {
-	for (size_t i = 0; i < g; i++) {
-		const char *name = names[i];
-		len[i] = name ? lens[i] : 0;
-		h[i] = name ? name_hash(pool_id, name, len[i]) : 0;
-		__builtin_prefetch(&t->buckets[h[i] & t->mask]);
-	}
-	for (size_t i = 0; i < g; i++) {
-		struct page *p = names[i] ? page_at(t->buckets[h[i] & t->mask]) : NULL;
-		head[i] = p;
-		if (p) { /* its lookup fields, and a name of the length sought */
-			const char *a = (const char *)&p->name_hash;
-			const char *end = (const char *)p->packed + len[i] / 2;
-			for (; a < end; a += 64)
-				__builtin_prefetch(a);
-			__builtin_prefetch(end);
+	struct page *head[FIND_BLOCK];
+	size_t stages = out ? 4 : 2;
+
+	for (size_t i = 0; i < n + (stages - 1) * LEAD; i++) {
+		size_t k = i;
+		if (k < n) {
+			h[k] = names[k] ? name_hash(pool_id, names[k], lens[k]) : 0;
+			__builtin_prefetch(&t->buckets[h[k] & t->mask]);
 		}
-	}
-	for (size_t i = 0; i < g; i++) {
-		const struct page *p = head[i];
-		if (p && p->name_hash != h[i] && p->name_next)
-			page_prefetch_chain(page_at(p->name_next));
+		if ((k = i - LEAD) < n) { /* wraps below 0: out of range */
+			head[k] = names[k] ? page_at(t->buckets[h[k] & t->mask]) : NULL;
+			if (head[k])
+				page_prefetch_lookup(head[k], lens[k]);
+		}
+		if (stages < 4)
+			continue;
+		if ((k = i - 2 * LEAD) < n && head[k] && head[k]->name_hash != h[k] &&
+		    head[k]->name_next)
+			page_prefetch_lookup(page_at(head[k]->name_next), lens[k]);
+		if ((k = i - 3 * LEAD) < n)
+			out[k] = head[k] ? chain_find(head[k], h[k], pool_id, names[k], lens[k],
+			                              NULL)
+			                 : NULL;
 	}
 }
 
-/* The stages for names[0..n) of lengths lens[0..n), a group at a time;
- * with out, the walks too; hs: where to put their hashes, or NULL. */
+/* find_block over names[0..n) a block at a time; hs: where to put their
+ * hashes, or NULL. */
 static void find_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
                        const size_t *lens, size_t n, struct page **out, uint32_t *hs)
 {
-	uint32_t h[FIND_GROUP];
-	size_t len[FIND_GROUP];
-	struct page *head[FIND_GROUP];
+	uint32_t h[FIND_BLOCK];
 
-	for (size_t base = 0; base < n; base += FIND_GROUP) {
-		size_t g = n - base < FIND_GROUP ? n - base : FIND_GROUP;
-		group_heads(t, pool_id, names + base, lens + base, g, h, len, head);
-		for (size_t i = 0; out && i < g; i++)
-			out[base + i] = head[i] ? chain_find(head[i], h[i], pool_id,
-			                                     names[base + i], len[i], NULL)
-			                        : NULL;
+	for (size_t base = 0; base < n; base += FIND_BLOCK) {
+		size_t g = n - base < FIND_BLOCK ? n - base : FIND_BLOCK;
+		find_block(t, pool_id, names + base, lens + base, g, out ? out + base : NULL, h);
 		if (hs)
 			memcpy(hs + base, h, g * sizeof(*h));
 	}
