@@ -112,18 +112,37 @@ void journal_counters(struct meta *m, uint64_t *batches, uint64_t *records)
 	pthread_mutex_unlock(&j->lock);
 }
 
-/* Writes one batch; sets each record's err. */
-static void write_batch(struct meta *m, struct rec *batch)
-{
-	struct resolver rs = {0};
-	int rc = m->shared ? 0 : replaced_resolve(m, batch, &rs);
-	int began = rc == 0; /* a rollback ends only a begun transaction */
+/* Runs of a batch that met another transaction (a shared index): the
+ * first and this many more, a growing pause between them. */
+#define BATCH_RUNS 6
 
-	if (began)
-		rc = store_begin(m->store);
+/* Before run `run` (1 ...) of a batch: 10, 20, 40 ... ms, and up to as
+ * much again at random, so that two nodes that met do not meet again. */
+static void batch_pause(int run)
+{
+	long ms = 10L << (run - 1);
+	unsigned seed = (unsigned)now_ns();
+	ms += (long)(rand_r(&seed) % (unsigned)ms);
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+	nanosleep(&ts, NULL);
+}
+
+/* One run of a batch in one store transaction; sets each record's err.
+ * Returns 0, -EDEADLK when a record met another node's transaction and
+ * the transaction was rolled back to be run again, or the error of the
+ * transaction (every record's err). */
+static int write_run(struct meta *m, struct rec *batch, int last)
+{
+	int rc = store_begin(m->store);
 
 	for (struct rec *r = batch; r; r = r->next) {
 		r->err = rc < 0 ? rc : store_apply(m->store, r);
+		if (r->err == -EDEADLK && !last) {
+			store_rollback(m->store);
+			return -EDEADLK;
+		}
+		if (r->err == -EDEADLK)
+			r->err = -EIO;
 		/* (A lease finding every chunk taken is an answer, not a fault.) */
 		if (r->err < 0 && r->type != REC_TOUCH &&
 		    !(r->type == REC_LEASE && (r->err == -ENOSPC || r->err == -EAGAIN)))
@@ -132,12 +151,44 @@ static void write_batch(struct meta *m, struct rec *batch)
 	}
 	if (rc == 0)
 		rc = store_commit(m->store);
+	if (rc == -EDEADLK && !last) {
+		store_rollback(m->store);
+		return -EDEADLK;
+	}
 	if (rc < 0) {
 		log_error("index transaction failed: %s", strerror(-rc));
-		if (began) /* (the SQLite store's begin took its db_lock, even if it failed) */
-			store_rollback(m->store);
+		/* (the SQLite store's begin took its db_lock, even if it failed) */
+		store_rollback(m->store);
+		for (struct rec *r = batch; r; r = r->next)
+			r->err = rc == -EDEADLK ? -EIO : rc;
+	}
+	return 0;
+}
+
+/* Writes one batch; sets each record's err. A record that meets another
+ * node's transaction (a deadlock PostgreSQL broke by cancelling this
+ * one) runs the whole batch again, after a pause: going back to the
+ * record alone would keep the rows the batch's earlier records locked,
+ * which is how the two transactions met, and they would meet again. */
+static void write_batch(struct meta *m, struct rec *batch)
+{
+	struct resolver rs = {0};
+	int rc = m->shared ? 0 : replaced_resolve(m, batch, &rs);
+
+	if (rc < 0) {
+		log_error("index transaction failed: %s", strerror(-rc));
 		for (struct rec *r = batch; r; r = r->next)
 			r->err = rc;
+	}
+	for (int run = 1; rc == 0; run++) {
+		rc = write_run(m, batch, run == BATCH_RUNS);
+		if (rc != -EDEADLK)
+			break;
+		log_info("index: a batch of records met another node's transaction; "
+		         "running it again (run %d of %d)",
+		         run + 1, BATCH_RUNS);
+		batch_pause(run);
+		rc = 0;
 	}
 	replaced_free(batch, &rs);
 }

@@ -17,7 +17,6 @@
 #include <string.h>
 
 #define PG_ITER_CHUNK 256
-#define PG_DEADLOCK_TRIES 3 /* runs of a record again after a deadlock (pg_apply) */
 
 /* ---- load ---- */
 
@@ -770,42 +769,30 @@ int pg_apply(struct store *base, struct rec *r)
 	else
 		rc = exec_simple(s, "SAVEPOINT rec");
 	r->xid = (uint64_t)s->xid;
-	if (rc < 0)
-		return rc == -EDEADLK ? -EIO : rc;
-	rc = apply_one(s, r);
+	if (rc == 0)
+		rc = apply_one(s, r);
 	/* A deadlock with another node's transaction (or a serialization
-	 * failure) cancels this record's statements only: back to its
-	 * savepoint, which frees what they locked, and run them again. Two
-	 * nodes met here updating atimes and dropping pages in different
-	 * orders. The rows the transaction's earlier records locked stay
-	 * locked, though, so the same two transactions can meet again at
-	 * every run (PostgreSQL cancels whichever waited longest): an atime,
-	 * a hint, therefore yields at once (its transaction goes on without
-	 * it and frees its rows at commit, and the other's record then goes
-	 * through). Going back to the savepoint frees the pool lock too: a
-	 * commit takes it again; a lease or a pool's retirement, whose
-	 * statements build on what they found under it, is not run again. */
+	 * failure) cancels this record's statements. Two nodes met here
+	 * updating atimes and dropping pages in different orders. Running
+	 * the record again from its savepoint would keep the rows the
+	 * transaction's earlier records locked, so the same two transactions
+	 * met again at every run (PostgreSQL cancels whichever waited
+	 * longest) until one failed: -EDEADLK goes up instead and the journal
+	 * rolls the whole transaction back, which frees them, and runs the
+	 * batch again (journal.c write_batch). An atime, a hint, yields at
+	 * once (its transaction goes on without it). */
 	if (rc == -EDEADLK && r->type == REC_TOUCH && PQstatus(s->conn) == CONNECTION_OK) {
 		log_info("index (PostgreSQL): the atime of page %llu met another node's "
 		         "transaction; left for its next use",
 		         (unsigned long long)r->page_id);
 		rc = exec_simple(s, "ROLLBACK TO SAVEPOINT rec");
-	}
-	int again = (!pool_locked || r->type == REC_COMMIT) && r->type != REC_TOUCH;
-	for (int tries = 0; rc == -EDEADLK && again && tries < PG_DEADLOCK_TRIES &&
-	                    PQstatus(s->conn) == CONNECTION_OK;
-	     tries++) {
-		log_info("index (PostgreSQL): record %d met another node's transaction; again",
-		         (int)r->type);
+	} else if (rc < 0 && PQstatus(s->conn) == CONNECTION_OK) {
 		exec_simple(s, "ROLLBACK TO SAVEPOINT rec");
-		rc = pool_locked ? pool_lock(s, "", r->pool_id, 0) : 0;
-		if (rc == 0)
-			rc = apply_one(s, r);
 	}
 	if (rc == -EDEADLK)
-		rc = -EIO;
-	if (rc < 0 && PQstatus(s->conn) == CONNECTION_OK)
-		exec_simple(s, "ROLLBACK TO SAVEPOINT rec");
+		log_info("index (PostgreSQL): record %d (page %llu) met another node's "
+		         "transaction",
+		         (int)r->type, (unsigned long long)r->page_id);
 	if (PQstatus(s->conn) == CONNECTION_OK)
 		exec_simple(s, "RELEASE SAVEPOINT rec");
 	return rc;

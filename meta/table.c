@@ -206,7 +206,7 @@ struct page *table_find_same(const struct page_table *t, const struct page *b)
  * chosen with tests/perf/lookup_bench.c (2, 4, 8, 12, 16 keys: 8 and 12
  * best, 2 a quarter slower). Loading past the end of a shorter name is
  * harmless. */
-#define LEAD 8
+#define LEAD ((size_t)8)
 #define FIND_BLOCK 128
 
 /* The stages for names[0..n), n <= FIND_BLOCK, as above; with out, the

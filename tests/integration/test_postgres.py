@@ -161,7 +161,10 @@ def test_a_change_cancelled_as_a_deadlock_is_run_again(mount, op):
     m, pool, data = deadlock_case(mount, op, 2)
     change(pool, data)  # cancelled twice, then through
     assert deadlocks_met(m) == 3, "two cancelled runs, then the one that went through"
-    assert m.log_tail().count("met another node's transaction; again") == 2, m.log_tail()
+    # each time the whole transaction went back (the rows its other
+    # records locked with it) and its batch ran again
+    log = m.log_tail()
+    assert log.count("a batch of records met another node's transaction; running it again") == 2, log
     m.remount()
     assert_pages(pool, done, data, "after two retries")
 
@@ -173,7 +176,8 @@ def test_a_change_cancelled_every_time_fails_with_eio_and_changes_nothing(mount,
     with pytest.raises(OSError) as e:
         change(pool, data)
     assert e.value.errno == errno.EIO, e.value
-    assert deadlocks_met(m) == 4, "the first run and 3 more (PG_DEADLOCK_TRIES), no more"
+    assert deadlocks_met(m) == 6, "the first run and 5 more (BATCH_RUNS), no more"
+    assert "(run 6 of 6)" in m.log_tail(), m.log_tail()
     assert_pages(pool, kept, data, "after the failed change")
     m.remount()
     assert_pages(pool, kept, data, "the index kept what it had")
@@ -199,7 +203,7 @@ def test_an_atime_cancelled_as_a_deadlock_yields_at_once(mount):
     log = m.log_tail()
     assert deadlocks_met(m) == 1, "the atime was run again after its deadlock"
     assert "left for its next use" in log, log
-    assert "met another node's transaction; again" not in log, log
+    assert "running it again" not in log, log
     H.psql("DROP TRIGGER test_deadlock ON pagefs_pages", uri=m.meta)
     m.start()
     assert read_page(pool / "p") == b"x" * 1000
