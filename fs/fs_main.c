@@ -106,8 +106,7 @@ static void pagefs_op_init(void *userdata, struct fuse_conn_info *conn)
 
 	(void)userdata;
 	conn->want |= want & conn->capable;
-	conn->want &= ~(unsigned)(FUSE_CAP_READDIRPLUS_AUTO | FUSE_CAP_WRITEBACK_CACHE |
-	                          FUSE_CAP_SPLICE_READ);
+	conn->want &= ~(unsigned)(FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_SPLICE_READ);
 	conn->max_write = FS_MAX_WRITE;
 	conn->max_read = fs_max_read(); /* libfuse insists it equals -o max_read */
 	if (!(conn->capable & FUSE_CAP_ATOMIC_O_TRUNC))

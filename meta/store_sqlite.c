@@ -44,6 +44,7 @@ enum stmt_id {
 	ST_ROLLBACK_TO,
 	ST_BEGIN,
 	ST_END,
+	ST_ITER,
 	ST_COUNT
 };
 
@@ -72,6 +73,11 @@ static const char *const stmt_sql[ST_COUNT] = {
 	/* Prepared once: sqlite3_exec would compile them for every batch. */
 	[ST_BEGIN] = "BEGIN IMMEDIATE",
 	[ST_END] = "COMMIT",
+	/* "+pool": walk the primary key from ?2. With the (pool, name)
+	 * index SQLite would sort the whole rest of the pool on every
+	 * call, and a listing would cost O(pages^2). */
+	[ST_ITER] = "SELECT id,name,slot,length,checksum,mtime,atime,gen FROM pages"
+		    " WHERE +pool=?1 AND id>?2 ORDER BY id",
 };
 
 static const char schema_sql[] =
@@ -579,14 +585,9 @@ static int sq_iter_pages(struct store *base, uint32_t pool_id, uint64_t after, m
 	int rc, ret = 0;
 
 	pthread_mutex_lock(&s->db_lock); /* (between two batches of the journal) */
-	rc = sqlite3_prepare_v2(s->db,
-	                        "SELECT id,name,slot,length,checksum,mtime,atime,gen FROM pages"
-	                        /* "+pool": walk the primary key from ?2. With
-	                         * the (pool, name) index SQLite would sort the
-	                         * whole rest of the pool on every call, and a
-	                         * listing would cost O(pages^2). */
-	                        " WHERE +pool=?1 AND id>?2 ORDER BY id",
-	                        -1, &st, NULL);
+	/* prepared once: a listing calls this for every 4 KiB of entries */
+	st = stmt(s, ST_ITER);
+	rc = st ? SQLITE_OK : sqlite3_errcode(s->db);
 	if (rc == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, pool_id);
 		sqlite3_bind_int64(st, 2, (sqlite3_int64)after);
@@ -610,7 +611,10 @@ static int sq_iter_pages(struct store *base, uint32_t pool_id, uint64_t after, m
 		ret = cb(arg, &info);
 		rc = SQLITE_OK;
 	}
-	sqlite3_finalize(st);
+	if (st) {
+		sqlite3_reset(st);
+		sqlite3_clear_bindings(st);
+	}
 	pthread_mutex_unlock(&s->db_lock);
 	if (ret)
 		return ret;
