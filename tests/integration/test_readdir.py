@@ -41,6 +41,26 @@ def test_listing_2000_pages_returns_each_exactly_once(mount):
 
 
 @pytest.mark.timeout_s(240)
+def test_listed_inode_numbers_and_types_are_what_stat_says(mount):
+    # The kernel asks for plain entries or entries with attributes
+    # (readdirplus) as it sees fit (READDIRPLUS_AUTO): a listing of
+    # several buffers gets both. Either kind must name the inode that a
+    # lookup of the name then finds, as a regular file.
+    m = mount()
+    pool = m.pool(0, "kv")
+    want = names(2000, "ino")
+    for n in want:
+        create_empty(pool, n)
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("2")  # forget the dentries the creates left
+    entries = list(os.scandir(pool))
+    assert sorted(e.name for e in entries) == sorted(want)
+    wrong = [(e.name, e.inode(), os.stat(e.path).st_ino) for e in entries
+             if not e.is_file(follow_symlinks=False) or e.inode() != os.stat(e.path).st_ino]
+    assert not wrong, f"entries whose type or inode differs from stat: {wrong[:5]}"
+
+
+@pytest.mark.timeout_s(240)
 def test_listing_during_concurrent_creates_and_deletes_shows_stable_pages_exactly_once(mount):
     m = mount()
     pool = m.pool(0, "kv")
