@@ -112,8 +112,8 @@ void journal_counters(struct meta *m, uint64_t *batches, uint64_t *records)
 	pthread_mutex_unlock(&j->lock);
 }
 
-/* Runs of a batch that met another transaction (a shared index): the
- * first and this many more, a growing pause between them. */
+/* Runs in all of a batch that keeps meeting another node's transaction
+ * (a shared index), with a growing pause between them. */
 #define BATCH_RUNS 6
 
 /* Before run `run` (1 ...) of a batch: 10, 20, 40 ... ms, and up to as
@@ -127,10 +127,11 @@ static void batch_pause(int run)
 	nanosleep(&ts, NULL);
 }
 
-/* One run of a batch in one store transaction; sets each record's err.
- * Returns 0, -EDEADLK when a record met another node's transaction and
- * the transaction was rolled back to be run again, or the error of the
- * transaction (every record's err). */
+/* One run of a batch in one store transaction; sets each record's err
+ * (every record's when the transaction fails). Returns -EDEADLK when a
+ * record met another node's transaction and the transaction was rolled
+ * back to be run again (unless this is the last run: that record then
+ * fails with -EIO and the others are committed), else 0. */
 static int write_run(struct meta *m, struct rec *batch, int last)
 {
 	int rc = store_begin(m->store);
