@@ -13,6 +13,7 @@ PACKAGES=(
 	python3 python3-pytest python3-requests
 	clang-format clang-tidy
 	attr gnuplot-nox
+	faketime # test_http_protocol.py: a daemon on a clock the test moves
 	clang valgrind # scripts/soak.sh: libFuzzer targets, valgrind memcheck
 )
 

@@ -93,13 +93,13 @@ def free_port():
 class Server:
     """`pagefs serve-meta` on 127.0.0.1 (any free port), stopped by stop()."""
 
-    def __init__(self, dir, *opts, backing=None, meta=None):
+    def __init__(self, dir, *opts, backing=None, meta=None, env=None):
         self.dir = dir
         self.backing = backing or os.path.join(dir, "backing")
         os.makedirs(self.backing, exist_ok=True)
         self.meta = meta or f"sqlite:{os.path.join(dir, 'index.db')}"
         self.log = open(os.path.join(dir, "serve.log"), "w")
-        env = dict(os.environ)
+        env = dict(os.environ, **(env or {}))
         for var, stem in (("ASAN_OPTIONS", "asan"), ("UBSAN_OPTIONS", "ubsan"),
                           ("LSAN_OPTIONS", "lsan"), ("TSAN_OPTIONS", "tsan")):
             cur = env.get(var, "")

@@ -6,6 +6,7 @@ Tests marked `engines` also run on a PostgreSQL index (one node; several
 nodes: test_http_multinode.py). There a node reserves in the slot chunks it
 leases, so which page index comes first differs (`top_down` is False)."""
 import os
+import sqlite3
 import threading
 import time
 
@@ -255,6 +256,66 @@ def test_confirm_of_an_unreserved_slot_is_ignored(server):
     c.confirm_write(0, [["a", a]], [])
     c.confirm_write(0, [["b", a]], [])  # a slot a key maps: not reserved
     assert c.get_page_indices(0, ["a", "b"]) == [a, None]
+
+
+FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"  # Debian's faketime
+
+
+def stored_atime(index, key):
+    """The atime the index holds for key (the daemon is stopped)."""
+    con = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
+    try:
+        return con.execute("SELECT atime FROM pages WHERE name=?", (key.encode(),)).fetchone()[0]
+    finally:
+        con.close()
+
+
+@pytest.mark.timeout_s(120)
+@pytest.mark.skipif(bool(H.WRAPPER), reason="libfaketime is preloaded; valgrind preloads its own")
+def test_a_lookup_reaches_the_index_once_a_minute(tmp_root):
+    # A get_page_indices refreshes a key's recency in memory at once, but
+    # notes it for the index only when its atime moves to another minute
+    # (a FUSE use: another second): a busy key costs the index one write a
+    # minute, and a restart forgets at most a minute of its recency. The
+    # daemon runs on a clock the test moves (libfaketime, re-reading its
+    # offset at every call), 5 s past a minute at the start.
+    tmp_root = os.path.join(tmp_root, "minute")
+    os.makedirs(tmp_root)
+    clock = os.path.join(tmp_root, "clock")
+    offset = 60 - time.time() % 60 + 5
+    index = os.path.join(tmp_root, "index.db")
+    env = {"LD_PRELOAD": FAKETIME, "FAKETIME_TIMESTAMP_FILE": clock, "FAKETIME_NO_CACHE": "1",
+           "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+           "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"}
+
+    def run(seconds, step):
+        with open(clock, "w") as f:
+            f.write(f"+{offset + seconds:.3f}\n")
+        s = MC.Server(tmp_root, "--page-size", "64K", meta=f"sqlite:{index}", env=env)
+        try:
+            step(s.client)
+        finally:
+            assert s.stop() == 0, f"serve-meta did not exit cleanly:\n{s.log_text()}"
+            reports = s.sanitizer_reports()
+            assert not reports, "sanitizer reports:\n" + "\n".join(reports)[:20000]
+
+    def write(c):
+        c.initialize(0, 4)
+        (_, a), = c.reserve_and_allocate_page_indices(0, [["a", ""]])
+        c.confirm_write(0, [["a", a]], [])
+
+    def get(c):
+        assert c.get_page_indices(0, ["a"])[0] is not None
+
+    run(0, write)
+    confirmed = stored_atime(index, "a")
+    assert confirmed // 60_000_000_000 == (time.time() + offset) // 60, "the clock is faked"
+    time.sleep(1.2)  # another second, the same minute
+    run(0, get)
+    assert stored_atime(index, "a") == confirmed, "a lookup in the same minute is not written"
+    run(60, get)  # the next minute
+    later = stored_atime(index, "a")
+    assert later // 60_000_000_000 == confirmed // 60_000_000_000 + 1, (confirmed, later)
 
 
 @pytest.mark.timeout_s(60)
