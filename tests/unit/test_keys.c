@@ -235,6 +235,53 @@ Test(keys, batched_lookups_answer_each_key_of_a_long_batch)
 	free(ex);
 }
 
+/* The lookup pipeline (table.c find_block) has stages LEAD keys apart:
+ * batches shorter than a stage, of one stage, across stages and blocks,
+ * each with hits, misses and invalid names at every position, answer
+ * exactly what one lookup at a time answers. 2,000 keys in a pool also
+ * make chains of several pages in the name table. */
+Test(keys, lookups_of_every_batch_length_answer_as_one_at_a_time)
+{
+	enum { STORED = 2000, MAXN = 140 };
+	uint32_t p = init_pool(0, "len", 4096);
+	static char names[2 * STORED][16];
+	static const char *stored[STORED], *keys[MAXN];
+	int64_t *slots = calloc(STORED, sizeof(*slots)), got[MAXN], one;
+	uint8_t *ex = calloc(STORED, 1), exists[MAXN], alone;
+	size_t ignored;
+
+	for (size_t i = 0; i < 2 * STORED; i++)
+		snprintf(names[i], sizeof(names[i]), "n%zu", i);
+	for (size_t i = 0; i < STORED; i++)
+		stored[i] = names[2 * i]; /* even names stored, odd ones not */
+	for (size_t i = 0; i < STORED; i += 128) {
+		size_t n = STORED - i < 128 ? STORED - i : 128;
+		cr_assert_eq(meta_keys_reserve(fx.m, p, stored + i, n, ex + i, slots + i), 0);
+		cr_assert_eq(
+			meta_keys_confirm(fx.m, p, stored + i, slots + i, n, NULL, 0, &ignored), 0);
+	}
+	for (size_t n = 1; n <= MAXN; n++) {
+		for (size_t i = 0; i < n; i++)
+			keys[i] = (i * 7 + n) % 11 == 0 ? "bad/name"
+			                                : names[(i * 613 + n * 31) % (2 * STORED)];
+		cr_assert_eq(meta_keys_exists(fx.m, p, keys, n, exists), 0);
+		cr_assert_eq(meta_keys_get(fx.m, p, keys, n, got), 0);
+		for (size_t i = 0; i < n; i++) {
+			cr_assert_eq(meta_keys_exists(fx.m, p, &keys[i], 1, &alone), 0);
+			cr_assert_eq(meta_keys_get(fx.m, p, &keys[i], 1, &one), 0);
+			cr_assert_eq(exists[i], alone,
+			             "batch of %zu, key %zu (%s): exists %d alone %d", n, i,
+			             keys[i], exists[i], alone);
+			cr_assert_eq(got[i], one, "batch of %zu, key %zu (%s): get %lld alone %lld",
+			             n, i, keys[i], (long long)got[i], (long long)one);
+			int want = keys[i][0] == 'n' && atoi(keys[i] + 1) % 2 == 0;
+			cr_assert_eq(alone, want, "%s", keys[i]);
+		}
+	}
+	free(slots);
+	free(ex);
+}
+
 /* reserve and confirm look keys up a chunk at a time, by hashes computed
  * ahead (keys_ahead): across chunk boundaries each key keeps its own
  * slot, a second reserve finds every key where the first put it, and a
