@@ -215,7 +215,6 @@ int pool_from_row(struct meta *m, const struct store_pool_row *row, struct pool 
 	p->capacity = row->capacity;
 	p->shared = (uint8_t)m->shared;
 	p->chunk_slots = pool_chunk_slots(p->capacity);
-	p->fd = -1;
 	if (p->slot_size && meta_check_geometry(p->slot_size, p->capacity) < 0) {
 		snprintf(err, errlen,
 		         "index %s: pool %u/%s has %llu slots of %llu bytes; this version of "

@@ -402,7 +402,6 @@ int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_siz
 	snprintf(p->ns, sizeof(p->ns), "%s", ns);
 	p->slot_size = slot_size;
 	p->capacity = capacity_bytes / slot_size;
-	p->fd = -1;
 	/* Data before metadata: the file exists before the index names it. */
 	rc = data_open(path, p->capacity * slot_size, 0, &p->fd);
 	if (rc < 0) {

@@ -27,7 +27,7 @@ struct pool *pool_new(void)
 
 	if (!p)
 		return NULL;
-	p->fd = -1;
+	p->fd = -1; /* no data file yet: pool_free closes only an open one */
 	pthread_mutex_lock(&lock);
 	for (unsigned n = 0; n < POOLS_MAX; n++) {
 		unsigned i = (next - 1 + n) % POOLS_MAX + 1;

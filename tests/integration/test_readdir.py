@@ -19,17 +19,22 @@ def create_empty(pool, name):
     os.close(os.open(pool / name, os.O_WRONLY | os.O_CREAT, 0o644))
 
 
+def pool_of_empty_pages(mount, n, tag):
+    """A new mount's pool 0/kv holding n empty pages: (pool, their names)."""
+    pool = mount().pool(0, "kv")
+    want = names(n, tag)
+    for name in want:
+        create_empty(pool, name)
+    return pool, want
+
+
 def dupes(listing):
     return {n: c for n, c in collections.Counter(listing).items() if c > 1}
 
 
 @pytest.mark.timeout_s(240)
 def test_listing_2000_pages_returns_each_exactly_once(mount):
-    m = mount()
-    pool = m.pool(0, "kv")
-    want = names(2000, "stable")
-    for n in want:
-        create_empty(pool, n)
+    pool, want = pool_of_empty_pages(mount, 2000, "stable")
     listing = os.listdir(pool)
     assert not dupes(listing), f"names listed more than once: {list(dupes(listing).items())[:10]}"
     assert set(listing) == set(want), \
@@ -46,11 +51,7 @@ def test_listed_inode_numbers_and_types_are_what_stat_says(mount):
     # (readdirplus) as it sees fit (READDIRPLUS_AUTO): a listing of
     # several buffers gets both. Either kind must name the inode that a
     # lookup of the name then finds, as a regular file.
-    m = mount()
-    pool = m.pool(0, "kv")
-    want = names(2000, "ino")
-    for n in want:
-        create_empty(pool, n)
+    pool, want = pool_of_empty_pages(mount, 2000, "ino")
     with open("/proc/sys/vm/drop_caches", "w") as f:
         f.write("2")  # forget the dentries the creates left
     entries = list(os.scandir(pool))

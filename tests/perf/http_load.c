@@ -30,6 +30,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "perf_common.h"
+
 static int BATCH = 128; /* keys per request; HTTP_LOAD_BATCH overrides */
 #define STORED 65536    /* keys of client 0 of write run 0 that exists/get ask for */
 
@@ -101,25 +103,16 @@ static int post(int fd, const char *route, const char *body, size_t blen, char *
 	return status;
 }
 
-static uint64_t mix(uint64_t x) /* splitmix64's finalizer: a bijection */
-{
-	x ^= x >> 30;
-	x *= 0xBF58476D1CE4E5B9ULL;
-	x ^= x >> 27;
-	x *= 0x94D049BB133111EBULL;
-	return x ^ (x >> 31);
-}
-
-/* Key i of a client, as SGLang names pages: 64 hex digits of a hash of
- * the tokens (so keys arrive in no order, as real ones do: an index
- * keyed by name sees random inserts, not appends) and a model suffix. */
+/* Key i of a client (perf_sglang_key), quoted for JSON: hashed digits
+ * (keys arrive in no order, as real ones do: an index keyed by name
+ * sees random inserts, not appends). */
 static size_t key(char *out, int client, unsigned long i)
 {
-	uint64_t h = mix(((uint64_t)client << 40) ^ i);
+	size_t n = perf_sglang_key(out + 1, 128, perf_mix(((uint64_t)client << 40) ^ i), 1);
 
-	return (size_t)sprintf(out, "\"%016llx%016llx%016llx%016llx_Qwen-Qwen3-32B_0_2\"",
-	                       (unsigned long long)h, (unsigned long long)mix(h + 1),
-	                       (unsigned long long)mix(h + 2), (unsigned long long)mix(h + 3));
+	out[0] = out[n + 1] = '"';
+	out[n + 2] = '\0';
+	return n + 2;
 }
 
 static void *client_main(void *arg)

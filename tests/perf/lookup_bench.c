@@ -24,35 +24,10 @@
 #include <unistd.h>
 
 #include "meta/meta.h"
+#include "perf_common.h"
 
 #define BATCH 128
 #define NAME_LEN 96
-
-static double cpu_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static uint64_t mix(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdULL;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ULL;
-	return x ^ (x >> 33);
-}
-
-static void key(char *out, uint64_t i)
-{
-	uint64_t h = mix(i);
-
-	snprintf(out, NAME_LEN, "%016llx%016llx%016llx%016llx_Qwen-Qwen3-32B_0_2",
-	         (unsigned long long)h, (unsigned long long)mix(h + 1),
-	         (unsigned long long)mix(h + 2), (unsigned long long)mix(h + 3));
-}
 
 /* Batches of keys from names (hot of them stored, the same number not),
  * each copied into one buffer first as a parsed request body holds them,
@@ -69,16 +44,16 @@ static double run(struct meta *m, uint32_t pool_id, const char *names, uint64_t 
 
 	while (spent < seconds) {
 		for (int k = 0; k < BATCH; k++) {
-			seed = mix(seed + 1);
+			seed = perf_mix(seed + 1);
 			/* three of four from the stored hot set, one a miss */
 			uint64_t j = seed % hot + (seed >> 62 == 0 ? hot : 0);
 			memcpy(body + k * NAME_LEN, names + j * NAME_LEN, NAME_LEN);
 			keys[k] = body + k * NAME_LEN;
 		}
-		double t0 = cpu_s();
+		double t0 = perf_cpu_s();
 		int ret = get ? meta_keys_get(m, pool_id, keys, BATCH, slots)
 		              : meta_keys_exists(m, pool_id, keys, BATCH, found);
-		spent += cpu_s() - t0;
+		spent += perf_cpu_s() - t0;
 		if (ret < 0) {
 			fprintf(stderr, "lookup_bench: %s\n", strerror(-ret));
 			exit(1);
@@ -120,7 +95,7 @@ int main(int argc, char **argv)
 	 * misses [hot, 2 hot). */
 	size_t n = 0;
 	for (uint64_t i = 0; i < pages; i++) {
-		key(names + i * NAME_LEN, i);
+		perf_sglang_key(names + i * NAME_LEN, NAME_LEN, perf_mix(i), 1);
 		if (i < hot || i >= 2 * hot) {
 			in[n].slot = n;
 			in[n++].name = names + i * NAME_LEN;

@@ -21,24 +21,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "perf_common.h"
+
 #define NAME_MAX_LEN 96
-
-static double cpu_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static uint64_t mix(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xBF58476D1CE4E5B9ULL;
-	x ^= x >> 27;
-	x *= 0x94D049BB133111EBULL;
-	return x ^ (x >> 31);
-}
 
 static int run(sqlite3 *db, const char *sql)
 {
@@ -104,16 +89,11 @@ int main(int argc, char **argv)
 	if (!names || !lens || !pairs)
 		return 1;
 	for (long k = 0; k < keys; k++) {
-		uint64_t h = random ? mix((uint64_t)k) : (uint64_t)k;
-		lens[k] = snprintf(names + k * NAME_MAX_LEN, NAME_MAX_LEN,
-		                   "%016llx%016llx%016llx%016llx_Qwen-Qwen3-32B_0_2",
-		                   (unsigned long long)h,
-		                   (unsigned long long)(random ? mix(h + 1) : 0),
-		                   (unsigned long long)(random ? mix(h + 2) : 0),
-		                   (unsigned long long)(random ? mix(h + 3) : 0));
+		uint64_t h = random ? perf_mix((uint64_t)k) : (uint64_t)k;
+		lens[k] = (int)perf_sglang_key(names + k * NAME_MAX_LEN, NAME_MAX_LEN, h, random);
 	}
 
-	double c0 = cpu_s();
+	double c0 = perf_cpu_s();
 	for (long i = 0; i < keys; i += batch) {
 		if (run(db, "BEGIN") < 0)
 			return 1;
@@ -145,7 +125,7 @@ int main(int argc, char **argv)
 		if (run(db, "COMMIT") < 0)
 			return 1;
 	}
-	double c = cpu_s() - c0;
+	double c = perf_cpu_s() - c0;
 	printf("sqlite_rows %s %s keys=%ld batch=%ld cpu_s=%.2f keys/cpu_s=%.0f us/key=%.2f\n",
 	       argv[4], argv[5], keys, batch, c, (double)keys / c, c * 1e6 / (double)keys);
 	sqlite3_finalize(st);
