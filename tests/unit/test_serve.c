@@ -210,6 +210,55 @@ Test(serve, flat_parse_leaves_every_other_body_to_the_general_parse_untouched)
 	free(copy);
 }
 
+/* The scan for quotes (eight bytes at a time) at every alignment: keys of
+ * 0 to 40 bytes, each with one byte at each place that a JSON string may
+ * hold as it is (taken, the key whole) or may not (control characters,
+ * bytes that are not UTF-8: left to body_parse, the body untouched). */
+Test(serve, flat_parse_finds_each_key_at_any_length_alignment_and_byte)
+{
+	static const struct {
+		const char *bytes;
+		int ok;
+	} odd[] = {{"\x01", 0}, {"\x1f", 0}, {"\t", 0},   {"\x80", 0},    {"\xff", 0},
+	           {" ", 1},    {"~", 1},    {"\x7f", 1}, {"\xc3\xa9", 1}};
+	char key[64], body[128];
+
+	for (int shift = 0; shift < 8; shift++)
+		for (size_t n = 0; n <= 40; n++)
+			for (size_t at = 0; at <= n; at++)
+				for (size_t o = 0; o < sizeof(odd) / sizeof(odd[0]); o++) {
+					/* at == n: no odd byte, a key of n letters */
+					size_t k = 0;
+					for (size_t i = 0; i < n; i++)
+						if (i == at)
+							for (const char *b = odd[o].bytes; *b; b++)
+								key[k++] = *b;
+						else
+							key[k++] = (char)('a' + i % 26);
+					key[k] = '\0';
+					int ok = at == n || odd[o].ok;
+					int len = snprintf(body, sizeof(body),
+					                   "%*s{\"keys\":[\"k0\",\"%s\",\n\"z\"]}",
+					                   shift, "", key);
+					struct flat f;
+					char *copy;
+					int rc = flat_of(body, (size_t)len, &f, &copy);
+					cr_assert_eq(rc, ok ? 0 : 1,
+					             "shift %d, key %zu bytes, byte %zu = %02x",
+					             shift, n, at, (unsigned char)odd[o].bytes[0]);
+					if (ok) {
+						cr_assert_eq(f.n, 3);
+						cr_assert_str_eq(f.keys[0], "k0");
+						cr_assert_str_eq(f.keys[1], key);
+						cr_assert_str_eq(f.keys[2], "z");
+					} else {
+						cr_assert_eq(memcmp(copy, body, (size_t)len), 0);
+					}
+					flat_free(&f);
+					free(copy);
+				}
+}
+
 /* The reply to body on route of rank 1, with the fast path on or off. */
 static struct reply post_path(const char *route, const char *body, size_t len, int fast)
 {
