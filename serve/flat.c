@@ -39,12 +39,24 @@ struct span {
 	size_t at, len;
 };
 
-/* The body as yajl parses it: the copy and the strings of the text. */
+/* A string of the copy: it stands for count strings of the body, from
+ * spans[first] on. */
+struct token {
+	size_t first, count;
+};
+
+/* How deep arrays and objects may nest in a body taken here. */
+#define COPY_DEPTH 64
+
+/* The body as yajl parses it: the copy, the strings of the body and the
+ * strings of the copy. */
 struct copy {
 	char *text;
 	size_t len;
 	struct span *spans;
 	size_t n, cap;
+	struct token *tokens;
+	size_t ntok, captok;
 };
 
 struct flat_state {
@@ -53,7 +65,7 @@ struct flat_state {
 	size_t ns_len;
 	const char *text;
 	const struct copy *copy;
-	size_t next; /* the next string's index in copy->spans */
+	size_t next; /* the next string's index in copy->tokens */
 	size_t max_keys;
 	yajl_handle h;
 	int depth, has_keys, oom;
@@ -102,7 +114,9 @@ static size_t string_len(const char *s, size_t room, int *plain)
 	return room;
 }
 
-static int span_add(struct copy *c, size_t at, size_t len)
+/* Notes the string text[at, at + len): a token of its own, or one more
+ * of the last token's. 0 or -ENOMEM. */
+static int span_add(struct copy *c, size_t at, size_t len, int own)
 {
 	if (c->n == c->cap) {
 		size_t cap = c->cap ? c->cap * 2 : 256;
@@ -112,6 +126,17 @@ static int span_add(struct copy *c, size_t at, size_t len)
 		c->spans = s;
 		c->cap = cap;
 	}
+	if (own && c->ntok == c->captok) {
+		size_t cap = c->captok ? c->captok * 2 : 16;
+		struct token *t = realloc(c->tokens, cap * sizeof(*t));
+		if (!t)
+			return -ENOMEM;
+		c->tokens = t;
+		c->captok = cap;
+	}
+	if (own)
+		c->tokens[c->ntok++] = (struct token){c->n, 0};
+	c->tokens[c->ntok - 1].count++;
 	c->spans[c->n++] = (struct span){at, len};
 	return 0;
 }
@@ -120,13 +145,23 @@ static void copy_free(struct copy *c)
 {
 	free(c->text);
 	free(c->spans);
+	free(c->tokens);
 }
 
-/* Makes c, the body with its printable strings emptied. 0, 1 if the body
- * has a backslash or a quote that is not closed (for body_parse), or
- * -ENOMEM. */
+/*
+ * Makes c, the body with its printable strings emptied, and in an array a
+ * run of them (one after the other, a comma and white space between) made
+ * one: a run of values in an array is a value as far as the grammar goes,
+ * so the copy is JSON if and only if the body is. Anywhere else (an
+ * object's keys and values) every string stays a string of its own. 0, or
+ * 1 if the body is not for here (a backslash, a quote that is not closed,
+ * a bracket that closes nothing, nesting over COPY_DEPTH), or -ENOMEM.
+ */
 static int copy_make(const char *text, size_t len, struct copy *c)
 {
+	uint64_t arrays = 0; /* bit 0: the innermost level is an array */
+	int depth = 0, run = 0;
+
 	memset(c, 0, sizeof(*c));
 	if (memchr(text, '\\', len))
 		return 1;
@@ -134,35 +169,57 @@ static int copy_make(const char *text, size_t len, struct copy *c)
 		return -ENOMEM;
 	for (size_t pos = 0;;) {
 		/* between strings: a few bytes of structure */
-		while (pos < len && text[pos] != '"')
-			c->text[c->len++] = text[pos++];
+		size_t mark = c->len;
+		int commas = 0, other = 0;
+		for (; pos < len && text[pos] != '"'; pos++) {
+			char ch = text[pos];
+			if (ch == ',')
+				commas++;
+			else if (ch != ' ' && ch != '\t' && ch != '\n' && ch != '\r')
+				other = 1;
+			if (ch == '[' || ch == '{') {
+				if (++depth == COPY_DEPTH)
+					return 1;
+				arrays = arrays << 1 | (ch == '[');
+			} else if (ch == ']' || ch == '}') {
+				if (depth-- == 0)
+					return 1;
+				arrays >>= 1;
+			}
+			c->text[c->len++] = ch;
+		}
 		if (pos == len)
 			return 0;
 		int plain;
 		size_t at = pos + 1, n = string_len(text + at, len - at, &plain);
 		if (n == len - at)
 			return 1; /* not closed */
-		if (span_add(c, at, n) < 0)
+		int more = run && plain && commas == 1 && !other;
+		if (span_add(c, at, n, !more) < 0)
 			return -ENOMEM;
-		if (plain) {
+		if (more) {
+			c->len = mark; /* the comma goes with the string */
+		} else if (plain) {
 			memcpy(c->text + c->len, "\"\"", 2);
 			c->len += 2;
 		} else {
 			memcpy(c->text + c->len, text + pos, n + 2);
 			c->len += n + 2;
 		}
+		run = plain && depth > 0 && (arrays & 1);
 		pos = at + n + 1;
 	}
 }
 
-/* The place in the body of the string yajl reports now, or NULL. */
-static const char *next_string(struct flat_state *st, size_t *len)
+/* The strings of the body the string yajl reports now stands for, from
+ * *first on, or 0 if there are none. */
+static size_t next_strings(struct flat_state *st, const struct span **first)
 {
-	if (st->next == st->copy->n)
-		return NULL;
-	const struct span *s = &st->copy->spans[st->next++];
-	*len = s->len;
-	return st->text + s->at;
+	if (st->next == st->copy->ntok)
+		return 0;
+	const struct token *t = &st->copy->tokens[st->next++];
+	*first = &st->copy->spans[t->first];
+	return t->count;
 }
 
 static int fail(void *ctx)
@@ -188,23 +245,25 @@ static int on_string(void *ctx, const unsigned char *copied, size_t copied_len)
 {
 	struct flat_state *st = ctx;
 	struct flat *f = st->f;
-	size_t len;
-	const char *s = next_string(st, &len);
+	const struct span *sp;
+	size_t count = next_strings(st, &sp);
 
 	/* an emptied string, or one yajl had whole, as it stands */
-	if (!s || (copied_len != 0 && copied_len != len))
-		return 0;
 	(void)copied;
-	if (st->depth == 1 && st->expect == EXPECT_NS) {
-		f->ns = s;
-		st->ns_len = len;
+	if (count == 0 || (copied_len != 0 && copied_len != sp->len))
+		return 0;
+	if (st->depth == 1 && st->expect == EXPECT_NS && count == 1) {
+		f->ns = st->text + sp->at;
+		st->ns_len = sp->len;
 		st->expect = EXPECT_FIELD;
 		return 1;
 	}
-	if (st->depth != 2 || f->n == st->max_keys)
+	if (st->depth != 2 || count > st->max_keys - f->n)
 		return 0;
-	if (f->n == f->cap) {
-		size_t cap = f->cap ? f->cap * 2 : 256;
+	if (f->n + count > f->cap) {
+		size_t cap = f->cap ? f->cap : 256;
+		while (cap < f->n + count)
+			cap *= 2;
 		const char **k = realloc(f->keys, cap * sizeof(*k));
 		if (k)
 			f->keys = k;
@@ -216,20 +275,24 @@ static int on_string(void *ctx, const unsigned char *copied, size_t copied_len)
 		st->lens = l;
 		f->cap = cap;
 	}
-	f->keys[f->n] = s;
-	st->lens[f->n++] = len;
+	for (size_t i = 0; i < count; i++) {
+		f->keys[f->n] = st->text + sp[i].at;
+		st->lens[f->n++] = sp[i].len;
+	}
 	return 1;
 }
 
 static int on_key(void *ctx, const unsigned char *copied, size_t copied_len)
 {
 	struct flat_state *st = ctx;
-	size_t len;
-	const char *s = next_string(st, &len);
+	const struct span *sp;
+	size_t count = next_strings(st, &sp);
 
-	if (!s || (copied_len != 0 && copied_len != len) || st->depth != 1)
-		return 0;
 	(void)copied;
+	if (count != 1 || (copied_len != 0 && copied_len != sp->len) || st->depth != 1)
+		return 0;
+	const char *s = st->text + sp->at;
+	size_t len = sp->len;
 	if (len == 4 && memcmp(s, "keys", 4) == 0 && !st->has_keys)
 		st->expect = EXPECT_KEYS;
 	else if (len == 9 && memcmp(s, "namespace", 9) == 0 && !st->f->ns)
@@ -238,6 +301,7 @@ static int on_key(void *ctx, const unsigned char *copied, size_t copied_len)
 		return 0;
 	return 1;
 }
+
 static int on_start_map(void *ctx)
 {
 	struct flat_state *st = ctx;

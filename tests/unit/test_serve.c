@@ -153,6 +153,16 @@ Test(serve, flat_parse_takes_plain_key_lists_and_ends_each_key_in_place)
 	flat_free(&f);
 	free(copy);
 
+	/* runs of keys, broken by a key that is not printable ASCII */
+	static const char run[] = "{\"keys\":[\"a\" ,\t\"b\",\"\xc3\xa9\", \"c\"]}";
+	cr_assert_eq(flat_of(run, sizeof(run) - 1, &f, &copy), 0);
+	cr_assert_eq(f.n, 4);
+	const char *want[] = {"a", "b", "\xc3\xa9", "c"};
+	for (size_t i = 0; i < 4; i++)
+		cr_assert_str_eq(f.keys[i], want[i]);
+	flat_free(&f);
+	free(copy);
+
 	cr_assert_eq(flat_of("{\"keys\": []}", 12, &f, &copy), 0);
 	cr_assert_eq(f.n, 0);
 	cr_assert_null(f.ns, "no namespace field: the route's default applies");
@@ -192,6 +202,17 @@ Test(serve, flat_parse_leaves_every_other_body_to_the_general_parse_untouched)
 		"{\"keys\": [\"\xff\"]}",
 		"{\"keys\": [\"a\x01\"]}",
 		"{\"keys\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}", /* over max_keys (4) */
+		/* what a run of strings made one must not hide */
+		"{\"keys\": [\"a\" \"b\"]}",
+		"{\"keys\": [\"a\",,\"b\"]}",
+		"{\"keys\": [\"a\", \"b\"], \"c\", \"d\"}",
+		"{\"keys\": [], \"namespace\": \"kv\", \"c\"}",
+		"{\"keys\": [\"a\", \"b\"}",
+		"{\"keys\": [[\"a\", \"b\"], \"c\"]}",
+		"{\"keys\": [{\"a\": \"b\", \"c\": \"d\"}]}",
+		"]{\"keys\": [\"a\"]}",
+		"{\"keys\": [\"a\", \"b\"]]",
+		"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"a\", \"b\"",
 	};
 	for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
 		struct flat f;
@@ -318,6 +339,11 @@ Test(serve, key_list_routes_answer_alike_on_both_paths)
 		"{\"keys\": [\"caf\xc3\xa9\", \"k\"]}",
 		"{\"keys\": [\"\xff\"]}",
 		"{\"keys\": [\"k/x\", \".\", \"..\", \"\", \"k\"]}",
+		"{\"keys\": [\"x\", \"k\" ,\n\"k\",\"\xc3\xa9\", \"k\"]}",
+		"{\"keys\": [\"k\" \"x\"]}",
+		"{\"keys\": [\"k\", \"x\"], \"k\", \"x\"}",
+		"{\"keys\": [[\"k\", \"x\"], \"k\"]}",
+		"{\"keys\": [\"k\", \"x\"]]",
 	};
 	const char *routes[] = {"exists", "get_page_indices", "delete_keys"};
 
