@@ -34,9 +34,10 @@
 
 enum expect { EXPECT_FIELD, EXPECT_KEYS, EXPECT_NS };
 
-/* Where a string of the body lies: text[at, at + len), quotes excluded. */
+/* Where a string of the body lies: text[at, at + len), quotes excluded
+ * (a body taken here is under 4 GiB). */
 struct span {
-	size_t at, len;
+	uint32_t at, len;
 };
 
 /* A string of the copy: it stands for count strings of the body, from
@@ -137,7 +138,7 @@ static int span_add(struct copy *c, size_t at, size_t len, int own)
 	if (own)
 		c->tokens[c->ntok++] = (struct token){c->n, 0};
 	c->tokens[c->ntok - 1].count++;
-	c->spans[c->n++] = (struct span){at, len};
+	c->spans[c->n++] = (struct span){(uint32_t)at, (uint32_t)len};
 	return 0;
 }
 
@@ -155,15 +156,16 @@ static void copy_free(struct copy *c)
  * so the copy is JSON if and only if the body is. Anywhere else (an
  * object's keys and values) every string stays a string of its own. 0, or
  * 1 if the body is not for here (a backslash, a quote that is not closed,
- * a bracket that closes nothing, nesting over COPY_DEPTH), or -ENOMEM.
+ * a bracket that closes nothing, nesting over COPY_DEPTH, more than
+ * max_strings strings, 4 GiB or more), or -ENOMEM.
  */
-static int copy_make(const char *text, size_t len, struct copy *c)
+static int copy_make(const char *text, size_t len, size_t max_strings, struct copy *c)
 {
 	uint64_t arrays = 0; /* bit 0: the innermost level is an array */
 	int depth = 0, run = 0;
 
 	memset(c, 0, sizeof(*c));
-	if (memchr(text, '\\', len))
+	if (len >= UINT32_MAX || memchr(text, '\\', len))
 		return 1;
 	if (!(c->text = malloc(len + 1)))
 		return -ENOMEM;
@@ -194,6 +196,8 @@ static int copy_make(const char *text, size_t len, struct copy *c)
 		size_t at = pos + 1, n = string_len(text + at, len - at, &plain);
 		if (n == len - at)
 			return 1; /* not closed */
+		if (c->n == max_strings)
+			return 1;
 		int more = run && plain && commas == 1 && !other;
 		if (span_add(c, at, n, !more) < 0)
 			return -ENOMEM;
@@ -360,7 +364,8 @@ int flat_parse(char *text, size_t len, size_t max_keys, struct flat *f)
 	int ok = 0;
 
 	memset(f, 0, sizeof(*f));
-	int rc = copy_make(text, len, &c);
+	/* the keys, "keys", "namespace" and its value */
+	int rc = copy_make(text, len, max_keys + 3, &c);
 	if (rc != 0) {
 		copy_free(&c);
 		return rc;

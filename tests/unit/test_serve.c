@@ -202,6 +202,7 @@ Test(serve, flat_parse_leaves_every_other_body_to_the_general_parse_untouched)
 		"{\"keys\": [\"\xff\"]}",
 		"{\"keys\": [\"a\x01\"]}",
 		"{\"keys\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}", /* over max_keys (4) */
+		"{\"keys\": [\"a\", \"b\", \"c\", \"d\", \"e\", \"f\", \"g\", \"h\"]}",
 		/* what a run of strings made one must not hide */
 		"{\"keys\": [\"a\" \"b\"]}",
 		"{\"keys\": [\"a\",,\"b\"]}",
