@@ -235,14 +235,16 @@ Test(serve, flat_parse_leaves_every_other_body_to_the_general_parse_untouched)
 /* The scan for quotes (eight bytes at a time) at every alignment: keys of
  * 0 to 40 bytes, each with one byte at each place that a JSON string may
  * hold as it is (taken, the key whole) or may not (control characters,
- * bytes that are not UTF-8: left to body_parse, the body untouched). */
+ * bytes that are not UTF-8, escapes (an escaped quote among them): left
+ * to body_parse, the body untouched). */
 Test(serve, flat_parse_finds_each_key_at_any_length_alignment_and_byte)
 {
 	static const struct {
 		const char *bytes;
 		int ok;
-	} odd[] = {{"\x01", 0}, {"\x1f", 0}, {"\t", 0},   {"\x80", 0},    {"\xff", 0},
-	           {" ", 1},    {"~", 1},    {"\x7f", 1}, {"\xc3\xa9", 1}};
+	} odd[] = {{"\x01", 0},     {"\x1f", 0}, {"\t", 0},   {"\x80", 0},
+	           {"\xff", 0},     {" ", 1},    {"~", 1},    {"\x7f", 1},
+	           {"\xc3\xa9", 1}, {"\\", 0},   {"\\\"", 0}, {"\\\\", 0}};
 	char key[64], body[128];
 
 	for (int shift = 0; shift < 8; shift++)
