@@ -240,7 +240,7 @@ static char *arena_str(struct tree *t, const unsigned char *s, size_t len)
 	return d;
 }
 
-static int grow(void **v, size_t *cap, size_t need, size_t size)
+int body_grow(void **v, size_t *cap, size_t need, size_t size)
 {
 	if (need <= *cap)
 		return 0;
@@ -265,7 +265,7 @@ static int put(struct tree *t, yajl_val v)
 		t->end = yajl_get_bytes_consumed(t->h);
 		return 1;
 	}
-	if (grow((void **)&t->kids, &t->kids_cap, t->top + 1, sizeof(*t->kids)) < 0) {
+	if (body_grow((void **)&t->kids, &t->kids_cap, t->top + 1, sizeof(*t->kids)) < 0) {
 		t->oom = 1;
 		return 0;
 	}
@@ -344,7 +344,7 @@ static int open_container(struct tree *t, yajl_type type)
 {
 	yajl_val v = node(t, type);
 
-	if (!v || grow((void **)&t->open, &t->open_cap, t->depth + 1, sizeof(*t->open)) < 0) {
+	if (!v || body_grow((void **)&t->open, &t->open_cap, t->depth + 1, sizeof(*t->open)) < 0) {
 		t->oom = 1;
 		return 0;
 	}

@@ -55,6 +55,11 @@ void out_jstr(struct out *o, const char *s);
 size_t body_odd_space(const char *text, size_t len);
 size_t body_trailing(const char *text, size_t from, size_t len);
 
+/* Makes *v (an array of *cap elements of size bytes, malloc'd or NULL)
+ * hold at least need elements, doubling from 256. 0, or -1 if out of
+ * memory (*v and *cap are then as they were). */
+int body_grow(void **v, size_t *cap, size_t need, size_t size);
+
 /* Whether s[0..n) is a slice of text[0..len) followed by at least one more
  * byte: how yajl hands over a string without escapes (then the byte after
  * is its closing quote); a decoded string lies elsewhere. */

@@ -135,22 +135,10 @@ static size_t string_len(const char *s, size_t room, enum string_kind *kind)
  * of the last token's. 0 or -ENOMEM. */
 static int span_add(struct copy *c, size_t at, size_t len, int own)
 {
-	if (c->n == c->cap) {
-		size_t cap = c->cap ? c->cap * 2 : 256;
-		struct span *s = realloc(c->spans, cap * sizeof(*s));
-		if (!s)
-			return -ENOMEM;
-		c->spans = s;
-		c->cap = cap;
-	}
-	if (own && c->ntok == c->captok) {
-		size_t cap = c->captok ? c->captok * 2 : 16;
-		struct token *t = realloc(c->tokens, cap * sizeof(*t));
-		if (!t)
-			return -ENOMEM;
-		c->tokens = t;
-		c->captok = cap;
-	}
+	if (body_grow((void **)&c->spans, &c->cap, c->n + 1, sizeof(*c->spans)) < 0 ||
+	    (own &&
+	     body_grow((void **)&c->tokens, &c->captok, c->ntok + 1, sizeof(*c->tokens)) < 0))
+		return -ENOMEM;
 	if (own)
 		c->tokens[c->ntok++] = (struct token){c->n, 0};
 	c->tokens[c->ntok - 1].count++;
@@ -281,20 +269,12 @@ static int on_string(void *ctx, const unsigned char *copied, size_t copied_len)
 	}
 	if (st->depth != 2 || count > st->max_keys - f->n)
 		return 0;
-	if (f->n + count > f->cap) {
-		size_t cap = f->cap ? f->cap : 256;
-		while (cap < f->n + count)
-			cap *= 2;
-		const char **k = realloc(f->keys, cap * sizeof(*k));
-		if (k)
-			f->keys = k;
-		size_t *l = k ? realloc(st->lens, cap * sizeof(*l)) : NULL;
-		if (!l) {
-			st->oom = 1;
-			return 0;
-		}
-		st->lens = l;
-		f->cap = cap;
+	/* keys and lens grow alike: f->cap is the capacity of both */
+	size_t cap = f->cap;
+	if (body_grow((void **)&f->keys, &f->cap, f->n + count, sizeof(*f->keys)) < 0 ||
+	    body_grow((void **)&st->lens, &cap, f->n + count, sizeof(*st->lens)) < 0) {
+		st->oom = 1;
+		return 0;
 	}
 	for (size_t i = 0; i < count; i++) {
 		f->keys[f->n] = st->text + sp[i].at;
