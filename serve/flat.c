@@ -362,7 +362,7 @@ int flat_parse(char *text, size_t len, size_t max_keys, struct flat *f)
 
 	memset(f, 0, sizeof(*f));
 	/* the keys, "keys", "namespace" and its value */
-	int rc = copy_make(text, len, max_keys + 3, &c);
+	int rc = copy_make(text, len, max_keys > SIZE_MAX - 3 ? SIZE_MAX : max_keys + 3, &c);
 	if (rc != 0) {
 		copy_free(&c);
 		return rc;
