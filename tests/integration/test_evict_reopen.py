@@ -7,6 +7,7 @@ import errno
 import os
 import subprocess
 import sys
+import time
 
 from pagefs_helpers import read_page, run_pagefs, describe, write_page
 
@@ -33,6 +34,17 @@ def test_create_over_a_just_evicted_name_succeeds(mount):
     assert not failures, f"{len(failures)} creates failed: {failures[:5]}"
 
 
+def wait_empty(pool, timeout=10.0):
+    """Waits until the pool holds no slot: a reader's close reaches the
+    daemon after close() returns (FUSE's release is asynchronous), and a
+    page unlinked before that keeps its slot until then, so the next
+    round's writes could find one slot fewer and evict one page more."""
+    deadline = time.monotonic() + timeout
+    while int(os.getxattr(pool, "user.pagefs.used_slots")) != 0:
+        assert time.monotonic() < deadline, "the slots of unlinked pages did not come back"
+        time.sleep(0.001)
+
+
 def test_read_open_of_a_just_evicted_name_says_enoent(mount):
     m = mount("--page-size", "64K", "--capacity", "64M")
     r = run_pagefs("pool", "create", m.path(0, "small"), "--capacity", str(2 * SLOT))
@@ -51,6 +63,7 @@ def test_read_open_of_a_just_evicted_name_says_enoent(mount):
                 enoent += 1
         for n in os.listdir(pool):
             os.unlink(pool / n)
+        wait_empty(pool)
     assert enoent == 200, "exactly one of the first two pages is evicted each round"
 
 
