@@ -55,6 +55,7 @@ struct token {
 /* The body as yajl parses it: the copy, the strings of the body and the
  * strings of the copy. */
 struct copy {
+	const char *src; /* the body */
 	char *text;
 	size_t len;
 	struct span *spans;
@@ -64,15 +65,14 @@ struct copy {
 };
 
 struct flat_state {
-	struct flat *f;
-	size_t *lens; /* keys[i] is lens[i] bytes long */
-	size_t ns_len;
-	const char *text;
 	const struct copy *copy;
 	size_t next; /* the next string's index in copy->tokens */
-	size_t max_keys;
+	/* The keys are copy->spans[first_key, first_key + nkeys): no other
+	 * string lies inside the one "keys" array taken here. */
+	size_t first_key, nkeys, max_keys;
+	const struct span *ns; /* the "namespace" value, or NULL */
 	yajl_handle h;
-	int depth, has_keys, oom;
+	int depth, has_keys;
 	enum expect expect;
 	size_t root_end; /* offset in the copy just past the closing brace */
 };
@@ -169,6 +169,7 @@ static int copy_make(const char *text, size_t len, size_t max_strings, struct co
 	int depth = 0, run = 0;
 
 	memset(c, 0, sizeof(*c));
+	c->src = text;
 	if (len >= UINT32_MAX)
 		return 1;
 	if (!(c->text = malloc(len + 1)))
@@ -253,7 +254,6 @@ static int fail_number(void *ctx, const char *s, size_t len)
 static int on_string(void *ctx, const unsigned char *copied, size_t copied_len)
 {
 	struct flat_state *st = ctx;
-	struct flat *f = st->f;
 	const struct span *sp;
 	size_t count = next_strings(st, &sp);
 
@@ -262,24 +262,15 @@ static int on_string(void *ctx, const unsigned char *copied, size_t copied_len)
 	if (count == 0 || (copied_len != 0 && copied_len != sp->len))
 		return 0;
 	if (st->depth == 1 && st->expect == EXPECT_NS && count == 1) {
-		f->ns = st->text + sp->at;
-		st->ns_len = sp->len;
+		st->ns = sp;
 		st->expect = EXPECT_FIELD;
 		return 1;
 	}
-	if (st->depth != 2 || count > st->max_keys - f->n)
+	if (st->depth != 2 || count > st->max_keys - st->nkeys)
 		return 0;
-	/* keys and lens grow alike: f->cap is the capacity of both */
-	size_t cap = f->cap;
-	if (body_grow((void **)&f->keys, &f->cap, f->n + count, sizeof(*f->keys)) < 0 ||
-	    body_grow((void **)&st->lens, &cap, f->n + count, sizeof(*st->lens)) < 0) {
-		st->oom = 1;
-		return 0;
-	}
-	for (size_t i = 0; i < count; i++) {
-		f->keys[f->n] = st->text + sp[i].at;
-		st->lens[f->n++] = sp[i].len;
-	}
+	if (st->nkeys == 0)
+		st->first_key = (size_t)(sp - st->copy->spans);
+	st->nkeys += count;
 	return 1;
 }
 
@@ -292,11 +283,11 @@ static int on_key(void *ctx, const unsigned char *copied, size_t copied_len)
 	(void)copied;
 	if (count != 1 || (copied_len != 0 && copied_len != sp->len) || st->depth != 1)
 		return 0;
-	const char *s = st->text + sp->at;
+	const char *s = st->copy->src + sp->at;
 	size_t len = sp->len;
 	if (len == 4 && memcmp(s, "keys", 4) == 0 && !st->has_keys)
 		st->expect = EXPECT_KEYS;
-	else if (len == 9 && memcmp(s, "namespace", 9) == 0 && !st->f->ns)
+	else if (len == 9 && memcmp(s, "namespace", 9) == 0 && !st->ns)
 		st->expect = EXPECT_NS;
 	else
 		return 0;
@@ -357,43 +348,40 @@ static const yajl_callbacks flat_cb = {
 int flat_parse(char *text, size_t len, size_t max_keys, struct flat *f)
 {
 	struct copy c;
-	struct flat_state st = {.f = f, .text = text, .copy = &c, .max_keys = max_keys};
-	int ok = 0;
+	struct flat_state st = {.copy = &c, .max_keys = max_keys};
 
 	memset(f, 0, sizeof(*f));
 	/* the keys, "keys", "namespace" and its value */
 	int rc = copy_make(text, len, max_keys > SIZE_MAX - 3 ? SIZE_MAX : max_keys + 3, &c);
-	if (rc != 0) {
-		copy_free(&c);
-		return rc;
-	}
-	st.h = yajl_alloc(&flat_cb, NULL, &st);
-	if (!st.h) {
-		copy_free(&c);
-		return -ENOMEM;
-	}
+	if (rc == 0 && !(st.h = yajl_alloc(&flat_cb, NULL, &st)))
+		rc = -ENOMEM;
 	/* body_parse's checks around yajl's, so that what is taken here is
 	 * what body_parse accepts (what follows the root is white space in
 	 * the copy if and only if it is in the body: a string is not) */
-	ok = yajl_parse(st.h, (const unsigned char *)c.text, c.len) == yajl_status_ok &&
-	     yajl_complete_parse(st.h) == yajl_status_ok && st.has_keys &&
-	     body_odd_space(text, len) == len && body_trailing(c.text, st.root_end, c.len) == c.len;
-	yajl_free(st.h);
+	if (rc == 0 && !(yajl_parse(st.h, (const unsigned char *)c.text, c.len) == yajl_status_ok &&
+	                 yajl_complete_parse(st.h) == yajl_status_ok && st.has_keys &&
+	                 body_odd_space(text, len) == len &&
+	                 body_trailing(c.text, st.root_end, c.len) == c.len))
+		rc = 1;
+	if (st.h)
+		yajl_free(st.h);
+	if (rc == 0 && st.nkeys && !(f->keys = malloc(st.nkeys * sizeof(*f->keys))))
+		rc = -ENOMEM;
+	if (rc == 0) {
+		/* each ended over its closing quote */
+		for (size_t i = 0; i < st.nkeys; i++) {
+			const struct span *k = &c.spans[st.first_key + i];
+			f->keys[i] = text + k->at;
+			text[k->at + k->len] = '\0';
+		}
+		f->n = st.nkeys;
+		if (st.ns) {
+			f->ns = text + st.ns->at;
+			text[st.ns->at + st.ns->len] = '\0';
+		}
+	}
 	copy_free(&c);
-	if (ok) {
-		/* over each closing quote */
-		for (size_t i = 0; i < f->n; i++)
-			text[f->keys[i] - text + st.lens[i]] = '\0';
-		if (f->ns)
-			text[f->ns - text + st.ns_len] = '\0';
-	}
-	free(st.lens);
-	if (!ok) {
-		int oom = st.oom;
-		flat_free(f);
-		return oom ? -ENOMEM : 1;
-	}
-	return 0;
+	return rc;
 }
 
 void flat_free(struct flat *f)

@@ -11,7 +11,7 @@
 /* A key-list body: keys[0..n) and ns point into the body itself. */
 struct flat {
 	const char **keys;
-	size_t n, cap;
+	size_t n;
 	const char *ns; /* NULL: no "namespace" field */
 };
 
