@@ -121,9 +121,14 @@ static void apply_rename(struct meta *m, const struct rec *r)
 	struct page *p = table_find_id(&m->by_id, r->page_id);
 	struct page *q;
 
-	if (!pool || !p || !p->committed)
+	if (!pool)
 		return;
+	/* The store found the page (else the record failed): the name's
+	 * other page went, even if this one left memory since it was queued
+	 * (an eviction; its drop follows). */
 	remove_other(m, r, pool, named(m, pool, r), r->page_id, NULL);
+	if (!p || !p->committed)
+		return;
 	q = page_alloc(r->name, r->name_len);
 	if (!q) {
 		log_error("out of memory applying a rename; restart the daemon");
@@ -240,12 +245,19 @@ void apply_record(struct meta *m, const struct rec *r, struct dropped **drops)
 		/* The page left memory when it was dropped; its slot may be
 		 * reused only once the store no longer names it. */
 		pool = pool_by_id(m, r->pool_id);
-		if (r->err < 0)
+		if (r->err < 0) {
 			log_error("slot %llu of pool %u stays reserved until remount: the index "
 			          "could not record that its page was dropped",
 			          (unsigned long long)r->drop_slot, r->pool_id);
-		else if (pool && !r->handoff)
+			return;
+		}
+		if (pool && !r->handoff)
 			free_slot(pool, r->drop_slot, r);
+		/* A commit queued before the drop (an O_TRUNC replacement)
+		 * brought the page back; the store deleted it again. */
+		p = table_find_id(&m->by_id, r->page_id);
+		if (pool && p && p->committed)
+			remove_other(m, r, pool, p, 0, drops);
 		return;
 	}
 	if (r->err < 0) {

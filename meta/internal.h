@@ -380,6 +380,10 @@ int journal_wait(struct meta *m, struct rec *r);
  * background (no record, no wait). Caller may hold meta.lock. */
 void journal_touch(struct meta *m, uint64_t page_id);
 void journal_counters(struct meta *m, uint64_t *batches, uint64_t *records);
+/* Tests only: hold every batch back / let them go; records queued. */
+void journal_hold(struct meta *m);
+void journal_release(struct meta *m);
+size_t journal_queued(struct meta *m);
 
 /* apply.c: mirrors a durable record in memory; called with meta.lock held
  * by the batch writer. Appends dropped names for the callback. */

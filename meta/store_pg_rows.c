@@ -700,7 +700,7 @@ static int apply_one(struct pg_store *s, struct rec *r)
 			return rc;
 		pg_arg_i64(&a, (int64_t)r->page_id);
 		pg_arg_bytes(&a, r->name, r->name_len);
-		return pg_run(s, PG_RENAME, &a, NULL);
+		return run_rows(s, PG_RENAME, &a); /* -ENOENT: unlinked since queued */
 	case REC_TOUCH:
 		return run_ids(s, PG_TOUCH, 2, (int64_t)r->page_id, r->atime_ns);
 	case REC_RANK_PUT:

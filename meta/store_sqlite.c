@@ -27,10 +27,9 @@
 #include <unistd.h>
 
 enum stmt_id {
-	ST_COMMIT_DEL,
+	ST_REPLACED_DEL,
 	ST_COMMIT_PUT,
 	ST_DELETE,
-	ST_RENAME_DEL,
 	ST_RENAME,
 	ST_TOUCH,
 	ST_RANK_PUT,
@@ -49,14 +48,14 @@ enum stmt_id {
 };
 
 static const char *const stmt_sql[ST_COUNT] = {
-	[ST_COMMIT_DEL] = "DELETE FROM pages WHERE id=?3 AND pool=?1 AND name=?2",
+	[ST_REPLACED_DEL] = "DELETE FROM pages WHERE id=?3 AND pool=?1 AND name=?2",
+	/* (several literals, one statement: not a missing comma) */
+	// NOLINTNEXTLINE(bugprone-suspicious-missing-comma)
 	[ST_COMMIT_PUT] = "INSERT INTO pages(id,pool,name,slot,length,checksum,mtime,atime,gen)"
 			  " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9) ON CONFLICT(id) DO UPDATE SET"
 			  " name=excluded.name, slot=excluded.slot, length=excluded.length,"
 			  " checksum=excluded.checksum, mtime=excluded.mtime, atime=excluded.atime",
 	[ST_DELETE] = "DELETE FROM pages WHERE id=?1",
-	[ST_RENAME_DEL] = "DELETE FROM pages WHERE id=?3 AND pool=?1 AND name=?2"
-			  " AND EXISTS(SELECT 1 FROM pages WHERE id=?4)",
 	[ST_RENAME] = "UPDATE pages SET name=?2 WHERE id=?1",
 	[ST_TOUCH] = "UPDATE pages SET atime=?2 WHERE id=?1 AND atime<?2",
 	[ST_RANK_PUT] = "INSERT OR IGNORE INTO ranks(rank) VALUES(?1)",
@@ -427,21 +426,18 @@ static void bind_page(sqlite3_stmt *st, const struct rec *r)
 }
 
 /* Deletes the rows ids[0 .. n) that still have (pool, name): the rows a
- * commit or rename of page_id replaces (struct rec, journal.c). */
-static int delete_replaced(struct sqlite_store *s, enum stmt_id id, uint32_t pool_id,
-                           const char *name, uint16_t len, uint64_t page_id, const uint64_t *ids,
-                           size_t n)
+ * commit or rename replaces (struct rec, journal.c). */
+static int delete_replaced(struct sqlite_store *s, uint32_t pool_id, const char *name, uint16_t len,
+                           const uint64_t *ids, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
-		sqlite3_stmt *st = stmt(s, id);
+		sqlite3_stmt *st = stmt(s, ST_REPLACED_DEL);
 		int rc;
 		if (!st)
 			return -EIO;
 		sqlite3_bind_int64(st, 1, pool_id);
 		sqlite3_bind_blob(st, 2, name, len, SQLITE_STATIC);
 		sqlite3_bind_int64(st, 3, (sqlite3_int64)ids[i]);
-		if (id == ST_RENAME_DEL)
-			sqlite3_bind_int64(st, 4, (sqlite3_int64)page_id);
 		if ((rc = step_done(st)) < 0)
 			return rc;
 	}
@@ -477,8 +473,8 @@ static int apply_bulk(struct sqlite_store *s, const struct rec *r)
 		/* Replaces the rows of the same name, as REC_COMMIT does (repl is
 		 * NULL when no page of the batch replaces any). */
 		if (b->repl_at && b->repl_at[i + 1] > b->repl_at[i] &&
-		    (rc = delete_replaced(s, ST_COMMIT_DEL, page_pool(p)->id, name, p->name_len,
-		                          p->id, b->repl + b->repl_at[i],
+		    (rc = delete_replaced(s, page_pool(p)->id, name, p->name_len,
+		                          b->repl + b->repl_at[i],
 		                          b->repl_at[i + 1] - b->repl_at[i])) < 0)
 			return rc;
 		sqlite3_bind_int64(st, 1, (sqlite3_int64)p->id);
@@ -509,8 +505,7 @@ static int apply_one(struct sqlite_store *s, struct rec *r)
 
 	switch (r->type) {
 	case REC_COMMIT:
-		rc = delete_replaced(s, ST_COMMIT_DEL, r->pool_id, r->name, r->name_len, r->page_id,
-		                     r->repl, r->nrepl);
+		rc = delete_replaced(s, r->pool_id, r->name, r->name_len, r->repl, r->nrepl);
 		if (rc < 0 || !(st = stmt(s, ST_COMMIT_PUT)))
 			return rc < 0 ? rc : -EIO;
 		bind_page(st, r);
@@ -519,13 +514,17 @@ static int apply_one(struct sqlite_store *s, struct rec *r)
 	case REC_DROP:
 		return run_id(s, ST_DELETE, (int64_t)r->page_id, 0, 1);
 	case REC_RENAME:
-		rc = delete_replaced(s, ST_RENAME_DEL, r->pool_id, r->name, r->name_len, r->page_id,
-		                     r->repl, r->nrepl);
-		if (rc < 0 || !(st = stmt(s, ST_RENAME)))
-			return rc < 0 ? rc : -EIO;
+		/* A page unlinked since the rename was queued: nothing changes
+		 * (the replaced rows are other ids, so the order is free). */
+		if (!(st = stmt(s, ST_RENAME)))
+			return -EIO;
 		sqlite3_bind_int64(st, 1, (sqlite3_int64)r->page_id);
 		sqlite3_bind_blob(st, 2, r->name, r->name_len, SQLITE_STATIC);
-		return step_done(st);
+		if ((rc = step_done(st)) < 0)
+			return rc;
+		if (sqlite3_changes(s->db) == 0)
+			return -ENOENT;
+		return delete_replaced(s, r->pool_id, r->name, r->name_len, r->repl, r->nrepl);
 	case REC_TOUCH:
 		return run_id(s, ST_TOUCH, (int64_t)r->page_id, r->atime_ns, 2);
 	case REC_RANK_PUT:

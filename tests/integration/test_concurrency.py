@@ -72,3 +72,10 @@ def test_concurrent_writers_readers_renamers_and_deleters_never_see_foreign_or_t
                       (16 - len(os.listdir(pool))) * 65536, timeout=20), \
         f"free space {m.statvfs_free_total()} does not match {len(os.listdir(pool))} pages; " \
         f"stats: {json.dumps(m.stats(), sort_keys=True)}"
+
+    # what the index holds is what was listed: the next mount finds the same pages
+    before = sorted(os.listdir(pool))
+    m.remount()
+    assert sorted(os.listdir(pool)) == before, "pages changed across a remount"
+    assert m.statvfs_free_total()[0] == (16 - len(before)) * 65536, \
+        f"free space after remount: {m.statvfs_free_total()}"

@@ -1,0 +1,295 @@
+/*
+ * test_race.c - records that race in the journal: an operation queued
+ * for the store while another one changes the same page in memory first
+ * (an eviction, a checksum drop) or is queued just before it (an unlink).
+ *
+ * The journal is held (journal_hold, a test seam) while the records
+ * queue, so the order under test is the one every run sees. After each
+ * race the store and memory must name the same pages (what a listing
+ * shows and what the next mount loads), and every used slot must belong
+ * to one of them. Each race runs on a SQLite index (suite race) and on a
+ * PostgreSQL one (race_pg, skipped without PAGEFS_TEST_PG_URI).
+ */
+#include "fixture_pg.h"
+#include "meta/internal.h"
+
+#include <pthread.h>
+
+static void race_pg_setup(void)
+{
+	pg_setup();
+	fx_open();
+	fx_setup_pool();
+}
+
+TestSuite(race, .init = fx_setup, .fini = fx_teardown, .timeout = 30);
+TestSuite(race_pg, .init = race_pg_setup, .fini = pg_teardown, .timeout = 60);
+
+/* One race, as a test of each suite. */
+#define RACE(name)                                                                                 \
+	static void name(void);                                                                    \
+	Test(race, name)                                                                           \
+	{                                                                                          \
+		name();                                                                            \
+	}                                                                                          \
+	Test(race_pg, name)                                                                        \
+	{                                                                                          \
+		name();                                                                            \
+	}                                                                                          \
+	static void name(void)
+
+/* ---- the store and memory agree ---- */
+
+struct rows {
+	int n;
+	char names[FX_MAX_PAGES][META_NAME_MAX + 1];
+};
+
+static int row_seen(void *arg, const struct meta_page_info *stored)
+{
+	struct rows *rows = arg;
+	struct meta_page_info p;
+	int ret = meta_page_get(fx.m, stored->id, &p);
+
+	cr_assert_eq(ret, 0, "the store has page %llu (\"%s\"), memory does not",
+	             (unsigned long long)stored->id, stored->name);
+	cr_assert(p.committed, "the store has page %llu, memory has it uncommitted",
+	          (unsigned long long)stored->id);
+	cr_assert_str_eq(p.name, stored->name, "page %llu is \"%s\" in the store, \"%s\" in memory",
+	                 (unsigned long long)stored->id, stored->name, p.name);
+	cr_assert_lt(rows->n, FX_MAX_PAGES, "more rows than the test made");
+	snprintf(rows->names[rows->n++], sizeof(rows->names[0]), "%s", stored->name);
+	return 0;
+}
+
+/* Every stored page is the committed page of memory, and memory has no
+ * other; once the slots of the pages that left are free (asynchronous:
+ * the batch writer frees them), every used slot is a page's. Returns
+ * the stored rows. */
+static struct rows assert_store_matches_memory(const char *when)
+{
+	struct rows rows = {0};
+	int ret = meta_page_iter(fx.m, fx.pool, 0, row_seen, &rows);
+
+	cr_assert_eq(ret, 0, "%s: page iteration: %s", when, strerror(-ret));
+	struct meta_pool_info pi = pool_info(fx.pool);
+	cr_assert_eq(pi.pages, (uint64_t)rows.n,
+	             "%s: memory has %llu committed pages, the store %d (lost on remount)", when,
+	             (unsigned long long)pi.pages, rows.n);
+	for (int i = 0; i < 200 && pi.used_slots != pi.pages; i++) {
+		sleep_ms(10);
+		pi = pool_info(fx.pool);
+	}
+	cr_assert_eq(pi.used_slots, pi.pages, "%s: %llu used slots for %llu pages", when,
+	             (unsigned long long)pi.used_slots, (unsigned long long)pi.pages);
+	return rows;
+}
+
+static int rows_have(const struct rows *rows, const char *name)
+{
+	for (int i = 0; i < rows->n; i++)
+		if (strcmp(rows->names[i], name) == 0)
+			return 1;
+	return 0;
+}
+
+/* ---- operations that wait for the journal, run in a thread ---- */
+
+struct op {
+	pthread_t thread;
+	const char *name, *to;
+	struct meta_resv resv;
+	uint64_t length;
+	int ret;
+};
+
+static void *commit_main(void *arg)
+{
+	struct op *op = arg;
+
+	op->ret = meta_page_commit(fx.m, &op->resv, op->length, op->length);
+	return NULL;
+}
+
+static void *rename_main(void *arg)
+{
+	struct op *op = arg;
+
+	op->ret = meta_page_rename(fx.m, fx.pool, op->name, op->to, 0);
+	return NULL;
+}
+
+static void *unlink_main(void *arg)
+{
+	struct op *op = arg;
+
+	op->ret = meta_page_unlink(fx.m, fx.pool, op->name);
+	return NULL;
+}
+
+static void *reserve_main(void *arg)
+{
+	struct op *op = arg;
+
+	op->ret = meta_page_reserve(fx.m, fx.pool, op->name, 0, &op->resv);
+	return NULL;
+}
+
+static void start(struct op *op, void *(*fn)(void *))
+{
+	size_t before = journal_queued(fx.m);
+	int rc = pthread_create(&op->thread, NULL, fn, op);
+
+	cr_assert_eq(rc, 0, "pthread_create: %s", strerror(rc));
+	for (int i = 0; i < 500 && journal_queued(fx.m) == before; i++)
+		sleep_ms(2);
+	cr_assert_eq(journal_queued(fx.m), before + 1, "the operation queued no record");
+}
+
+static void join(struct op *op)
+{
+	pthread_join(op->thread, NULL);
+}
+
+/* Fills the pool (FX_SLOTS) with "a" first (the least recently used)
+ * and fillers; returns "a". */
+static struct meta_page_info fill_with_a_oldest(int fillers)
+{
+	struct meta_page_info a = put_page(fx.pool, "a", 100, 1);
+
+	for (int i = 0; i < fillers; i++) {
+		char name[32];
+		page_name(name, sizeof(name), i);
+		put_page(fx.pool, name, 100, 1);
+	}
+	return a;
+}
+
+/* ---- the races ---- */
+
+/* Evictions race on a local index only: on a shared one a full pool
+ * first asks the store for a chunk, and that record waits its turn. */
+Test(race, replacement_committed_while_the_page_is_evicted_leaves_no_page_only_memory_has)
+{
+	/* One slot left for the replacement of "a", none for "new". */
+	struct meta_page_info a = fill_with_a_oldest(FX_SLOTS - 2);
+	struct op commit = {.name = "a", .length = 200};
+	struct op evict = {.name = "new"};
+
+	commit.resv = reserve_ok(fx.pool, "a", a.id);
+	journal_hold(fx.m);
+	start(&commit, commit_main);
+	start(&evict, reserve_main); /* evicts "a", the oldest */
+	journal_release(fx.m);
+	join(&commit);
+	join(&evict);
+	cr_assert_eq(commit.ret, 0, "commit of a's replacement: %s", strerror(-commit.ret));
+	cr_assert_eq(evict.ret, 0, "reserve of new (evicting a): %s", strerror(-evict.ret));
+	meta_slot_unpin(fx.m, fx.pool, commit.resv.slot);
+	commit_ok(&evict.resv, "new", 100, 1);
+
+	lookup_missing(fx.pool, "a"); /* evicted after its replacement was queued */
+	struct rows rows = assert_store_matches_memory("after the race");
+	cr_assert(rows_have(&rows, "new"), "the page that evicted a is not stored");
+	fx_reopen();
+	lookup_missing(fx.pool, "a");
+	assert_store_matches_memory("after reopen");
+}
+
+RACE(replacement_committed_while_the_page_fails_its_checksum_leaves_no_page_only_memory_has)
+{
+	struct meta_page_info a = put_page(fx.pool, "a", 100, 1);
+	struct op commit = {.name = "a", .length = 200};
+
+	commit.resv = reserve_ok(fx.pool, "a", a.id);
+	journal_hold(fx.m);
+	start(&commit, commit_main);
+	meta_page_verified(fx.m, a.id, a.slot, 0); /* a reader of the old bytes */
+	cr_assert_eq(journal_queued(fx.m), 2, "the checksum failure queued no drop");
+	journal_release(fx.m);
+	join(&commit);
+	cr_assert_eq(commit.ret, 0, "commit of a's replacement: %s", strerror(-commit.ret));
+	meta_slot_unpin(fx.m, fx.pool, commit.resv.slot);
+
+	lookup_missing(fx.pool, "a");
+	assert_store_matches_memory("after the race");
+	fx_reopen();
+	lookup_missing(fx.pool, "a");
+	assert_store_matches_memory("after reopen");
+}
+
+Test(race, rename_over_a_page_while_the_source_is_evicted_replaces_it_in_memory_too)
+{
+	fill_with_a_oldest(FX_SLOTS - 1); /* a, page-00 .. page-14: full */
+	struct op ren = {.name = "a", .to = "page-00"};
+	struct op evict = {.name = "new"};
+
+	journal_hold(fx.m);
+	start(&ren, rename_main);
+	start(&evict, reserve_main); /* evicts "a" before its rename is applied */
+	journal_release(fx.m);
+	join(&ren);
+	join(&evict);
+	/* The store renamed a over page-00, then dropped a: both are gone. */
+	cr_assert_eq(ren.ret, 0, "rename a -> page-00: %s", strerror(-ren.ret));
+	cr_assert_eq(evict.ret, 0, "reserve of new (evicting a): %s", strerror(-evict.ret));
+	commit_ok(&evict.resv, "new", 100, 1);
+
+	lookup_missing(fx.pool, "a");
+	lookup_missing(fx.pool, "page-00");
+	assert_store_matches_memory("after the race");
+	fx_reopen();
+	lookup_missing(fx.pool, "page-00");
+	assert_store_matches_memory("after reopen");
+}
+
+RACE(rename_of_a_page_unlinked_just_before_fails_and_keeps_the_target)
+{
+	put_page(fx.pool, "a", 100, 1);
+	struct meta_page_info b = put_page(fx.pool, "b", 300, 3);
+	struct op unl = {.name = "a"};
+	struct op ren = {.name = "a", .to = "b"};
+
+	journal_hold(fx.m);
+	start(&unl, unlink_main);
+	start(&ren, rename_main); /* memory still has "a" when it is queued */
+	journal_release(fx.m);
+	join(&unl);
+	join(&ren);
+	cr_assert_eq(unl.ret, 0, "unlink a: %s", strerror(-unl.ret));
+	cr_assert_eq(ren.ret, -ENOENT, "rename of an unlinked page: %d (%s), want -ENOENT", ren.ret,
+	             strerror(-ren.ret));
+
+	lookup_missing(fx.pool, "a");
+	struct meta_page_info p = lookup_ok(fx.pool, "b");
+	cr_assert_eq(p.id, b.id, "the failed rename replaced b");
+	struct rows rows = assert_store_matches_memory("after the race");
+	cr_assert(rows_have(&rows, "b"), "the store lost b");
+	fx_reopen();
+	p = lookup_ok(fx.pool, "b");
+	cr_assert_eq(p.length, 300, "b after reopen: length %llu", (unsigned long long)p.length);
+	assert_store_matches_memory("after reopen");
+}
+
+RACE(rename_over_a_page_while_the_source_fails_its_checksum_replaces_it_in_memory_too)
+{
+	struct meta_page_info a = put_page(fx.pool, "a", 100, 1);
+	put_page(fx.pool, "b", 300, 3);
+	struct op ren = {.name = "a", .to = "b"};
+
+	journal_hold(fx.m);
+	start(&ren, rename_main);
+	meta_page_verified(fx.m, a.id, a.slot, 0); /* a reader of a's bytes */
+	cr_assert_eq(journal_queued(fx.m), 2, "the checksum failure queued no drop");
+	journal_release(fx.m);
+	join(&ren);
+	/* The store renamed a over b, then dropped a: both are gone. */
+	cr_assert_eq(ren.ret, 0, "rename a -> b: %s", strerror(-ren.ret));
+
+	lookup_missing(fx.pool, "a");
+	lookup_missing(fx.pool, "b");
+	assert_store_matches_memory("after the race");
+	fx_reopen();
+	lookup_missing(fx.pool, "b");
+	assert_store_matches_memory("after reopen");
+}
