@@ -80,8 +80,11 @@ static void apply_commit(struct meta *m, const struct rec *r, struct dropped **d
 
 	if (!pool)
 		return;
-	remove_other(m, r, pool, named(m, pool, r), r->page_id, drops);
 	p = table_find_id(&m->by_id, r->page_id);
+	/* A replacement keeps the page's name of now (the record's may be
+	 * older: a rename queued first); a new page takes the name. */
+	if (!p || !p->committed)
+		remove_other(m, r, pool, named(m, pool, r), r->page_id, drops);
 	if (p && p->committed) {
 		/* In-place replacement (open with O_TRUNC): new slot, same id. */
 		pool->bytes -= p->length;

@@ -313,6 +313,9 @@ struct rec {
 	int has_checksum;
 	int64_t mtime_ns, atime_ns;
 	uint32_t gen;
+	/* REC_COMMIT of a committed page (O_TRUNC): its row, if still there,
+	 * keeps the name it has by then (a rename may come first) */
+	int replace;
 	/* pool fields (POOL_PUT/DEL, RANK_*) */
 	uint16_t rank;
 	uint64_t slot_size, capacity;

@@ -587,6 +587,7 @@ int meta_page_commit(struct meta *m, const struct meta_resv *r, uint64_t length,
 	rec->has_checksum = 1;
 	rec->mtime_ns = rec->atime_ns = now_ns();
 	rec->gen = p->gen;
+	rec->replace = r->replace;
 	rec->name_len = p->name_len;
 	pname_text(p, rec->name);
 	rec_note_replaced(m, rec);

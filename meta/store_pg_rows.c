@@ -684,6 +684,22 @@ static int apply_one(struct pg_store *s, struct rec *r)
 
 	switch (r->type) {
 	case REC_COMMIT:
+		if (r->replace) {
+			/* An O_TRUNC replacement: the row keeps its name (a
+			 * rename may have come first); made again if it went. */
+			pg_arg_i64(&a, (int64_t)r->page_id);
+			pg_arg_i64(&a, (int64_t)r->slot);
+			pg_arg_i64(&a, (int64_t)r->length);
+			if (r->has_checksum)
+				pg_arg_i64(&a, (int64_t)r->checksum);
+			else
+				pg_arg_null(&a);
+			pg_arg_i64(&a, r->mtime_ns);
+			pg_arg_i64(&a, r->atime_ns);
+			if ((rc = run_rows(s, PG_COMMIT_SET, &a)) != -ENOENT)
+				return rc;
+			a.n = 0;
+		}
 		rc = run_pool_name_id(s, PG_COMMIT_DEL, r->pool_id, r->name, r->name_len,
 		                      r->page_id);
 		if (rc < 0)

@@ -29,6 +29,7 @@
 enum stmt_id {
 	ST_REPLACED_DEL,
 	ST_COMMIT_PUT,
+	ST_COMMIT_SET,
 	ST_DELETE,
 	ST_RENAME,
 	ST_TOUCH,
@@ -55,6 +56,8 @@ static const char *const stmt_sql[ST_COUNT] = {
 			  " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9) ON CONFLICT(id) DO UPDATE SET"
 			  " name=excluded.name, slot=excluded.slot, length=excluded.length,"
 			  " checksum=excluded.checksum, mtime=excluded.mtime, atime=excluded.atime",
+	[ST_COMMIT_SET] = "UPDATE pages SET slot=?2, length=?3, checksum=?4, mtime=?5, atime=?6"
+			  " WHERE id=?1",
 	[ST_DELETE] = "DELETE FROM pages WHERE id=?1",
 	[ST_RENAME] = "UPDATE pages SET name=?2 WHERE id=?1",
 	[ST_TOUCH] = "UPDATE pages SET atime=?2 WHERE id=?1 AND atime<?2",
@@ -498,6 +501,29 @@ static int apply_bulk(struct sqlite_store *s, const struct rec *r)
 	return rc;
 }
 
+/* An O_TRUNC replacement: the page's row takes the new slot and keeps
+ * its name. 0, 1 when there is no such row, or -errno. */
+static int replace_in_place(struct sqlite_store *s, const struct rec *r)
+{
+	sqlite3_stmt *st = stmt(s, ST_COMMIT_SET);
+	int rc;
+
+	if (!st)
+		return -EIO;
+	sqlite3_bind_int64(st, 1, (sqlite3_int64)r->page_id);
+	sqlite3_bind_int64(st, 2, (sqlite3_int64)r->slot);
+	sqlite3_bind_int64(st, 3, (sqlite3_int64)r->length);
+	if (r->has_checksum)
+		sqlite3_bind_int64(st, 4, (sqlite3_int64)r->checksum);
+	else
+		sqlite3_bind_null(st, 4);
+	sqlite3_bind_int64(st, 5, r->mtime_ns);
+	sqlite3_bind_int64(st, 6, r->atime_ns);
+	if ((rc = step_done(st)) < 0)
+		return rc;
+	return sqlite3_changes(s->db) > 0 ? 0 : 1;
+}
+
 static int apply_one(struct sqlite_store *s, struct rec *r)
 {
 	sqlite3_stmt *st;
@@ -505,6 +531,8 @@ static int apply_one(struct sqlite_store *s, struct rec *r)
 
 	switch (r->type) {
 	case REC_COMMIT:
+		if (r->replace && (rc = replace_in_place(s, r)) <= 0)
+			return rc; /* (else the page went meanwhile: made again) */
 		rc = delete_replaced(s, r->pool_id, r->name, r->name_len, r->repl, r->nrepl);
 		if (rc < 0 || !(st = stmt(s, ST_COMMIT_PUT)))
 			return rc < 0 ? rc : -EIO;

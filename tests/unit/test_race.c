@@ -293,3 +293,67 @@ RACE(rename_over_a_page_while_the_source_fails_its_checksum_replaces_it_in_memor
 	lookup_missing(fx.pool, "b");
 	assert_store_matches_memory("after reopen");
 }
+
+RACE(replacement_committed_after_a_rename_of_its_page_keeps_the_new_name)
+{
+	struct meta_page_info a = put_page(fx.pool, "a", 100, 1);
+	struct meta_page_info b = put_page(fx.pool, "b", 300, 3);
+	struct op ren = {.name = "a", .to = "c"};
+	struct op commit = {.name = "a", .length = 200};
+
+	commit.resv = reserve_ok(fx.pool, "a", a.id);
+	journal_hold(fx.m);
+	start(&ren, rename_main);
+	start(&commit, commit_main); /* memory still names the page "a" */
+	journal_release(fx.m);
+	join(&ren);
+	join(&commit);
+	cr_assert_eq(ren.ret, 0, "rename a -> c: %s", strerror(-ren.ret));
+	cr_assert_eq(commit.ret, 0, "commit of a's replacement: %s", strerror(-commit.ret));
+	meta_slot_unpin(fx.m, fx.pool, commit.resv.slot);
+
+	/* The bytes went to the page, which is "c" now. */
+	lookup_missing(fx.pool, "a");
+	struct meta_page_info c = lookup_ok(fx.pool, "c");
+	cr_assert_eq(c.id, a.id, "c is page %llu, want a's %llu", (unsigned long long)c.id,
+	             (unsigned long long)a.id);
+	cr_assert_eq(c.length, 200, "c: length %llu, want the replacement's 200",
+	             (unsigned long long)c.length);
+	cr_assert_eq(lookup_ok(fx.pool, "b").id, b.id, "b changed");
+	assert_store_matches_memory("after the race");
+	fx_reopen();
+	lookup_missing(fx.pool, "a");
+	c = lookup_ok(fx.pool, "c");
+	cr_assert_eq(c.length, 200, "c after reopen: length %llu", (unsigned long long)c.length);
+	assert_store_matches_memory("after reopen");
+}
+
+RACE(replacement_committed_after_its_page_was_renamed_over_another_keeps_that_one_gone)
+{
+	struct meta_page_info a = put_page(fx.pool, "a", 100, 1);
+	put_page(fx.pool, "b", 300, 3);
+	struct op ren1 = {.name = "a", .to = "b"};
+	struct op commit = {.name = "a", .length = 200};
+
+	commit.resv = reserve_ok(fx.pool, "a", a.id);
+	journal_hold(fx.m);
+	start(&ren1, rename_main);
+	start(&commit, commit_main); /* memory still names the page "a" */
+	journal_release(fx.m);
+	join(&ren1);
+	join(&commit);
+	cr_assert_eq(ren1.ret, 0, "rename a -> b: %s", strerror(-ren1.ret));
+	cr_assert_eq(commit.ret, 0, "commit of a's replacement: %s", strerror(-commit.ret));
+	meta_slot_unpin(fx.m, fx.pool, commit.resv.slot);
+
+	lookup_missing(fx.pool, "a");
+	struct meta_page_info p = lookup_ok(fx.pool, "b");
+	cr_assert_eq(p.id, a.id, "b is page %llu, want a's %llu", (unsigned long long)p.id,
+	             (unsigned long long)a.id);
+	cr_assert_eq(p.length, 200, "b: length %llu", (unsigned long long)p.length);
+	assert_store_matches_memory("after the race");
+	fx_reopen();
+	p = lookup_ok(fx.pool, "b");
+	cr_assert_eq(p.length, 200, "b after reopen: length %llu", (unsigned long long)p.length);
+	assert_store_matches_memory("after reopen");
+}
