@@ -334,9 +334,7 @@ static void release_chunk(struct meta *m, struct pool *p, struct held_chunk *h,
 		p->evictions++;
 		evicted++;
 		drops_add(drops, g);
-		drop->pool_id = p->id;
-		drop->page_id = g->id;
-		drop->drop_slot = g->slot;
+		rec_set_drop(drop, g);
 		page_free(g);
 		journal_submit(m, drop);
 	}

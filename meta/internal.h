@@ -304,9 +304,11 @@ struct rec {
 	int err;      /* set by the writer: 0 or -errno */
 	int done;
 	int waited; /* a submitter waits: it frees the record */
-	/* REC_DROP: slot to free once durable; handoff = a writer took it */
+	/* REC_DROP: slot to free once durable; handoff = a writer took it;
+	 * the page's name_hash (replaced.c) */
 	uint64_t drop_slot;
 	int handoff;
+	uint32_t drop_hash;
 	/* page fields (COMMIT/UNLINK/DROP/RENAME/TOUCH) */
 	uint32_t pool_id;
 	uint64_t page_id, slot, length, checksum;
@@ -353,6 +355,8 @@ struct rec {
  * the committed page its name belongs to now, if another. meta.lock
  * held. */
 void rec_note_replaced(struct meta *m, struct rec *r);
+/* Makes r (REC_DROP) the drop of p: pool, id, slot and name hash. */
+void rec_set_drop(struct rec *r, const struct page *p);
 struct namer;
 struct resolver {
 	struct namer *v;
@@ -361,7 +365,10 @@ struct resolver {
 	uint64_t mask;
 	uint64_t *cand;
 	size_t ncand, cap;
-	uint32_t *at; /* offsets into cand, per record (bulk: per page) */
+	uint32_t *at;             /* offsets into cand, per record (bulk: per page) */
+	struct later_drop *later; /* drops queued behind the batch, by hash */
+	size_t nlater, later_cap;
+	int oom;
 };
 /* Sets r->repl / bulk->repl of every naming record of batch. 0, or
  * -ENOMEM (nothing set: the batch must fail). No lock held. */
@@ -387,6 +394,9 @@ void journal_counters(struct meta *m, uint64_t *batches, uint64_t *records);
 void journal_hold(struct meta *m);
 void journal_release(struct meta *m);
 size_t journal_queued(struct meta *m);
+/* Calls fn for every REC_DROP queued and not yet taken by a writer.
+ * meta.lock may be held. */
+void journal_each_queued_drop(struct meta *m, void (*fn)(void *, const struct rec *), void *arg);
 
 /* apply.c: mirrors a durable record in memory; called with meta.lock held
  * by the batch writer. Appends dropped names for the callback. */

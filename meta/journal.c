@@ -424,6 +424,17 @@ void journal_release(struct meta *m)
 	pthread_mutex_unlock(&j->lock);
 }
 
+void journal_each_queued_drop(struct meta *m, void (*fn)(void *, const struct rec *), void *arg)
+{
+	struct journal *j = m->journal;
+
+	pthread_mutex_lock(&j->lock);
+	for (const struct rec *r = j->head; r; r = r->next)
+		if (r->type == REC_DROP)
+			fn(arg, r);
+	pthread_mutex_unlock(&j->lock);
+}
+
 size_t journal_queued(struct meta *m)
 {
 	struct journal *j = m->journal;

@@ -492,9 +492,7 @@ static int drop_page(struct meta *m, struct page *p, struct drop_list *dl, struc
 	}
 	if (!(r = rec_new(REC_DROP)))
 		return -ENOMEM;
-	r->pool_id = pool->id;
-	r->page_id = p->id;
-	r->drop_slot = p->slot;
+	rec_set_drop(r, p);
 	r->handoff = 1; /* the slot goes to the quarantine, not back to the pool */
 	r->waited = 1;
 	if (pool->shared) {

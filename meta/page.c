@@ -303,9 +303,7 @@ static int evict_shared(struct meta *m, uint32_t pool_id, uint64_t skip, struct 
 		page_unlink_committed(m, p);
 		pool->evictions++;
 		drops_add(drops, p);
-		drop->pool_id = pool_id;
-		drop->page_id = p->id;
-		drop->drop_slot = p->slot;
+		rec_set_drop(drop, p);
 		page_free(p);
 		if (last)
 			journal_submit(m, last); /* only the last one is waited for */
@@ -451,9 +449,7 @@ int meta_page_reserve(struct meta *m, uint32_t pool_id, const char *name, uint64
 			slot = v->slot;
 			pool->evictions++;
 			drops_add(&drops, v);
-			drop->pool_id = pool_id;
-			drop->page_id = v->id;
-			drop->drop_slot = slot;
+			rec_set_drop(drop, v);
 			drop->handoff = 1;
 			drop->waited = 1;
 			log_debug("evict %s from pool %u slot %llu", pname_text(v, vname), pool_id,
@@ -674,9 +670,7 @@ void meta_page_verified(struct meta *m, uint64_t page_id, uint64_t slot, int ok)
 	if (r && !m->cfg.read_only) {
 		page_unlink_committed(m, p);
 		drops_add(&drops, p);
-		r->pool_id = pool->id;
-		r->page_id = p->id;
-		r->drop_slot = slot;
+		rec_set_drop(r, p);
 		journal_submit(m, r);
 		page_free(p);
 	} else {

@@ -7,13 +7,19 @@
  * confirm or an import) carries the ids of the rows that name belongs
  * to, which the store deletes by id (if they still have that name). They
  * are found in memory: the committed page of the name when the record
- * was submitted (rec_note_replaced) and when its batch is written, and
- * every record earlier in the batch that gave the name. That is every
- * row the name can have when the record is applied: a page leaves memory
- * (drop, eviction) in the same critical section that queues its
- * deletion, so a row memory no longer shows is deleted before any later
- * record is applied, and between batches memory mirrors the store.
- * Extra candidates are harmless: the delete checks the name.
+ * was submitted (rec_note_replaced) and when its batch is written, every
+ * record earlier in the batch that gave the name, and every page of that
+ * name whose drop is queued behind the batch. That is every row the name
+ * can have when the record is applied: between batches memory mirrors
+ * the store, except for the pages the engine dropped by itself (eviction,
+ * checksum failure), which leave memory in the critical section that
+ * queues their REC_DROP. A drop queued before the batch was taken is
+ * applied in it or before it, in the same transaction at the latest;
+ * one queued since (the page left memory after an earlier batch gave it
+ * the name, after this record was submitted) is applied in a later
+ * transaction, so its row is a candidate here, or a crash between the two
+ * transactions would leave two rows of one name. Extra candidates are
+ * harmless: the delete checks the name.
  *
  * The batch writer (journal.c) calls replaced_resolve before it writes a
  * batch, with no lock held; it takes meta.lock for the lookups.
@@ -29,6 +35,59 @@ void rec_note_replaced(struct meta *m, struct rec *r)
 	struct page *p = table_find_name(&m->by_name, r->pool_id, r->name, NULL);
 
 	r->replaced_id = p && p->id != r->page_id ? p->id : 0;
+}
+
+void rec_set_drop(struct rec *r, const struct page *p)
+{
+	r->pool_id = page_pool(p)->id;
+	r->page_id = p->id;
+	r->drop_slot = p->slot;
+	r->drop_hash = p->name_hash;
+}
+
+/* A page whose drop is queued behind the batch being resolved. */
+struct later_drop {
+	uint64_t id;
+	uint32_t hash, pool_id;
+};
+
+static void later_add(void *arg, const struct rec *r)
+{
+	struct resolver *rs = arg;
+
+	if (rs->nlater == rs->later_cap) {
+		size_t cap = rs->later_cap ? rs->later_cap * 2 : 16;
+		struct later_drop *v = realloc(rs->later, cap * sizeof(*v));
+		if (!v) {
+			rs->oom = 1;
+			return;
+		}
+		rs->later = v;
+		rs->later_cap = cap;
+	}
+	rs->later[rs->nlater++] = (struct later_drop){r->page_id, r->drop_hash, r->pool_id};
+}
+
+static int cmp_later(const void *a, const void *b)
+{
+	uint32_t x = ((const struct later_drop *)a)->hash, y = ((const struct later_drop *)b)->hash;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The first later drop of hash h (or nlater). */
+static size_t later_first(const struct resolver *rs, uint32_t h)
+{
+	size_t lo = 0, hi = rs->nlater;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (rs->later[mid].hash < h)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
 }
 
 /* The names a batch gives, in order: a record's, as text, or a bulk
@@ -90,6 +149,11 @@ static int name_given(struct meta *m, struct resolver *rs, const struct namer *g
 		    same_name(o, given))
 			rc = cand_add(rs, o->id);
 	}
+	/* (of the same hash: the delete checks the name) */
+	for (size_t i = later_first(rs, h); rc == 0 && i < rs->nlater && rs->later[i].hash == h;
+	     i++)
+		if (rs->later[i].pool_id == given->pool_id && rs->later[i].id != id)
+			rc = cand_add(rs, rs->later[i].id);
 	*k = *given;
 	k->prev = rs->head[h & rs->mask];
 	rs->head[h & rs->mask] = (uint32_t)++rs->n;
@@ -123,6 +187,11 @@ int replaced_resolve(struct meta *m, struct rec *batch, struct resolver *rs)
 
 	uint32_t *at = rs->at;
 	pthread_mutex_lock(&m->lock);
+	journal_each_queued_drop(m, later_add, rs);
+	if (rs->oom)
+		rc = -ENOMEM;
+	else if (rs->nlater > 1)
+		qsort(rs->later, rs->nlater, sizeof(*rs->later), cmp_later);
 	for (struct rec *r = batch; r && rc == 0; r = r->next) {
 		if (r->type == REC_COMMIT || r->type == REC_RENAME) {
 			at[0] = (uint32_t)rs->ncand;
@@ -188,4 +257,5 @@ void replaced_free(struct rec *batch, struct resolver *rs)
 	free(rs->head);
 	free(rs->cand);
 	free(rs->at);
+	free(rs->later);
 }
