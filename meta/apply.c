@@ -81,9 +81,10 @@ static void apply_commit(struct meta *m, const struct rec *r, struct dropped **d
 	if (!pool)
 		return;
 	p = table_find_id(&m->by_id, r->page_id);
-	/* A replacement keeps the page's name of now (the record's may be
-	 * older: a rename queued first); a new page takes the name. */
-	if (!p || !p->committed)
+	/* A replacement whose row was there kept its name (the store put it
+	 * in the record: a rename may have come first); a new page, or one
+	 * made again, takes the name from any other. */
+	if (!r->in_place)
 		remove_other(m, r, pool, named(m, pool, r), r->page_id, drops);
 	if (p && p->committed) {
 		/* In-place replacement (open with O_TRUNC): new slot, same id. */

@@ -316,8 +316,9 @@ struct rec {
 	int64_t mtime_ns, atime_ns;
 	uint32_t gen;
 	/* REC_COMMIT of a committed page (O_TRUNC): its row, if still there,
-	 * keeps the name it has by then (a rename may come first) */
-	int replace;
+	 * keeps the name it has by then (a rename may come first); the store
+	 * then sets in_place and puts that name in name */
+	int replace, in_place;
 	/* pool fields (POOL_PUT/DEL, RANK_*) */
 	uint16_t rank;
 	uint64_t slot_size, capacity;

@@ -677,6 +677,38 @@ static int apply_release(struct pg_store *s, const struct rec *r)
 	return 0;
 }
 
+/* An O_TRUNC replacement: the row keeps its name (a rename may have come
+ * first), which goes to r (in_place). 0, 1 when the row went, or -errno. */
+static int replace_in_place(struct pg_store *s, struct rec *r)
+{
+	struct pg_args a = {0};
+	PGresult *res;
+	int rc;
+
+	pg_arg_i64(&a, (int64_t)r->page_id);
+	pg_arg_i64(&a, (int64_t)r->slot);
+	pg_arg_i64(&a, (int64_t)r->length);
+	if (r->has_checksum)
+		pg_arg_i64(&a, (int64_t)r->checksum);
+	else
+		pg_arg_null(&a);
+	pg_arg_i64(&a, r->mtime_ns);
+	pg_arg_i64(&a, r->atime_ns);
+	if ((rc = pg_run(s, PG_COMMIT_SET, &a, &res)) < 0)
+		return rc;
+	if (PQntuples(res) == 1) {
+		int len = PQgetlength(res, 0, 0);
+		if (len > 0 && len <= META_NAME_MAX) {
+			memcpy(r->name, PQgetvalue(res, 0, 0), (size_t)len);
+			r->name[len] = '\0';
+			r->name_len = (uint16_t)len;
+		}
+		r->in_place = 1;
+	}
+	PQclear(res);
+	return !r->in_place;
+}
+
 static int apply_one(struct pg_store *s, struct rec *r)
 {
 	struct pg_args a = {0};
@@ -684,22 +716,9 @@ static int apply_one(struct pg_store *s, struct rec *r)
 
 	switch (r->type) {
 	case REC_COMMIT:
-		if (r->replace) {
-			/* An O_TRUNC replacement: the row keeps its name (a
-			 * rename may have come first); made again if it went. */
-			pg_arg_i64(&a, (int64_t)r->page_id);
-			pg_arg_i64(&a, (int64_t)r->slot);
-			pg_arg_i64(&a, (int64_t)r->length);
-			if (r->has_checksum)
-				pg_arg_i64(&a, (int64_t)r->checksum);
-			else
-				pg_arg_null(&a);
-			pg_arg_i64(&a, r->mtime_ns);
-			pg_arg_i64(&a, r->atime_ns);
-			if ((rc = run_rows(s, PG_COMMIT_SET, &a)) != -ENOENT)
-				return rc;
-			a.n = 0;
-		}
+		r->in_place = 0;
+		if (r->replace && (rc = replace_in_place(s, r)) <= 0)
+			return rc; /* (else the page went meanwhile: made again) */
 		rc = run_pool_name_id(s, PG_COMMIT_DEL, r->pool_id, r->name, r->name_len,
 		                      r->page_id);
 		if (rc < 0)

@@ -57,7 +57,7 @@ static const char *const stmt_sql[ST_COUNT] = {
 			  " name=excluded.name, slot=excluded.slot, length=excluded.length,"
 			  " checksum=excluded.checksum, mtime=excluded.mtime, atime=excluded.atime",
 	[ST_COMMIT_SET] = "UPDATE pages SET slot=?2, length=?3, checksum=?4, mtime=?5, atime=?6"
-			  " WHERE id=?1",
+			  " WHERE id=?1 RETURNING name",
 	[ST_DELETE] = "DELETE FROM pages WHERE id=?1",
 	[ST_RENAME] = "UPDATE pages SET name=?2 WHERE id=?1",
 	[ST_TOUCH] = "UPDATE pages SET atime=?2 WHERE id=?1 AND atime<?2",
@@ -502,8 +502,9 @@ static int apply_bulk(struct sqlite_store *s, const struct rec *r)
 }
 
 /* An O_TRUNC replacement: the page's row takes the new slot and keeps
- * its name. 0, 1 when there is no such row, or -errno. */
-static int replace_in_place(struct sqlite_store *s, const struct rec *r)
+ * its name, which goes to r (in_place). 0, 1 when there is no such row,
+ * or -errno. */
+static int replace_in_place(struct sqlite_store *s, struct rec *r)
 {
 	sqlite3_stmt *st = stmt(s, ST_COMMIT_SET);
 	int rc;
@@ -519,9 +520,21 @@ static int replace_in_place(struct sqlite_store *s, const struct rec *r)
 		sqlite3_bind_null(st, 4);
 	sqlite3_bind_int64(st, 5, r->mtime_ns);
 	sqlite3_bind_int64(st, 6, r->atime_ns);
-	if ((rc = step_done(st)) < 0)
-		return rc;
-	return sqlite3_changes(s->db) > 0 ? 0 : 1;
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		int len = sqlite3_column_bytes(st, 0);
+		const void *name = sqlite3_column_blob(st, 0);
+		if (len > 0 && len <= META_NAME_MAX && name) {
+			memcpy(r->name, name, (size_t)len);
+			r->name[len] = '\0';
+			r->name_len = (uint16_t)len;
+		}
+		r->in_place = 1;
+	}
+	rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : sql_errno(rc);
+	sqlite3_reset(st);
+	sqlite3_clear_bindings(st);
+	return rc < 0 ? rc : !r->in_place;
 }
 
 static int apply_one(struct sqlite_store *s, struct rec *r)
@@ -531,6 +544,7 @@ static int apply_one(struct sqlite_store *s, struct rec *r)
 
 	switch (r->type) {
 	case REC_COMMIT:
+		r->in_place = 0;
 		if (r->replace && (rc = replace_in_place(s, r)) <= 0)
 			return rc; /* (else the page went meanwhile: made again) */
 		rc = delete_replaced(s, r->pool_id, r->name, r->name_len, r->repl, r->nrepl);

@@ -413,3 +413,37 @@ Test(race, a_batch_deletes_the_row_of_its_name_whose_drop_waits_behind_it)
 	cr_assert(found, "the commit of \"a\" does not delete the row of page %llu (%u candidates)",
 	          (unsigned long long)a.id, n);
 }
+
+RACE(replacement_of_a_renamed_page_dropped_meanwhile_leaves_its_old_name_to_the_next)
+{
+	struct meta_page_info a = put_page(fx.pool, "a", 100, 1);
+	struct meta_page_info b = put_page(fx.pool, "b", 300, 3);
+	struct op ren1 = {.name = "a", .to = "c"};
+	struct op ren2 = {.name = "b", .to = "a"};
+	struct op commit = {.name = "a", .length = 200};
+
+	commit.resv = reserve_ok(fx.pool, "a", a.id);
+	hold();
+	start(&ren1, rename_main);                 /* a -> c */
+	start(&ren2, rename_main);                 /* then b -> a */
+	start(&commit, commit_main);               /* memory still names a's page "a" */
+	meta_page_verified(fx.m, a.id, a.slot, 0); /* and drops it */
+	cr_assert_eq(journal_queued(fx.m), 4, "the checksum failure queued no drop");
+	release();
+	join(&ren1);
+	join(&ren2);
+	join(&commit);
+	cr_assert_eq(ren1.ret, 0, "rename a -> c: %s", strerror(-ren1.ret));
+	cr_assert_eq(ren2.ret, 0, "rename b -> a: %s", strerror(-ren2.ret));
+	cr_assert_eq(commit.ret, 0, "commit of a's replacement: %s", strerror(-commit.ret));
+	meta_slot_unpin(fx.m, fx.pool, commit.resv.slot);
+
+	/* The replacement went to the page called "c" by then, which the
+	 * drop removed; "a" is b's page. */
+	lookup_missing(fx.pool, "c");
+	cr_assert_eq(lookup_ok(fx.pool, "a").id, b.id, "\"a\" is not b's page");
+	assert_store_matches_memory("after the race");
+	fx_reopen();
+	cr_assert_eq(lookup_ok(fx.pool, "a").id, b.id, "\"a\" after reopen is not b's page");
+	assert_store_matches_memory("after reopen");
+}
