@@ -28,6 +28,7 @@
 
 enum stmt_id {
 	ST_REPLACED_DEL,
+	ST_HAS_PAGE,
 	ST_COMMIT_PUT,
 	ST_COMMIT_SET,
 	ST_DELETE,
@@ -50,6 +51,7 @@ enum stmt_id {
 
 static const char *const stmt_sql[ST_COUNT] = {
 	[ST_REPLACED_DEL] = "DELETE FROM pages WHERE id=?3 AND pool=?1 AND name=?2",
+	[ST_HAS_PAGE] = "SELECT 1 FROM pages WHERE id=?1",
 	/* (several literals, one statement: not a missing comma) */
 	// NOLINTNEXTLINE(bugprone-suspicious-missing-comma)
 	[ST_COMMIT_PUT] = "INSERT INTO pages(id,pool,name,slot,length,checksum,mtime,atime,gen)"
@@ -537,6 +539,21 @@ static int replace_in_place(struct sqlite_store *s, struct rec *r)
 	return rc < 0 ? rc : !r->in_place;
 }
 
+/* 1 if the page's row exists, 0 if not, or -errno. */
+static int has_page(struct sqlite_store *s, uint64_t id)
+{
+	sqlite3_stmt *st = stmt(s, ST_HAS_PAGE);
+	int rc;
+
+	if (!st)
+		return -EIO;
+	sqlite3_bind_int64(st, 1, (sqlite3_int64)id);
+	rc = sqlite3_step(st);
+	sqlite3_reset(st);
+	sqlite3_clear_bindings(st);
+	return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : sql_errno(rc);
+}
+
 static int apply_one(struct sqlite_store *s, struct rec *r)
 {
 	sqlite3_stmt *st;
@@ -556,17 +573,16 @@ static int apply_one(struct sqlite_store *s, struct rec *r)
 	case REC_DROP:
 		return run_id(s, ST_DELETE, (int64_t)r->page_id, 0, 1);
 	case REC_RENAME:
-		/* A page unlinked since the rename was queued: nothing changes
-		 * (the replaced rows are other ids, so the order is free). */
-		if (!(st = stmt(s, ST_RENAME)))
-			return -EIO;
+		/* A page unlinked since the rename was queued: nothing changes.
+		 * (The deletes come first: a schema 1 index has a unique name.) */
+		if ((rc = has_page(s, r->page_id)) <= 0)
+			return rc < 0 ? rc : -ENOENT;
+		rc = delete_replaced(s, r->pool_id, r->name, r->name_len, r->repl, r->nrepl);
+		if (rc < 0 || !(st = stmt(s, ST_RENAME)))
+			return rc < 0 ? rc : -EIO;
 		sqlite3_bind_int64(st, 1, (sqlite3_int64)r->page_id);
 		sqlite3_bind_blob(st, 2, r->name, r->name_len, SQLITE_STATIC);
-		if ((rc = step_done(st)) < 0)
-			return rc;
-		if (sqlite3_changes(s->db) == 0)
-			return -ENOENT;
-		return delete_replaced(s, r->pool_id, r->name, r->name_len, r->repl, r->nrepl);
+		return step_done(st);
 	case REC_TOUCH:
 		return run_id(s, ST_TOUCH, (int64_t)r->page_id, r->atime_ns, 2);
 	case REC_RANK_PUT:
