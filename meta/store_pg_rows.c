@@ -141,11 +141,9 @@ int pg_load(struct store *base, const struct store_load_cb *cb, char *err, size_
 
 /* ---- records ---- */
 
-static void args_page(struct pg_args *a, const struct rec *r)
+/* What a commit changes: slot, length, checksum, mtime, atime. */
+static void args_version(struct pg_args *a, const struct rec *r)
 {
-	pg_arg_i64(a, (int64_t)r->page_id);
-	pg_arg_i64(a, r->pool_id);
-	pg_arg_bytes(a, r->name, r->name_len);
 	pg_arg_i64(a, (int64_t)r->slot);
 	pg_arg_i64(a, (int64_t)r->length);
 	if (r->has_checksum)
@@ -154,6 +152,14 @@ static void args_page(struct pg_args *a, const struct rec *r)
 		pg_arg_null(a);
 	pg_arg_i64(a, r->mtime_ns);
 	pg_arg_i64(a, r->atime_ns);
+}
+
+static void args_page(struct pg_args *a, const struct rec *r)
+{
+	pg_arg_i64(a, (int64_t)r->page_id);
+	pg_arg_i64(a, r->pool_id);
+	pg_arg_bytes(a, r->name, r->name_len);
+	args_version(a, r);
 	pg_arg_i64(a, r->gen);
 }
 
@@ -686,14 +692,7 @@ static int replace_in_place(struct pg_store *s, struct rec *r)
 	int rc;
 
 	pg_arg_i64(&a, (int64_t)r->page_id);
-	pg_arg_i64(&a, (int64_t)r->slot);
-	pg_arg_i64(&a, (int64_t)r->length);
-	if (r->has_checksum)
-		pg_arg_i64(&a, (int64_t)r->checksum);
-	else
-		pg_arg_null(&a);
-	pg_arg_i64(&a, r->mtime_ns);
-	pg_arg_i64(&a, r->atime_ns);
+	args_version(&a, r);
 	if ((rc = pg_run(s, PG_COMMIT_SET, &a, &res)) < 0)
 		return rc;
 	if (PQntuples(res) == 1) {

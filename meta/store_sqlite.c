@@ -414,19 +414,26 @@ static void sq_rollback(struct store *base)
 	pthread_mutex_unlock(&s->db_lock);
 }
 
+/* What a commit changes: slot, length, checksum, mtime, atime, bound
+ * from parameter `at` on. */
+static void bind_version(sqlite3_stmt *st, int at, const struct rec *r)
+{
+	sqlite3_bind_int64(st, at, (sqlite3_int64)r->slot);
+	sqlite3_bind_int64(st, at + 1, (sqlite3_int64)r->length);
+	if (r->has_checksum)
+		sqlite3_bind_int64(st, at + 2, (sqlite3_int64)r->checksum);
+	else
+		sqlite3_bind_null(st, at + 2);
+	sqlite3_bind_int64(st, at + 3, r->mtime_ns);
+	sqlite3_bind_int64(st, at + 4, r->atime_ns);
+}
+
 static void bind_page(sqlite3_stmt *st, const struct rec *r)
 {
 	sqlite3_bind_int64(st, 1, (sqlite3_int64)r->page_id);
 	sqlite3_bind_int64(st, 2, r->pool_id);
 	sqlite3_bind_blob(st, 3, r->name, r->name_len, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 4, (sqlite3_int64)r->slot);
-	sqlite3_bind_int64(st, 5, (sqlite3_int64)r->length);
-	if (r->has_checksum)
-		sqlite3_bind_int64(st, 6, (sqlite3_int64)r->checksum);
-	else
-		sqlite3_bind_null(st, 6);
-	sqlite3_bind_int64(st, 7, r->mtime_ns);
-	sqlite3_bind_int64(st, 8, r->atime_ns);
+	bind_version(st, 4, r);
 	sqlite3_bind_int64(st, 9, r->gen);
 }
 
@@ -514,14 +521,7 @@ static int replace_in_place(struct sqlite_store *s, struct rec *r)
 	if (!st)
 		return -EIO;
 	sqlite3_bind_int64(st, 1, (sqlite3_int64)r->page_id);
-	sqlite3_bind_int64(st, 2, (sqlite3_int64)r->slot);
-	sqlite3_bind_int64(st, 3, (sqlite3_int64)r->length);
-	if (r->has_checksum)
-		sqlite3_bind_int64(st, 4, (sqlite3_int64)r->checksum);
-	else
-		sqlite3_bind_null(st, 4);
-	sqlite3_bind_int64(st, 5, r->mtime_ns);
-	sqlite3_bind_int64(st, 6, r->atime_ns);
+	bind_version(st, 2, r);
 	rc = sqlite3_step(st);
 	if (rc == SQLITE_ROW) {
 		int len = sqlite3_column_bytes(st, 0);
