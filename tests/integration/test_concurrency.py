@@ -19,6 +19,7 @@ WORKERS = 4
 # always: every reader goes through the kernel's page cache, which must
 # survive in-place replacements of the pages it holds (fs_file.c).
 @pytest.mark.timeout_s(SECONDS + 150)
+@pytest.mark.engines
 @pytest.mark.parametrize("kernel_cache", ["never", "always"])
 def test_concurrent_writers_readers_renamers_and_deleters_never_see_foreign_or_torn_bytes(
         mount, kernel_cache):
