@@ -81,9 +81,9 @@ static void apply_commit(struct meta *m, const struct rec *r, struct dropped **d
 	if (!pool)
 		return;
 	p = table_find_id(&m->by_id, r->page_id);
-	/* A replacement whose row was there kept its name (the store put it
-	 * in the record: a rename may have come first); a new page, or one
-	 * made again, takes the name from any other. */
+	/* A replacement updated its row in place and kept the row's name
+	 * (the store put it in the record: a rename may have come first); a
+	 * new page takes its name from any other. */
 	if (!r->in_place)
 		remove_other(m, r, pool, named(m, pool, r), r->page_id, drops);
 	if (p && p->committed) {
@@ -98,8 +98,9 @@ static void apply_commit(struct meta *m, const struct rec *r, struct dropped **d
 		table_del_name(&m->by_name, p);
 		table_del_id(&m->by_id, p);
 	} else {
-		/* The page went away while its replacement was written; the
-		 * store re-created the row, so memory does too. */
+		/* A replacement whose page the engine dropped since (its row
+		 * was there): back until that drop, queued behind, removes it
+		 * with this slot. */
 		p = page_alloc(r->name, r->name_len);
 		if (!p) {
 			log_error("out of memory applying a commit; restart the daemon");
@@ -258,10 +259,17 @@ void apply_record(struct meta *m, const struct rec *r, struct dropped **drops)
 		if (pool && !r->handoff)
 			free_slot(pool, r->drop_slot, r);
 		/* A commit queued before the drop (an O_TRUNC replacement)
-		 * brought the page back; the store deleted it again. */
+		 * brought the page back; the store deleted it again. (Its
+		 * slot is the replacement's; on a shared index another node's
+		 * change may have brought it back at drop_slot: freed once.) */
 		p = table_find_id(&m->by_id, r->page_id);
-		if (pool && p && p->committed)
-			remove_other(m, r, pool, p, 0, drops);
+		if (pool && p && p->committed) {
+			page_unlink_committed(m, p);
+			if (p->slot != r->drop_slot)
+				free_slot(pool, p->slot, r);
+			drops_add(drops, p);
+			page_free(p);
+		}
 		return;
 	}
 	if (r->err < 0) {

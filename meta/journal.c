@@ -144,11 +144,12 @@ static int write_run(struct meta *m, struct rec *batch, int last)
 		}
 		if (r->err == -EDEADLK)
 			r->err = -EIO;
-		/* (A lease finding every chunk taken, or a rename finding its
-		 * page unlinked, is an answer, not a fault.) */
+		/* (A lease finding every chunk taken, or a rename or rewrite
+		 * finding its page gone, is an answer, not a fault.) */
 		if (r->err < 0 && r->type != REC_TOUCH &&
 		    !(r->type == REC_LEASE && (r->err == -ENOSPC || r->err == -EAGAIN)) &&
-		    !(r->type == REC_RENAME && r->err == -ENOENT))
+		    !(r->type == REC_RENAME && r->err == -ENOENT) &&
+		    !(r->type == REC_COMMIT && r->err == -ESTALE))
 			log_warn("index write failed (record %d, page %llu): %s", (int)r->type,
 			         (unsigned long long)r->page_id, strerror(-r->err));
 	}

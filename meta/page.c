@@ -596,7 +596,9 @@ int meta_page_commit(struct meta *m, const struct meta_resv *r, uint64_t length,
 		meta_page_abort(m, r); /* -ENOENT: the pool was removed meanwhile */
 	else
 		resv_done(m, r->pool_id, r->slot);
-	return rc;
+	/* -ESTALE: a replacement whose page was unlinked or renamed over
+	 * since it was queued; as above, the bytes go nowhere. */
+	return rc == -ESTALE ? 0 : rc;
 }
 
 int meta_page_pin(struct meta *m, uint64_t page_id, struct meta_page_info *out, int *verify)

@@ -9,17 +9,18 @@
  * are found in memory: the committed page of the name when the record
  * was submitted (rec_note_replaced) and when its batch is written, every
  * record earlier in the batch that gave the name, and every page of that
- * name whose drop is queued behind the batch. That is every row the name
- * can have when the record is applied: between batches memory mirrors
- * the store, except for the pages the engine dropped by itself (eviction,
- * checksum failure), which leave memory in the critical section that
- * queues their REC_DROP. A drop queued before the batch was taken is
- * applied in it or before it, in the same transaction at the latest;
- * one queued since (the page left memory after an earlier batch gave it
- * the name, after this record was submitted) is applied in a later
- * transaction, so its row is a candidate here, or a crash between the two
- * transactions would leave two rows of one name. Extra candidates are
- * harmless: the delete checks the name.
+ * name whose drop is in the batch or queued behind it. That is every row
+ * the name can have when the record is applied: between batches memory
+ * mirrors the store, except for the pages the engine dropped by itself
+ * (eviction, checksum failure), which leave memory in the critical
+ * section that queues their REC_DROP, so their rows are deleted only
+ * when that drop is applied: after this record if the drop was queued
+ * after it (the page got the name in an earlier batch, after this record
+ * was submitted), in a later transaction if queued behind the batch. Such
+ * a row is a candidate here, or the record would meet it: a crash between
+ * the two transactions would leave two rows of one name, and a schema 1
+ * index (a unique name index) would refuse the record. Extra candidates
+ * are harmless: the delete checks the name.
  *
  * The batch writer (journal.c) calls replaced_resolve before it writes a
  * batch, with no lock held; it takes meta.lock for the lookups.
@@ -187,6 +188,9 @@ int replaced_resolve(struct meta *m, struct rec *batch, struct resolver *rs)
 
 	uint32_t *at = rs->at;
 	pthread_mutex_lock(&m->lock);
+	for (const struct rec *r = batch; r; r = r->next)
+		if (r->type == REC_DROP)
+			later_add(rs, r);
 	journal_each_queued_drop(m, later_add, rs);
 	if (rs->oom)
 		rc = -ENOMEM;

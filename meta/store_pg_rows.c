@@ -716,8 +716,8 @@ static int apply_one(struct pg_store *s, struct rec *r)
 	switch (r->type) {
 	case REC_COMMIT:
 		r->in_place = 0;
-		if (r->replace && (rc = replace_in_place(s, r)) <= 0)
-			return rc; /* (else the page went meanwhile: made again) */
+		if (r->replace) /* -ESTALE: unlinked or renamed over meanwhile */
+			return (rc = replace_in_place(s, r)) > 0 ? -ESTALE : rc;
 		rc = run_pool_name_id(s, PG_COMMIT_DEL, r->pool_id, r->name, r->name_len,
 		                      r->page_id);
 		if (rc < 0)

@@ -562,8 +562,8 @@ static int apply_one(struct sqlite_store *s, struct rec *r)
 	switch (r->type) {
 	case REC_COMMIT:
 		r->in_place = 0;
-		if (r->replace && (rc = replace_in_place(s, r)) <= 0)
-			return rc; /* (else the page went meanwhile: made again) */
+		if (r->replace) /* -ESTALE: unlinked or renamed over meanwhile */
+			return (rc = replace_in_place(s, r)) > 0 ? -ESTALE : rc;
 		rc = delete_replaced(s, r->pool_id, r->name, r->name_len, r->repl, r->nrepl);
 		if (rc < 0 || !(st = stmt(s, ST_COMMIT_PUT)))
 			return rc < 0 ? rc : -EIO;
