@@ -99,17 +99,19 @@ static void apply_commit(struct meta *m, const struct rec *r, struct dropped **d
 		table_del_id(&m->by_id, p);
 	} else {
 		/* A replacement whose page the engine dropped since (its row
-		 * was there): back until that drop, queued behind, removes it
-		 * with this slot. */
-		p = page_alloc(r->name, r->name_len);
-		if (!p) {
-			log_error("out of memory applying a commit; restart the daemon");
-			return;
-		}
-		p->id = r->page_id;
-		page_set_pool(p, pool);
-		p->gen = r->gen;
-		p->name_hash = name_hash(pool->id, r->name, r->name_len);
+		 * was there, the store updated it): the drop, later in this
+		 * batch or queued, deletes the row; the rewrite's slot is free
+		 * once it has (or now, if another node deleted the row). */
+		struct rec *d;
+		for (d = r->next; d; d = d->next)
+			if (d->type == REC_DROP && d->page_id == r->page_id && !d->has_extra)
+				break;
+		if (d) {
+			d->extra_slot = r->slot;
+			d->has_extra = 1;
+		} else if (!journal_drop_adds(m, r->page_id, r->slot))
+			free_slot(pool, r->slot, r);
+		return;
 	}
 	page_take_row(p, r);
 	if (p->committed) {
@@ -258,10 +260,10 @@ void apply_record(struct meta *m, const struct rec *r, struct dropped **drops)
 		}
 		if (pool && !r->handoff)
 			free_slot(pool, r->drop_slot, r);
-		/* A commit queued before the drop (an O_TRUNC replacement)
-		 * brought the page back; the store deleted it again. (Its
-		 * slot is the replacement's; on a shared index another node's
-		 * change may have brought it back at drop_slot: freed once.) */
+		if (pool && r->has_extra) /* a rewrite's, never handed out */
+			free_slot(pool, r->extra_slot, r);
+		/* On a shared index another node's change may have brought the
+		 * page back meanwhile (apply_remote); the store deleted it. */
 		p = table_find_id(&m->by_id, r->page_id);
 		if (pool && p && p->committed) {
 			page_unlink_committed(m, p);

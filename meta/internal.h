@@ -305,9 +305,10 @@ struct rec {
 	int done;
 	int waited; /* a submitter waits: it frees the record */
 	/* REC_DROP: slot to free once durable; handoff = a writer took it;
-	 * the page's name_hash (replaced.c) */
-	uint64_t drop_slot;
-	int handoff;
+	 * the page's name_hash (replaced.c); a slot to free too (has_extra:
+	 * a rewrite of the page applied after it left memory, apply.c) */
+	uint64_t drop_slot, extra_slot;
+	int handoff, has_extra;
 	uint32_t drop_hash;
 	/* page fields (COMMIT/UNLINK/DROP/RENAME/TOUCH) */
 	uint32_t pool_id;
@@ -398,6 +399,9 @@ size_t journal_queued(struct meta *m);
 /* Calls fn for every REC_DROP queued and not yet taken by a writer.
  * meta.lock may be held. */
 void journal_each_queued_drop(struct meta *m, void (*fn)(void *, const struct rec *), void *arg);
+/* Gives the queued REC_DROP of page_id extra slot `slot` to free; 1 if
+ * there is one, else 0. Called by the batch writer (meta.lock held). */
+int journal_drop_adds(struct meta *m, uint64_t page_id, uint64_t slot);
 
 /* apply.c: mirrors a durable record in memory; called with meta.lock held
  * by the batch writer. Appends dropped names for the callback. */

@@ -436,6 +436,22 @@ void journal_each_queued_drop(struct meta *m, void (*fn)(void *, const struct re
 	pthread_mutex_unlock(&j->lock);
 }
 
+int journal_drop_adds(struct meta *m, uint64_t page_id, uint64_t slot)
+{
+	struct journal *j = m->journal;
+	int found = 0;
+
+	pthread_mutex_lock(&j->lock);
+	for (struct rec *r = j->head; r && !found; r = r->next) {
+		if (r->type == REC_DROP && r->page_id == page_id && !r->has_extra) {
+			r->extra_slot = slot;
+			r->has_extra = found = 1;
+		}
+	}
+	pthread_mutex_unlock(&j->lock);
+	return found;
+}
+
 size_t journal_queued(struct meta *m)
 {
 	struct journal *j = m->journal;
