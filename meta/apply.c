@@ -97,20 +97,32 @@ static void apply_commit(struct meta *m, const struct rec *r, struct dropped **d
 		pool->pending--;
 		table_del_name(&m->by_name, p);
 		table_del_id(&m->by_id, p);
-	} else {
+	} else if (r->in_place) {
 		/* A replacement whose page the engine dropped since (its row
 		 * was there, the store updated it): the drop, later in this
 		 * batch or queued, deletes the row; the rewrite's slot is free
-		 * once it has (or now, if another node deleted the row). */
-		struct rec *d;
-		for (d = r->next; d; d = d->next)
-			if (d->type == REC_DROP && d->page_id == r->page_id && !d->has_extra)
-				break;
-		if (d) {
-			d->extra_slot = r->slot;
-			d->has_extra = 1;
-		} else if (!journal_drop_adds(m, r->page_id, r->slot))
+		 * once it has (or now, if another node deleted the row). A
+		 * rewrite before this one gave the drop its slot, which no row
+		 * names any more: free now. */
+		struct rec *d = r->next;
+		while (d && !(d->type == REC_DROP && d->page_id == r->page_id))
+			d = d->next;
+		if (!d)
+			d = journal_queued_drop(m, r->page_id);
+		if (!d) {
 			free_slot(pool, r->slot, r);
+			return;
+		}
+		if (d->has_extra)
+			free_slot(pool, d->extra_slot, r);
+		d->extra_slot = r->slot;
+		d->has_extra = 1;
+		return;
+	} else {
+		/* (A new page is pending until this apply: not reached.) */
+		log_error("commit of page %llu found no page in memory; its row stays until "
+		          "remount",
+		          (unsigned long long)r->page_id);
 		return;
 	}
 	page_take_row(p, r);
@@ -256,6 +268,9 @@ void apply_record(struct meta *m, const struct rec *r, struct dropped **drops)
 			log_error("slot %llu of pool %u stays reserved until remount: the index "
 			          "could not record that its page was dropped",
 			          (unsigned long long)r->drop_slot, r->pool_id);
+			if (r->has_extra)
+				log_error("so does slot %llu of pool %u, where it was rewritten",
+				          (unsigned long long)r->extra_slot, r->pool_id);
 			return;
 		}
 		if (pool && !r->handoff)
@@ -267,7 +282,7 @@ void apply_record(struct meta *m, const struct rec *r, struct dropped **drops)
 		p = table_find_id(&m->by_id, r->page_id);
 		if (pool && p && p->committed) {
 			page_unlink_committed(m, p);
-			if (p->slot != r->drop_slot)
+			if (p->slot != r->drop_slot && !(r->has_extra && p->slot == r->extra_slot))
 				free_slot(pool, p->slot, r);
 			drops_add(drops, p);
 			page_free(p);

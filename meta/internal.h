@@ -399,9 +399,10 @@ size_t journal_queued(struct meta *m);
 /* Calls fn for every REC_DROP queued and not yet taken by a writer.
  * meta.lock may be held. */
 void journal_each_queued_drop(struct meta *m, void (*fn)(void *, const struct rec *), void *arg);
-/* Gives the queued REC_DROP of page_id extra slot `slot` to free; 1 if
- * there is one, else 0. Called by the batch writer (meta.lock held). */
-int journal_drop_adds(struct meta *m, uint64_t page_id, uint64_t slot);
+/* The queued REC_DROP of page_id, or NULL. For the batch writer, with
+ * meta.lock held: the record stays queued until the writer is done, and
+ * its extra_slot and has_extra are meta.lock's (apply.c). */
+struct rec *journal_queued_drop(struct meta *m, uint64_t page_id);
 
 /* apply.c: mirrors a durable record in memory; called with meta.lock held
  * by the batch writer. Appends dropped names for the callback. */

@@ -436,20 +436,16 @@ void journal_each_queued_drop(struct meta *m, void (*fn)(void *, const struct re
 	pthread_mutex_unlock(&j->lock);
 }
 
-int journal_drop_adds(struct meta *m, uint64_t page_id, uint64_t slot)
+struct rec *journal_queued_drop(struct meta *m, uint64_t page_id)
 {
 	struct journal *j = m->journal;
-	int found = 0;
+	struct rec *r;
 
 	pthread_mutex_lock(&j->lock);
-	for (struct rec *r = j->head; r && !found; r = r->next) {
-		if (r->type == REC_DROP && r->page_id == page_id && !r->has_extra) {
-			r->extra_slot = slot;
-			r->has_extra = found = 1;
-		}
-	}
+	for (r = j->head; r && !(r->type == REC_DROP && r->page_id == page_id); r = r->next)
+		;
 	pthread_mutex_unlock(&j->lock);
-	return found;
+	return r;
 }
 
 size_t journal_queued(struct meta *m)
