@@ -104,11 +104,7 @@ static void apply_commit(struct meta *m, const struct rec *r, struct dropped **d
 		 * once it has (or now, if another node deleted the row). A
 		 * rewrite before this one gave the drop its slot, which no row
 		 * names any more: free now. */
-		struct rec *d = r->next;
-		while (d && !(d->type == REC_DROP && d->page_id == r->page_id))
-			d = d->next;
-		if (!d)
-			d = journal_queued_drop(m, r->page_id);
+		struct rec *d = journal_drop_after(m, r);
 		if (!d) {
 			free_slot(pool, r->slot, r);
 			return;

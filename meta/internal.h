@@ -368,7 +368,7 @@ struct resolver {
 	uint64_t *cand;
 	size_t ncand, cap;
 	uint32_t *at;             /* offsets into cand, per record (bulk: per page) */
-	struct later_drop *later; /* drops queued behind the batch, by hash */
+	struct later_drop *later; /* drops in the batch or behind it, by hash */
 	size_t nlater, later_cap;
 	int oom;
 };
@@ -399,10 +399,11 @@ size_t journal_queued(struct meta *m);
 /* Calls fn for every REC_DROP queued and not yet taken by a writer.
  * meta.lock may be held. */
 void journal_each_queued_drop(struct meta *m, void (*fn)(void *, const struct rec *), void *arg);
-/* The queued REC_DROP of page_id, or NULL. For the batch writer, with
- * meta.lock held: the record stays queued until the writer is done, and
- * its extra_slot and has_extra are meta.lock's (apply.c). */
-struct rec *journal_queued_drop(struct meta *m, uint64_t page_id);
+/* The REC_DROP of r's page after r (later in r's batch, or queued), or
+ * NULL. For the batch writer, with meta.lock held: the record stays
+ * until the writer is done, and its extra_slot and has_extra are
+ * meta.lock's (apply.c). */
+struct rec *journal_drop_after(struct meta *m, const struct rec *r);
 
 /* apply.c: mirrors a durable record in memory; called with meta.lock held
  * by the batch writer. Appends dropped names for the callback. */

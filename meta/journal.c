@@ -436,16 +436,24 @@ void journal_each_queued_drop(struct meta *m, void (*fn)(void *, const struct re
 	pthread_mutex_unlock(&j->lock);
 }
 
-struct rec *journal_queued_drop(struct meta *m, uint64_t page_id)
+static struct rec *drop_of(struct rec *from, uint64_t page_id)
+{
+	while (from && !(from->type == REC_DROP && from->page_id == page_id))
+		from = from->next;
+	return from;
+}
+
+struct rec *journal_drop_after(struct meta *m, const struct rec *r)
 {
 	struct journal *j = m->journal;
-	struct rec *r;
+	struct rec *d = drop_of(r->next, r->page_id);
 
-	pthread_mutex_lock(&j->lock);
-	for (r = j->head; r && !(r->type == REC_DROP && r->page_id == page_id); r = r->next)
-		;
-	pthread_mutex_unlock(&j->lock);
-	return r;
+	if (!d) {
+		pthread_mutex_lock(&j->lock);
+		d = drop_of(j->head, r->page_id);
+		pthread_mutex_unlock(&j->lock);
+	}
+	return d;
 }
 
 size_t journal_queued(struct meta *m)

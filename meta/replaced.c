@@ -46,7 +46,7 @@ void rec_set_drop(struct rec *r, const struct page *p)
 	r->drop_hash = p->name_hash;
 }
 
-/* A page whose drop is queued behind the batch being resolved. */
+/* A page whose drop is in the batch being resolved or queued behind it. */
 struct later_drop {
 	uint64_t id;
 	uint32_t hash, pool_id;

@@ -200,6 +200,50 @@ static struct meta_page_info fill_with_a_oldest(int fillers)
 	return a;
 }
 
+/* A commit record of page_id under name, as meta_page_commit makes it. */
+static struct rec commit_rec(uint64_t page_id, const char *name)
+{
+	struct rec r = {.type = REC_COMMIT, .pool_id = fx.pool, .page_id = page_id, .length = 100};
+
+	r.name_len = (uint16_t)strlen(name);
+	memcpy(r.name, name, r.name_len + 1u);
+	return r;
+}
+
+/* Whether resolving batch lists page id among the rows its first record
+ * replaces; *rc is the resolve's result, *n the candidates. */
+static int replaced_lists(struct rec *batch, uint64_t id, int *rc, uint32_t *n)
+{
+	struct resolver rs = {0};
+	int found = 0;
+
+	*rc = replaced_resolve(fx.m, batch, &rs);
+	*n = batch->nrepl;
+	for (uint32_t i = 0; *rc == 0 && i < *n; i++)
+		found |= batch->repl[i] == id;
+	replaced_free(batch, &rs);
+	return found;
+}
+
+/* Renames a's page to `to` and commits a 200-byte rewrite of it, the
+ * rename queued first, while memory still names the page "a"; both
+ * succeed. */
+static void rename_then_rewrite(const struct meta_page_info *a, const char *to)
+{
+	struct op ren = {.name = "a", .to = to};
+	struct op commit = {.name = "a", .length = 200};
+
+	commit.resv = reserve_ok(fx.pool, "a", a->id);
+	hold();
+	start(&ren, rename_main);
+	start(&commit, commit_main);
+	release();
+	join(&ren);
+	join(&commit);
+	cr_assert_eq(ren.ret, 0, "rename a -> %s: %s", to, strerror(-ren.ret));
+	cr_assert_eq(commit.ret, 0, "commit of a's replacement: %s", strerror(-commit.ret));
+}
+
 /* ---- the races ---- */
 
 /* Evictions race on a local index only: on a shared one a full pool
@@ -331,19 +375,8 @@ RACE(replacement_committed_after_a_rename_of_its_page_keeps_the_new_name)
 {
 	struct meta_page_info a = put_page(fx.pool, "a", 100, 1);
 	struct meta_page_info b = put_page(fx.pool, "b", 300, 3);
-	struct op ren = {.name = "a", .to = "c"};
-	struct op commit = {.name = "a", .length = 200};
 
-	commit.resv = reserve_ok(fx.pool, "a", a.id);
-	hold();
-	start(&ren, rename_main);
-	start(&commit, commit_main); /* memory still names the page "a" */
-	release();
-	join(&ren);
-	join(&commit);
-	cr_assert_eq(ren.ret, 0, "rename a -> c: %s", strerror(-ren.ret));
-	cr_assert_eq(commit.ret, 0, "commit of a's replacement: %s", strerror(-commit.ret));
-
+	rename_then_rewrite(&a, "c");
 	/* The bytes went to the page, which is "c" now. */
 	lookup_missing(fx.pool, "a");
 	struct meta_page_info c = lookup_ok(fx.pool, "c");
@@ -364,19 +397,8 @@ RACE(replacement_committed_after_its_page_was_renamed_over_another_keeps_that_on
 {
 	struct meta_page_info a = put_page(fx.pool, "a", 100, 1);
 	put_page(fx.pool, "b", 300, 3);
-	struct op ren1 = {.name = "a", .to = "b"};
-	struct op commit = {.name = "a", .length = 200};
 
-	commit.resv = reserve_ok(fx.pool, "a", a.id);
-	hold();
-	start(&ren1, rename_main);
-	start(&commit, commit_main); /* memory still names the page "a" */
-	release();
-	join(&ren1);
-	join(&commit);
-	cr_assert_eq(ren1.ret, 0, "rename a -> b: %s", strerror(-ren1.ret));
-	cr_assert_eq(commit.ret, 0, "commit of a's replacement: %s", strerror(-commit.ret));
-
+	rename_then_rewrite(&a, "b");
 	lookup_missing(fx.pool, "a");
 	struct meta_page_info p = lookup_ok(fx.pool, "b");
 	cr_assert_eq(p.id, a.id, "b is page %llu, want a's %llu", (unsigned long long)p.id,
@@ -396,19 +418,14 @@ RACE(replacement_committed_after_its_page_was_renamed_over_another_keeps_that_on
 Test(race, a_batch_deletes_the_row_of_its_name_whose_drop_waits_behind_it)
 {
 	struct meta_page_info a = put_page(fx.pool, "a", 100, 1);
-	struct rec r = {.type = REC_COMMIT, .pool_id = fx.pool, .page_id = a.id + 1000};
-	struct resolver rs = {0};
+	struct rec r = commit_rec(a.id + 1000, "a");
+	uint32_t n;
+	int rc;
 
-	r.name_len = 1;
-	memcpy(r.name, "a", 2);
 	hold();
 	meta_page_verified(fx.m, a.id, a.slot, 0); /* leaves memory; its drop queues */
 	cr_assert_eq(journal_queued(fx.m), 1, "the checksum failure queued no drop");
-	int rc = replaced_resolve(fx.m, &r, &rs), found = 0;
-	uint32_t n = r.nrepl;
-	for (uint32_t i = 0; rc == 0 && i < n; i++)
-		found |= r.repl[i] == a.id;
-	replaced_free(&r, &rs);
+	int found = replaced_lists(&r, a.id, &rc, &n);
 	release(); /* (before any assertion: the fini waits for it) */
 	cr_assert_eq(rc, 0, "replaced_resolve: %s", strerror(-rc));
 	cr_assert(found, "the commit of \"a\" does not delete the row of page %llu (%u candidates)",
@@ -509,19 +526,14 @@ RACE(replacement_of_a_page_renamed_over_meanwhile_leaves_the_new_page)
 Test(race, a_batch_deletes_the_row_of_its_name_whose_drop_comes_after_it_in_the_batch)
 {
 	const uint64_t gone = 424242; /* left memory: only its drop names it */
-	struct rec r = {.type = REC_COMMIT, .pool_id = fx.pool, .page_id = 1000};
+	struct rec r = commit_rec(1000, "a");
 	struct rec drop = {.type = REC_DROP, .pool_id = fx.pool, .page_id = gone};
-	struct resolver rs = {0};
+	uint32_t n;
+	int rc;
 
-	r.name_len = 1;
-	memcpy(r.name, "a", 2);
 	drop.drop_hash = name_hash(fx.pool, "a", 1);
 	r.next = &drop;
-	int rc = replaced_resolve(fx.m, &r, &rs), found = 0;
-	uint32_t n = r.nrepl;
-	for (uint32_t i = 0; rc == 0 && i < n; i++)
-		found |= r.repl[i] == gone;
-	replaced_free(&r, &rs);
+	int found = replaced_lists(&r, gone, &rc, &n);
 	cr_assert_eq(rc, 0, "replaced_resolve: %s", strerror(-rc));
 	cr_assert(found, "the commit of \"a\" does not delete the row of page %llu (%u candidates)",
 	          (unsigned long long)gone, n);
@@ -537,13 +549,11 @@ Test(race, two_rewrites_before_one_drop_leave_only_the_last_slot_to_the_drop)
 	struct meta_page_info a = put_page(fx.pool, "a", 100, 1);
 	struct meta_resv r1 = reserve_ok(fx.pool, "a", a.id);
 	struct meta_resv r2 = reserve_ok(fx.pool, "a", a.id);
-	struct rec c1 = {.type = REC_COMMIT, .pool_id = fx.pool, .page_id = a.id, .length = 100};
+	struct rec c1 = commit_rec(a.id, "a");
 	struct rec c2;
 	struct dropped *drops = NULL;
 
 	c1.replace = c1.in_place = 1;
-	c1.name_len = 1;
-	memcpy(c1.name, "a", 2);
 	c2 = c1;
 	c1.slot = r1.slot;
 	c2.slot = r2.slot;
@@ -552,7 +562,7 @@ Test(race, two_rewrites_before_one_drop_leave_only_the_last_slot_to_the_drop)
 	pthread_mutex_lock(&fx.m->lock);
 	apply_record(fx.m, &c1, &drops);
 	apply_record(fx.m, &c2, &drops);
-	struct rec *d = journal_queued_drop(fx.m, a.id);
+	struct rec *d = journal_drop_after(fx.m, &c2);
 	int has = d && d->has_extra;
 	uint64_t extra = has ? d->extra_slot : 0;
 	struct pool *pool = pool_by_id(fx.m, fx.pool);
