@@ -210,7 +210,7 @@ struct idblock {
 
 struct page_table {
 	uint32_t *buckets; /* page references */
-	uint64_t mask;
+	uint64_t n;        /* buckets (table.c: any number) */
 	uint64_t count;
 };
 

@@ -371,11 +371,12 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 		goto fail;
 	}
 	/* Tables sized for the pages the index probably holds (a page row
-	 * takes about 140 bytes, 256 in a schema 1 index with its name
-	 * index): growing them step by step while loading rehashed every
-	 * page many times. */
+	 * takes about 144 bytes, 256 in a schema 1 index with its name
+	 * index; the estimate errs a little high, to a load factor near 0.95,
+	 * so that the load never rehashes): growing them step by step while
+	 * loading rehashed every page many times. */
 	struct stat dbst;
-	uint64_t est = stat(m->db_path, &dbst) == 0 ? (uint64_t)dbst.st_size / 128 : 0;
+	uint64_t est = stat(m->db_path, &dbst) == 0 ? (uint64_t)dbst.st_size / 136 : 0;
 	if (est > (1ULL << 30))
 		est = 1ULL << 30;
 	if ((rc = table_init(&m->by_name, est)) < 0 || (rc = table_init(&m->by_id, est)) < 0)
@@ -415,8 +416,7 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 	if (m->shared && (rc = sync_start(m, err, errlen)) < 0)
 		goto fail;
 	log_info("index %s: %llu pages in %llu-slot tables, epoch %u", m->db_path,
-	         (unsigned long long)m->by_id.count, (unsigned long long)(m->by_id.mask + 1),
-	         m->epoch);
+	         (unsigned long long)m->by_id.count, (unsigned long long)m->by_id.n, m->epoch);
 	*out = m;
 	return 0;
 fail:
@@ -434,7 +434,7 @@ void meta_close(struct meta *m)
 	sync_stop(m);
 	journal_stop(m);
 	if (m->by_id.buckets) {
-		for (uint64_t i = 0; i <= m->by_id.mask; i++) {
+		for (uint64_t i = 0; i < m->by_id.n; i++) {
 			struct page *p = page_at(m->by_id.buckets[i]);
 			while (p) {
 				struct page *next = page_at(p->id_next);

@@ -1,9 +1,14 @@
 /*
  * table.c - the two page hash tables of the in-memory index: by
- * (pool, name) for lookups and by id for inode numbers. Chained, power of
- * two buckets, doubling at load factor 1; buckets and chains hold page
- * references (arena.c). Keys are hashed with xxhash.
+ * (pool, name) for lookups and by id for inode numbers. Chained; buckets
+ * and chains hold page references (arena.c). Keys are hashed with xxhash.
  * Callers hold meta.lock.
+ *
+ * Any number of buckets, not only powers of two: a 32-bit hash picks its
+ * bucket as (hash * buckets) >> 32, a multiply instead of an AND, so the
+ * tables are sized to the pages the index holds (load factor about 1 after
+ * a mount) and grow by half at load factor 1. With powers of two, 10
+ * million pages took 2^24 buckets a table, 13.4 bytes a page for the two.
  */
 #include "meta/internal.h"
 
@@ -12,18 +17,29 @@
 #include <string.h>
 #include <xxhash.h>
 
+/* The most buckets a table takes: (hash * n) >> 32 needs n <= 2^32, and
+ * page references are 32 bits anyway. */
+#define BUCKETS_MAX (1ULL << 32)
+#define BUCKETS_MIN 1024ULL
+
 int table_init(struct page_table *t, uint64_t buckets)
 {
-	uint64_t n = 1024;
+	uint64_t n = buckets < BUCKETS_MIN ? BUCKETS_MIN : buckets;
 
-	while (n < buckets)
-		n <<= 1;
+	if (n > BUCKETS_MAX)
+		n = BUCKETS_MAX;
 	t->buckets = calloc(n, sizeof(*t->buckets));
 	if (!t->buckets)
 		return -ENOMEM;
-	t->mask = n - 1;
+	t->n = n;
 	t->count = 0;
 	return 0;
+}
+
+/* The bucket of a 32-bit hash. */
+static inline uint64_t slot_of(const struct page_table *t, uint32_t h)
+{
+	return ((uint64_t)h * t->n) >> 32;
 }
 
 void table_free(struct page_table *t)
@@ -37,9 +53,10 @@ uint32_t name_hash(uint32_t pool_id, const char *name, size_t len)
 	return (uint32_t)XXH3_64bits_withSeed(name, len, pool_id);
 }
 
-static uint64_t id_hash(uint64_t id)
+/* Fibonacci hashing: the high half of the product mixes every bit of id. */
+static uint32_t id_hash(uint64_t id)
 {
-	return id * 0x9E3779B97F4A7C15ULL;
+	return (uint32_t)((id * 0x9E3779B97F4A7C15ULL) >> 32);
 }
 
 /* A page's link in the chain of the table by name (by_name) or by id,
@@ -49,42 +66,43 @@ static uint32_t *link_of(struct page *p, int by_name)
 	return by_name ? &p->name_next : &p->id_next;
 }
 
-static uint64_t hash_of(const struct page *p, int by_name)
+static uint32_t hash_of(const struct page *p, int by_name)
 {
 	return by_name ? p->name_hash : id_hash(p->id);
 }
 
-/* Rehashes into twice the buckets; keeps the old table on ENOMEM. */
+/* Rehashes into half as many buckets again; keeps the old table on
+ * ENOMEM. */
 static void grow(struct page_table *t, int by_name)
 {
-	uint64_t n = (t->mask + 1) * 2;
-	uint32_t *b = calloc(n, sizeof(*b));
+	struct page_table g = {.n = t->n + t->n / 2, .count = t->count};
 
-	if (!b)
+	if (g.n > BUCKETS_MAX)
+		g.n = BUCKETS_MAX;
+	if (g.n == t->n || !(g.buckets = calloc(g.n, sizeof(*g.buckets))))
 		return;
-	for (uint64_t i = 0; i <= t->mask; i++) {
+	for (uint64_t i = 0; i < t->n; i++) {
 		uint32_t r = t->buckets[i];
 		while (r) {
 			struct page *p = page_at(r);
 			uint32_t *link = link_of(p, by_name), next = *link;
-			uint64_t h = hash_of(p, by_name) & (n - 1);
-			*link = b[h];
-			b[h] = r;
+			uint64_t b = slot_of(&g, hash_of(p, by_name));
+			*link = g.buckets[b];
+			g.buckets[b] = r;
 			r = next;
 		}
 	}
 	free(t->buckets);
-	t->buckets = b;
-	t->mask = n - 1;
+	*t = g;
 }
 
 static void add(struct page_table *t, struct page *p, int by_name)
 {
-	if (t->count > t->mask)
+	if (t->count >= t->n)
 		grow(t, by_name);
-	uint64_t h = hash_of(p, by_name) & t->mask;
-	*link_of(p, by_name) = t->buckets[h];
-	t->buckets[h] = page_ref(p);
+	uint64_t b = slot_of(t, hash_of(p, by_name));
+	*link_of(p, by_name) = t->buckets[b];
+	t->buckets[b] = page_ref(p);
 	t->count++;
 }
 
@@ -92,7 +110,7 @@ static void del(struct page_table *t, struct page *p, int by_name)
 {
 	uint32_t ref = page_ref(p);
 
-	for (uint32_t *pp = &t->buckets[hash_of(p, by_name) & t->mask]; *pp;
+	for (uint32_t *pp = &t->buckets[slot_of(t, hash_of(p, by_name))]; *pp;
 	     pp = link_of(page_at(*pp), by_name)) {
 		if (*pp == ref) {
 			*pp = *link_of(p, by_name);
@@ -125,22 +143,22 @@ void table_del_id(struct page_table *t, struct page *p)
 
 void table_prefetch_name(const struct page_table *t, uint32_t h)
 {
-	__builtin_prefetch(&t->buckets[h & t->mask], 1);
+	__builtin_prefetch(&t->buckets[slot_of(t, h)], 1);
 }
 
 void table_prefetch_id(const struct page_table *t, uint64_t id)
 {
-	__builtin_prefetch(&t->buckets[id_hash(id) & t->mask], 1);
+	__builtin_prefetch(&t->buckets[slot_of(t, id_hash(id))], 1);
 }
 
 struct page *table_bucket_name(const struct page_table *t, uint32_t h)
 {
-	return page_at(t->buckets[h & t->mask]);
+	return page_at(t->buckets[slot_of(t, h)]);
 }
 
 struct page *table_find_id(const struct page_table *t, uint64_t id)
 {
-	for (struct page *p = page_at(t->buckets[id_hash(id) & t->mask]); p;
+	for (struct page *p = page_at(t->buckets[slot_of(t, id_hash(id))]); p;
 	     p = page_at(p->id_next))
 		if (p->id == id)
 			return p;
@@ -177,18 +195,18 @@ struct page *table_find_name(const struct page_table *t, uint32_t pool_id, const
 	size_t len = strlen(name);
 	uint32_t h = name_hash(pool_id, name, len);
 
-	return chain_find(page_at(t->buckets[h & t->mask]), h, pool_id, name, len, pending);
+	return chain_find(page_at(t->buckets[slot_of(t, h)]), h, pool_id, name, len, pending);
 }
 
 struct page *table_find_hashed(const struct page_table *t, uint32_t h, uint32_t pool_id,
                                const char *name, size_t len)
 {
-	return chain_find(page_at(t->buckets[h & t->mask]), h, pool_id, name, len, NULL);
+	return chain_find(page_at(t->buckets[slot_of(t, h)]), h, pool_id, name, len, NULL);
 }
 
 struct page *table_find_same(const struct page_table *t, const struct page *b)
 {
-	for (struct page *p = page_at(t->buckets[b->name_hash & t->mask]); p;
+	for (struct page *p = page_at(t->buckets[slot_of(t, b->name_hash)]); p;
 	     p = page_at(p->name_next))
 		if (p->committed && p->name_hash == b->name_hash && p->pool_ix == b->pool_ix &&
 		    pname_same(p, b))
@@ -221,10 +239,10 @@ static void find_block(const struct page_table *t, uint32_t pool_id, const char 
 		size_t k = i;
 		if (k < n) {
 			h[k] = names[k] ? name_hash(pool_id, names[k], lens[k]) : 0;
-			__builtin_prefetch(&t->buckets[h[k] & t->mask]);
+			__builtin_prefetch(&t->buckets[slot_of(t, h[k])]);
 		}
 		if ((k = i - LEAD) < n) { /* wraps below 0: out of range */
-			head[k] = names[k] ? page_at(t->buckets[h[k] & t->mask]) : NULL;
+			head[k] = names[k] ? page_at(t->buckets[slot_of(t, h[k])]) : NULL;
 			if (head[k])
 				page_prefetch_lookup(head[k], lens[k]);
 		}
