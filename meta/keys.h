@@ -1,0 +1,106 @@
+/*
+ * keys.h - what the protocol's three files share (private to them):
+ * keys.c (pools, lookups, reserve, confirm, delete, clear), keys_slots.c
+ * (where reserved slots come from and go back to: reservations, the
+ * quarantine) and keys_evict.c (drops and the evictor thread). keys.c's
+ * header describes the protocol's state. All of it under meta.lock.
+ */
+#ifndef PAGEFS_META_KEYS_H
+#define PAGEFS_META_KEYS_H
+
+#include "meta/internal.h"
+
+#include <stdint.h>
+#include <time.h>
+
+#define SEC 1000000000LL
+
+struct fifo_ent {
+	uint64_t slot;
+	int64_t at;    /* reservation: deadline; quarantine: release time */
+	int page_slot; /* quarantine: a page's slot (else a reservation's) */
+};
+
+struct fifo {
+	struct fifo_ent *v;
+	size_t head, len, cap;
+};
+
+#define RESV_CHUNK 4096ULL /* slots per chunk of reservation deadlines */
+
+struct kpool {
+	struct kpool *next;
+	uint32_t pool_id;
+	uint64_t capacity; /* slots covered by resv */
+	int64_t **resv;    /* chunks of RESV_CHUNK deadlines of the reservation
+	                    * on a slot (0 = none); a NULL chunk holds none */
+	uint64_t top;      /* where the downward search for a free slot starts */
+	uint64_t quarantined;
+	uint64_t refused; /* keys refused a slot since the evictor's last pass */
+	struct fifo resv_q, quar_q;
+	/* Shared index: the held chunk reservations are taken from (its
+	 * index in pool.chunks when cur_ok), and whether the last lease found
+	 * no chunk (then the evictor evicts, and leases are tried at most
+	 * once a second). */
+	uint64_t cur_chunk;
+	size_t cur_idx;
+	int cur_ok, full;
+	int64_t lease_after;
+};
+
+struct keys {
+	pthread_t thread;
+	pthread_cond_t wake; /* with meta.lock */
+	int stop, started;
+	struct meta_keys_tuning t;
+	struct kpool *pools;
+};
+
+struct drop_list {
+	struct rec **recs;
+	size_t n, cap;
+};
+
+static inline int64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * SEC + ts.tv_nsec;
+}
+
+static inline struct fifo_ent *fifo_peek(struct fifo *f)
+{
+	return f->len ? &f->v[f->head] : NULL;
+}
+
+static inline void fifo_pop(struct fifo *f)
+{
+	f->head = (f->head + 1) % f->cap;
+	f->len--;
+}
+
+/* keys_slots.c */
+int keys_fifo_push(struct fifo *f, uint64_t slot, int64_t at, int page_slot);
+struct kpool *kpool_get(struct meta *m, struct pool *pool); /* NULL: out of memory */
+int64_t resv_get(const struct kpool *kp, uint64_t s);       /* deadline, 0: none */
+int resv_set(struct kpool *kp, uint64_t s, int64_t at);     /* at 0 clears */
+int keys_slot_used(const struct pool *p, uint64_t i);       /* its bit is set */
+uint64_t keys_held_at(const struct pool *p, size_t i);      /* shared: i-th held chunk */
+uint64_t keys_held_free_bits(const struct pool *p, size_t i, uint64_t c);
+/* Shared index: leases a chunk (meta.lock dropped while waiting). */
+int keys_lease(struct meta *m, uint32_t pool_id, struct kpool *kp);
+/* A free slot for a reservation, marked taken: 0, -ENOSPC or -ENOENT. */
+int keys_take(struct meta *m, uint32_t pool_id, struct kpool *kp, uint64_t *slot);
+void keys_resv_free(struct pool *p, struct kpool *kp, uint64_t slot); /* never named */
+void keys_quarantine(struct keys *k, struct kpool *kp, uint64_t slot, int page_slot);
+void keys_quarantine_end(struct pool *p, struct kpool *kp, const struct fifo_ent *e);
+
+/* keys_evict.c: a drop takes p out of memory and queues its removal;
+ * keys_drops_finish (without meta.lock) waits for them and quarantines
+ * their slots. */
+int keys_drop_page(struct meta *m, struct page *p, struct drop_list *dl, struct dropped **drops);
+int keys_drops_finish(struct meta *m, struct drop_list *dl, struct dropped *drops);
+void *keys_evictor_main(void *arg); /* the evictor thread (arg: the meta) */
+
+#endif

@@ -1,0 +1,235 @@
+/*
+ * keys_evict.c - how protocol pages leave: a drop takes a page out of
+ * memory at once and queues its durable removal, and its slot enters the
+ * quarantine once the store has it (delete, clear, a key confirmed over
+ * an older page, eviction); the evictor thread expires reservations and
+ * quarantines and evicts least recently used pages to keep each pool's
+ * headroom free. meta.lock held but where a function says otherwise.
+ */
+#include "meta/keys.h"
+#include "meta/log.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+/*
+ * Removes committed page p from memory and queues its durable removal;
+ * the slot stays taken until keys_drops_finish() puts it in quarantine.
+ * meta.lock held.
+ */
+int keys_drop_page(struct meta *m, struct page *p, struct drop_list *dl, struct dropped **drops)
+{
+	struct pool *pool = page_pool(p);
+	struct rec *r;
+
+	if (dl->n == dl->cap) {
+		size_t n = dl->cap ? dl->cap * 2 : 16;
+		struct rec **v = realloc(dl->recs, n * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		dl->recs = v;
+		dl->cap = n;
+	}
+	if (!(r = rec_new(REC_DROP)))
+		return -ENOMEM;
+	rec_set_drop(r, p);
+	r->handoff = 1; /* the slot goes to the quarantine, not back to the pool */
+	r->waited = 1;
+	if (pool->shared) {
+		/* HTTP readers may read the slot: pinned from now on through
+		 * the quarantine. In another node's chunk the pin is a zombie
+		 * (its page is gone), listed in pagefs_pins by the heartbeat
+		 * that acknowledges the drop, so the holder waits for it. */
+		slot_pin(pool, p->slot);
+		if (!chunk_owned(pool, chunk_of(pool, p->slot)))
+			slot_put(pool, p->slot); /* pinned: only marks it a zombie */
+	}
+	page_unlink_committed(m, p);
+	drops_add(drops, p);
+	page_free(p);
+	journal_submit(m, r);
+	dl->recs[dl->n++] = r;
+	return 0;
+}
+
+/* Waits for the drops to be durable and quarantines their slots. Called
+ * without meta.lock; returns the first error. */
+int keys_drops_finish(struct meta *m, struct drop_list *dl, struct dropped *drops)
+{
+	int rc = 0;
+
+	drops_notify(m, drops);
+	for (size_t i = 0; i < dl->n; i++) {
+		struct rec *r = dl->recs[i];
+		uint32_t pool_id = r->pool_id;
+		uint64_t slot = r->drop_slot;
+		int err = journal_wait(m, r);
+		pthread_mutex_lock(&m->lock);
+		struct pool *pool = pool_by_id(m, pool_id);
+		struct kpool *kp = pool && m->keys ? kpool_get(m, pool) : NULL;
+		if (err < 0) {
+			rc = rc ? rc : err; /* apply.c logged it; the slot stays taken */
+			if (pool && pool->shared)
+				slot_unpin(pool, slot);
+		} else if (kp) {
+			keys_quarantine(m->keys, kp, slot, 1);
+		} else if (pool && pool->shared) {
+			slot_unpin(pool, slot);
+		} else if (pool) {
+			slot_put(pool, slot);
+		}
+		pthread_mutex_unlock(&m->lock);
+	}
+	free(dl->recs);
+	return rc;
+}
+
+/* ---- the evictor ---- */
+
+/* Evicts up to n least recently used unpinned pages of the pool (on a
+ * shared index, of the chunks this node holds). meta.lock held. */
+static void evict(struct meta *m, struct pool *pool, uint64_t n, struct drop_list *dl,
+                  struct dropped **drops)
+{
+	uint64_t total =
+		pool->shared ? (pool->capacity + pool->chunk_slots - 1) / pool->chunk_slots : 0;
+	uint8_t *held = total ? calloc((size_t)(total + 7) / 8, 1) : NULL;
+
+	for (size_t i = 0; held && i < pool->nchunks; i++)
+		if (keys_held_at(pool, i) < total)
+			held[keys_held_at(pool, i) / 8] |=
+				(uint8_t)(1u << (keys_held_at(pool, i) % 8));
+	for (struct page *p = pool->lru_tail, *prev; p && n; p = prev) {
+		uint64_t c = pool->shared ? chunk_of(pool, p->slot) : 0;
+		prev = page_at(p->lru_prev);
+		if (pool->shared ? slot_pinned_anywhere(m, pool, p->slot)
+		                 : slot_pinned(pool, p->slot))
+			continue; /* a reader here, or on another node, has it open */
+		if (pool->shared &&
+		    (held ? c >= total || !((held[c / 8] >> (c % 8)) & 1) : !chunk_owned(pool, c)))
+			continue; /* another node's page: that node evicts it */
+		if (keys_drop_page(m, p, dl, drops) < 0)
+			break;
+		pool->evictions++;
+		n--;
+	}
+	free(held);
+}
+
+/* Shared index: the headroom counts the free slots of the chunks this
+ * node holds, those in their grace period and every slot in this node's
+ * quarantine (expired reservations, and the pages it evicted or deleted,
+ * which come free when it ends), against headroom_pct of the held slots
+ * (and leases a chunk ahead). Below it the evictor leases another chunk;
+ * only when none is left does it evict, the shortfall plus one page for
+ * every key refused a slot since the last pass: writers that outrun the
+ * headroom get -1, and what they asked for comes free after the
+ * quarantine. (Counting only the reservations in the quarantine made
+ * every pass, 10 a second, evict again what the quarantine still held:
+ * an idle full pool lost its pages one a pass until the first quarantine
+ * ended, 6 s.) */
+static void headroom_shared(struct meta *m, struct keys *k, struct pool *pool, struct kpool *kp,
+                            int64_t now, uint32_t *lease, struct drop_list *dl,
+                            struct dropped **drops)
+{
+	uint64_t free_now = 0, held = (uint64_t)pool->nchunks * pool->chunk_slots;
+
+	for (size_t i = 0; i < pool->nchunks; i++)
+		free_now += (uint64_t)__builtin_popcountll(
+			keys_held_free_bits(pool, i, keys_held_at(pool, i)));
+	uint64_t want = held * k->t.headroom_pct / 100;
+	want = want ? want : 1;
+	uint64_t have = free_now + pool->ngrace + kp->quarantined;
+	/* Leases run ahead by a chunk, so that reservations seldom wait for
+	 * one; eviction keeps only the headroom. */
+	uint64_t ahead = want > pool->chunk_slots ? want : pool->chunk_slots;
+	if (have < ahead && now >= kp->lease_after) {
+		if (!*lease)
+			*lease = kp->pool_id;
+	} else if ((have < want || kp->refused) && kp->full) {
+		evict(m, pool, (have < want ? want - have : 0) + kp->refused, dl, drops);
+	}
+}
+
+/* Expires reservations and quarantines, evicts for headroom. meta.lock
+ * held; queues drops in dl; *lease: a shared pool that needs a chunk. */
+static void housekeep(struct meta *m, struct keys *k, struct drop_list *dl, struct dropped **drops,
+                      uint32_t *lease)
+{
+	int64_t now = mono_ns();
+
+	for (struct kpool *kp = k->pools; kp; kp = kp->next) {
+		struct pool *pool = pool_by_id(m, kp->pool_id);
+		struct fifo_ent *e;
+		if (!pool)
+			continue;
+		while ((e = fifo_peek(&kp->quar_q)) && e->at <= now) {
+			keys_quarantine_end(pool, kp, e);
+			kp->quarantined--;
+			fifo_pop(&kp->quar_q);
+		}
+		while ((e = fifo_peek(&kp->resv_q)) && e->at <= now) {
+			if (resv_get(kp, e->slot) == e->at) {
+				log_warn(
+					"pool %u/%s: reservation of slot %llu was never confirmed; "
+					"it returns to the pool after the quarantine",
+					pool->rank, pool->ns, (unsigned long long)e->slot);
+				resv_set(kp, e->slot, 0);
+				keys_quarantine(k, kp, e->slot, 0);
+			}
+			fifo_pop(&kp->resv_q);
+		}
+		if (pool->shared) {
+			headroom_shared(m, k, pool, kp, now, lease, dl, drops);
+			kp->refused = 0;
+			continue;
+		}
+		uint64_t want = pool->capacity * k->t.headroom_pct / 100;
+		want = want ? want : 1;
+		uint64_t have = pool->capacity - pool->nused + kp->quarantined;
+		uint64_t n =
+			(have < want ? want - have : 0) + kp->refused; /* (as headroom_shared) */
+		kp->refused = 0;
+		if (n)
+			evict(m, pool, n, dl, drops);
+	}
+}
+
+void *keys_evictor_main(void *arg)
+{
+	struct meta *m = arg;
+	struct keys *k = m->keys;
+
+	pthread_mutex_lock(&m->lock);
+	while (!k->stop) {
+		struct drop_list dl = {0};
+		struct dropped *drops = NULL;
+		uint32_t lease = 0;
+		housekeep(m, k, &dl, &drops, &lease);
+		if (dl.n || drops) {
+			pthread_mutex_unlock(&m->lock);
+			keys_drops_finish(m, &dl, drops);
+			pthread_mutex_lock(&m->lock);
+			continue;
+		}
+		free(dl.recs);
+		if (lease) {
+			struct pool *pool = pool_by_id(m, lease);
+			struct kpool *kp = pool ? kpool_get(m, pool) : NULL;
+			if (kp) {
+				keys_lease(m, lease, kp);
+				continue;
+			}
+		}
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_nsec += 100 * 1000 * 1000;
+		if (ts.tv_nsec >= SEC) {
+			ts.tv_sec++;
+			ts.tv_nsec -= SEC;
+		}
+		pthread_cond_timedwait(&k->wake, &m->lock, &ts);
+	}
+	pthread_mutex_unlock(&m->lock);
+	return NULL;
+}
