@@ -21,6 +21,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -416,13 +417,50 @@ fail:
 	return NULL;
 }
 
+/*
+ * Writes root to path. A regular file (or none yet) is written through
+ * path.tmp and a rename, so that no reader sees half a file; a symbolic
+ * link is followed, so the file it names is replaced and the link stays.
+ * Anything else (/dev/stdout, /dev/null, a pipe) is written straight into:
+ * a rename would put a regular file in place of the device node. 0 or
+ * -errno.
+ */
+static int dump_to(json_t *root, const char *path, size_t flags)
+{
+	char real[PATH_MAX], tmp[PATH_MAX + 8];
+	struct stat st;
+	int rc = 0;
+
+	errno = 0;
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		FILE *f = fopen(path, "w");
+		if (!f)
+			return -errno;
+		if (json_dumpf(root, f, flags) < 0)
+			rc = errno ? -errno : -EIO;
+		if (fclose(f) != 0 && rc == 0)
+			rc = -errno;
+		return rc;
+	}
+	if (realpath(path, real))
+		path = real;
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	errno = 0;
+	if (json_dump_file(root, tmp, flags) < 0 || rename(tmp, path) < 0) {
+		rc = errno ? -errno : -EIO;
+		unlink(tmp);
+	}
+	return rc;
+}
+
 int meta_export_json(struct meta *m, const struct meta_json_opts *o, struct meta_json_result *res,
                      char *err, size_t errlen)
 {
 	json_t *root = json_object();
 	struct meta_pool_info info[64];
 	uint64_t skipped = 0;
-	char key[80], tmp[4200];
+	char key[80];
 	int rc = 0, n;
 
 	memset(res, 0, sizeof(*res));
@@ -457,11 +495,7 @@ int meta_export_json(struct meta *m, const struct meta_json_opts *o, struct meta
 		rc = json_dumpf(root, stdout, flags) < 0 ? -EIO : 0;
 		fflush(stdout);
 	} else {
-		snprintf(tmp, sizeof(tmp), "%s.tmp", o->file);
-		if (json_dump_file(root, tmp, flags) < 0 || rename(tmp, o->file) < 0) {
-			rc = errno ? -errno : -EIO;
-			unlink(tmp);
-		}
+		rc = dump_to(root, o->file, flags);
 	}
 	json_decref(root);
 	if (rc < 0)

@@ -15,7 +15,8 @@ static void export_usage(FILE *f)
 	fprintf(f,
 	        "usage: pagefs export-json --backing DIR [--meta URI] [--prefix NAME] [-o FILE]\n"
 	        "Writes every pool as {\"rank:namespace\": {num_pages, free_pages,\n"
-	        "key_to_index}} (oldest use first) to FILE (via FILE.tmp) or stdout.\n"
+	        "key_to_index}} (oldest use first) to FILE (via FILE.tmp; straight into\n"
+	        "a device or pipe) or stdout.\n"
 	        "No daemon may hold the index.\n");
 }
 

@@ -4,6 +4,7 @@ byte for byte as the Python server writes them."""
 import json
 import os
 import pathlib
+import stat
 import time
 
 import pytest
@@ -57,6 +58,31 @@ def test_round_trip_is_identical(work):
     r = H.run_pagefs("export-json", *index(work, "b"), "-o", work / "b.json")
     assert r.returncode == 0 and (work / "b.json").read_text() == out
     assert not (work / "b.json.tmp").exists()
+
+
+def test_export_into_a_device_or_a_link_keeps_it(work):
+    """`-o` a device (as /dev/stdout or /dev/null) writes into it: writing
+    beside it and renaming, as for a regular file, put a regular file in
+    place of the device node (root ran this once on /dev/null). A symbolic
+    link stays a link; the file it names gets the JSON."""
+    text = fixture_text()
+    assert imp(work, "a", FIXTURE, "--page-size", "4K").returncode == 0
+    dev = work / "null"
+    os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    r = H.run_pagefs("export-json", *index(work, "a"), "-o", dev)
+    assert r.returncode == 0, H.describe(r)
+    assert stat.S_ISCHR(os.lstat(dev).st_mode), "still the device node"
+    assert not (work / "null.tmp").exists()
+    target = work / "real.json"
+    target.write_text("old")
+    link = work / "link.json"
+    link.symlink_to(target)
+    r = H.run_pagefs("export-json", *index(work, "a"), "-o", link)
+    assert r.returncode == 0, H.describe(r)
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert target.read_text() == text
+    r = H.run_pagefs("export-json", *index(work, "a"), "-o", work)
+    assert r.returncode != 0 and "Is a directory" in r.stderr, H.describe(r)
 
 
 def test_imported_keys_are_pages_in_lru_order(work, mount):
