@@ -481,7 +481,7 @@ static inline uint64_t chunk_of(const struct pool *p, uint64_t slot)
 uint64_t id_take(struct idblock *b);
 uint64_t id_left(const struct idblock *b);
 
-/* keys.c: stops the protocol's background thread and frees its state. */
+/* keys_slots.c: stops the protocol's evictor thread and frees its state. */
 void keys_stop(struct meta *m);
 
 /* table.c */

@@ -36,9 +36,10 @@
  * pages of this node's chunks, and only once no chunk can be leased.
  *
  * This file: pools (initialize), lookups (exists, get), reserve, confirm,
- * delete and clear. keys_slots.c: the per-pool state, where reserved
- * slots come from, the quarantine. keys_evict.c: drops and the evictor.
- * keys.h: what the three share.
+ * delete and clear. keys_slots.c: the protocol's state (made on first
+ * use, starting the evictor thread; tuning; keys_stop), the per-pool
+ * state, where reserved slots come from, the quarantine. keys_evict.c:
+ * drops and the evictor thread's passes. keys.h: what the three share.
  */
 #include "meta/keys.h"
 #include "meta/log.h"

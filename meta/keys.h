@@ -1,9 +1,10 @@
 /*
  * keys.h - what the protocol's three files share (private to them):
  * keys.c (pools, lookups, reserve, confirm, delete, clear), keys_slots.c
- * (where reserved slots come from and go back to: reservations, the
- * quarantine) and keys_evict.c (drops and the evictor thread). keys.c's
- * header describes the protocol's state. All of it under meta.lock.
+ * (the protocol's state, which starts the evictor thread; where reserved
+ * slots come from and go back to: reservations, the quarantine) and
+ * keys_evict.c (drops, and what the evictor thread does). keys.c's header
+ * describes the protocol's state. All of it under meta.lock.
  */
 #ifndef PAGEFS_META_KEYS_H
 #define PAGEFS_META_KEYS_H

@@ -1,10 +1,13 @@
 /*
- * keys_slots.c - where the protocol's slots come from and go back to: the
- * per-pool state (reservation deadlines by slot, the reservation and
- * quarantine queues), the highest free slot for a reservation (on a
- * shared index, from the chunks this node holds, leasing more), and the
- * quarantine a freed slot passes before it is free again (keys.c's header
- * says why). meta.lock held throughout.
+ * keys_slots.c - the protocol's state and where its slots come from and
+ * go back to: the state itself (made on first use, which starts the
+ * evictor thread; its tuning; keys_stop), the per-pool state (reservation
+ * deadlines by slot, the reservation and quarantine queues), the highest
+ * free slot for a reservation (on a shared index, from the chunks this
+ * node holds, leasing more), and the quarantine a freed slot passes
+ * before it is free again (keys.c's header says why). Callers hold
+ * meta.lock but for meta_keys_tune and keys_stop, which take it;
+ * keys_lease and keys_take drop it while a lease is waited for.
  */
 #include "meta/keys.h"
 #include "meta/log.h"
@@ -211,8 +214,7 @@ static int take_top(struct pool *p, struct kpool *kp, uint64_t *slot)
 	return 0;
 }
 
-/* Shared index: the number of the i-th chunk this node holds (the one
- * place keys.c reads pool.chunks). */
+/* Shared index: the number of the i-th chunk this node holds. */
 uint64_t keys_held_at(const struct pool *p, size_t i)
 {
 	return p->chunks[i].chunk;

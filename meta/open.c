@@ -370,20 +370,17 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 		snprintf(err, errlen, "cannot resolve %s: %s", cfg->backing, strerror(-rc));
 		goto fail;
 	}
-	/* Tables sized for the pages the index probably holds (a page row
-	 * takes about 144 bytes, 256 in a schema 1 index with its name
-	 * index; the estimate errs a little high, to a load factor near 0.95,
-	 * so that the load never rehashes): growing them step by step while
-	 * loading rehashed every page many times. */
-	struct stat dbst;
-	uint64_t est = stat(m->db_path, &dbst) == 0 ? (uint64_t)dbst.st_size / 136 : 0;
-	if (est > (1ULL << 30))
-		est = 1ULL << 30;
-	if ((rc = table_init(&m->by_name, est)) < 0 || (rc = table_init(&m->by_id, est)) < 0)
-		goto fail;
 	rc = store_open(m->uri, cfg->durability == META_DURABLE_POWER, cfg->read_only, &m->store,
 	                err, errlen);
 	if (rc < 0 || (rc = store_lock(m->store, 0, err, errlen)) < 0)
+		goto fail;
+	/* Tables sized for the pages the index probably holds (the store's
+	 * estimate errs a little high: a load factor near 0.95, no rehash
+	 * while loading, which rehashed every page many times). */
+	uint64_t est = store_estimate(m->store);
+	if (est > (1ULL << 30))
+		est = 1ULL << 30;
+	if ((rc = table_init(&m->by_name, est)) < 0 || (rc = table_init(&m->by_id, est)) < 0)
 		goto fail;
 	if (m->store->sync && (rc = shared_ids(m, err, errlen)) < 0)
 		goto fail;

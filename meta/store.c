@@ -116,6 +116,11 @@ int store_load(struct store *s, const struct store_load_cb *cb, char *err, size_
 	return s->ops->load(s, cb, err, errlen);
 }
 
+uint64_t store_estimate(struct store *s)
+{
+	return s->ops->estimate(s);
+}
+
 int store_begin(struct store *s)
 {
 	return s->ops->begin(s);

@@ -59,6 +59,7 @@ struct store_ops {
 	int (*get_setting)(struct store *s, const char *key, char *buf, size_t len);
 	int (*set_setting)(struct store *s, const char *key, const char *value);
 	int (*load)(struct store *s, const struct store_load_cb *cb, char *err, size_t errlen);
+	uint64_t (*estimate)(struct store *s);
 	int (*begin)(struct store *s);
 	int (*apply)(struct store *s, struct rec *r);
 	int (*commit)(struct store *s);
@@ -148,6 +149,9 @@ int store_get_setting(struct store *s, const char *key, char *buf, size_t len);
 int store_set_setting(struct store *s, const char *key, const char *value);
 
 int store_load(struct store *s, const struct store_load_cb *cb, char *err, size_t errlen);
+/* How many pages the index probably holds, erring a little high (what the
+ * engine sizes its hash tables by before the load); 0 when unknown. */
+uint64_t store_estimate(struct store *s);
 
 /* One transaction: begin, apply records (each fails alone), commit. A
  * lost connection fails the whole transaction with -EIO; the next begin

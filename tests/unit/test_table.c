@@ -2,12 +2,16 @@
  * test_table.c - the page hash tables (meta/table.c): with any number of
  * buckets, through every growth step, each page is found by id and by
  * name, a removal takes out only its own page, and the tables stay sized
- * to what they hold (load factor between 2/3 and 1 once grown).
+ * to what they hold (load factor between 2/3 and 1 once grown), and ids
+ * spread over the buckets whatever their stride; a mount sizes them from
+ * the store's estimate, near the page count for short and long names.
  */
+#include "fixture.h"
 #include "meta/internal.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define PAGES 20000u
@@ -87,6 +91,20 @@ Test(table, grows_by_half_and_finds_every_page)
 	cr_assert_geq(by_id.count * 3, by_id.n * 2, "load factor at least 2/3 once grown");
 	cr_assert_eq(by_name.n, by_id.n);
 	check_found(&by_name, &by_id, 0, PAGES);
+	{ /* the batch lookup after growth too */
+		const char *names[64];
+		size_t lens[64];
+		struct page *out[64];
+		char buf[64][96];
+		for (unsigned i = 0; i < 64; i++) {
+			name_of(i * 311u, buf[i], sizeof(buf[i]));
+			names[i] = buf[i];
+			lens[i] = strlen(buf[i]);
+		}
+		table_find_names(&by_name, pool->id, names, lens, 64, out);
+		for (unsigned i = 0; i < 64; i++)
+			cr_assert_eq(out[i], pages[i * 311u], "batch key %u", i);
+	}
 
 	/* Removing the first half takes out those pages only. */
 	for (unsigned i = 0; i < PAGES / 2; i++) {
@@ -132,4 +150,100 @@ Test(table, sized_up_front_holds_without_growing)
 	}
 	table_free(&by_name);
 	table_free(&by_id);
+}
+
+/* Pages a successful lookup visits on average (each page of a chain of
+ * c costs 1..c), and the longest chain. */
+static double probes(const struct page_table *t, unsigned *longest)
+{
+	double sum = 0;
+
+	*longest = 0;
+	for (uint64_t b = 0; b < t->n; b++) {
+		unsigned c = 0;
+		for (struct page *p = page_at(t->buckets[b]); p; p = page_at(p->id_next))
+			c++;
+		sum += (double)c * (c + 1) / 2;
+		*longest = c > *longest ? c : *longest;
+	}
+	return sum / (double)t->count;
+}
+
+/* Ids as they come (one after another, in blocks of a shared index's
+ * sequence) and at strides that clustered a multiply-only hash: chains
+ * stay as short as a random spread gives (1 + load / 2 on average). */
+Test(table, ids_of_any_stride_spread_evenly)
+{
+	enum { N = 1000000 };
+	static const uint64_t strides[] = {1, 7, 1000003, 1u << 20, 4096 * 3};
+	struct page **v = calloc(N, sizeof(*v));
+
+	cr_assert_not_null(v);
+	for (unsigned i = 0; i < N; i++) {
+		v[i] = page_alloc("x", 1);
+		cr_assert_not_null(v[i]);
+	}
+	for (size_t k = 0; k < sizeof(strides) / sizeof(strides[0]); k++) {
+		struct page_table t;
+		unsigned longest;
+		cr_assert_eq(table_init(&t, N + N / 16), 0);
+		for (unsigned i = 0; i < N; i++) {
+			v[i]->id = 1 + strides[k] * i;
+			table_add_id(&t, v[i]);
+		}
+		double load = (double)t.count / (double)t.n, avg = probes(&t, &longest);
+		cr_assert_lt(avg, 1 + load / 2 + 0.05,
+		             "stride %llu: %.3f pages a lookup at load %.2f",
+		             (unsigned long long)strides[k], avg, load);
+		cr_assert_leq(longest, 12, "stride %llu: a chain of %u",
+		              (unsigned long long)strides[k], longest);
+		for (unsigned i = 0; i < N; i += 997)
+			cr_assert_eq(table_find_id(&t, v[i]->id), v[i]);
+		table_free(&t);
+	}
+	for (unsigned i = 0; i < N; i++)
+		page_free(v[i]);
+	free(v);
+}
+
+/* An index of n pages through meta_adopt, named as SGLang names 3FS keys
+ * (64 digits) followed by suffix, or short names (short != 0), reopened: the tables hold the pages without having
+ * grown, and at a load factor near 1 (the store's estimate). */
+static void sized_at_mount(unsigned n, const char *suffix, int short_names)
+{
+	struct meta_adopt_page *in = calloc(n, sizeof(*in));
+	char(*names)[128] = calloc(n, sizeof(*names));
+	struct meta_pool_info pi;
+
+	cr_assert(in && names);
+	fx_init_dirs();
+	fx_open();
+	cr_assert_eq(meta_pool_create(fx.m, 0, "kv", 4096, (uint64_t)n * 4096, &pi), 0);
+	for (unsigned i = 0; i < n; i++) {
+		if (short_names)
+			snprintf(names[i], sizeof(names[i]), "p%x", i);
+		else
+			snprintf(names[i], sizeof(names[i]), "%08x%056x%s", i * 2654435761u, i,
+			         suffix);
+		in[i] = (struct meta_adopt_page){pi.id, i, names[i]};
+	}
+	cr_assert_eq(meta_adopt(fx.m, in, n, NULL, NULL), 0);
+	fx_reopen();
+	uint64_t buckets = fx.m->by_id.n;
+	cr_assert_eq(fx.m->by_id.count, n);
+	cr_assert_geq(buckets, n, "%u pages in %llu buckets", n, (unsigned long long)buckets);
+	cr_assert_leq(buckets, n + n / 8, "%u pages (names like '%s') in %llu buckets", n, names[0],
+	              (unsigned long long)buckets);
+	cr_assert_eq(fx.m->by_name.n, buckets);
+	fx_teardown();
+	free(in);
+	free(names);
+}
+
+Test(table, sized_from_the_store_at_mount)
+{
+	/* SGLang's 3FS keys (64 digits) and its file backend's names. */
+	sized_at_mount(60000, "", 0);
+	sized_at_mount(60000, "_Qwen-Qwen3-32B_0_2.bin", 0);
+	sized_at_mount(60000, "", 1);
 }
