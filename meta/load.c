@@ -3,11 +3,14 @@
  * index (ranks, pools, pages, the pools' LRU lists).
  *
  * Two threads share the page rows. The one that runs the store's scan
- * checks each row and builds its struct page (the allocation, whose first
- * touch of fresh memory is much of the cost, the name, its hash); a
- * second one, the linker, puts the pages into the two hash tables and the
- * LRU array. The scan hands pages over in batches through two buffers, so
- * on two cores the halves run side by side. The linker works a group at a
+ * checks each row, marks its slot and copies what the page needs; a
+ * second one, the linker, builds the struct pages (the allocation, whose
+ * first touch of fresh memory is much of the cost, the packed name, its
+ * hash) and puts them into the two hash tables and the LRU array. The
+ * scan hands rows over in batches through two buffers, so on two cores
+ * the halves run side by side. (The scan built the pages itself until the
+ * tenth session: it was then busy all the time and the linker a fifth of
+ * it, a mount left most of a core idle.) The linker works a group at a
  * time so that the cache misses of a group's buckets and chains overlap
  * instead of following one another.
  *
@@ -36,9 +39,19 @@ struct lru_ent {
 	struct page *p;
 };
 
+/* A checked row, as the linker needs it to build the page. */
+struct row {
+	uint64_t id, slot, length, checksum;
+	int64_t mtime_ns, atime_ns;
+	struct pool *pool;
+	uint32_t gen;
+	uint8_t has_checksum, name_len;
+	char name[META_NAME_MAX + 1];
+};
+
 struct batch {
-	struct page *p[LOAD_BATCH];
-	size_t n; /* 0 once linked (or freed) */
+	struct row r[LOAD_BATCH];
+	size_t n; /* 0 once linked (or dropped) */
 };
 
 struct loader {
@@ -64,26 +77,57 @@ struct loader {
 	char lerr[1024];
 };
 
-/* Links b's pages; on an error frees those not linked. 0 or -errno. */
+/* The page of a checked row, or NULL when out of memory. */
+static struct page *build(const struct row *r)
+{
+	struct page *p = page_alloc(r->name, r->name_len);
+
+	if (!p)
+		return NULL;
+	p->id = r->id;
+	page_set_pool(p, r->pool);
+	p->slot = r->slot;
+	p->length = r->length;
+	p->checksum = r->checksum;
+	p->has_checksum = r->has_checksum;
+	p->mtime_ns = r->mtime_ns;
+	p->atime_ns = r->atime_ns;
+	p->gen = r->gen;
+	p->name_hash = name_hash(r->pool->id, r->name, r->name_len);
+	return p;
+}
+
+/* Builds and links b's pages a group at a time; on an error frees those
+ * built and not linked. 0 or -errno. */
 static int link_batch(struct loader *l, struct batch *b)
 {
 	struct meta *m = l->m;
+	struct page *pg[LOAD_GROUP];
 	int rc = 0;
-	size_t i;
+	size_t i = 0, g = 0;
 
 	for (size_t base = 0; base < b->n && rc == 0; base += LOAD_GROUP) {
-		size_t g = b->n - base < LOAD_GROUP ? b->n - base : LOAD_GROUP;
-		for (i = base; i < base + g; i++) {
-			table_prefetch_name(&m->by_name, b->p[i]->name_hash);
-			table_prefetch_id(&m->by_id, b->p[i]->id);
+		g = b->n - base < LOAD_GROUP ? b->n - base : LOAD_GROUP;
+		for (i = 0; i < g; i++) {
+			if (!(pg[i] = build(&b->r[base + i]))) {
+				rc = -ENOMEM;
+				break;
+			}
+			table_prefetch_name(&m->by_name, pg[i]->name_hash);
+			table_prefetch_id(&m->by_id, pg[i]->id);
 		}
-		for (i = base; i < base + g; i++) {
-			struct page *head = table_bucket_name(&m->by_name, b->p[i]->name_hash);
+		if (rc < 0) {
+			g = i; /* pg[0..i) built */
+			i = 0;
+			break;
+		}
+		for (i = 0; i < g; i++) {
+			struct page *head = table_bucket_name(&m->by_name, pg[i]->name_hash);
 			if (head)
 				page_prefetch_chain(head);
 		}
-		for (i = base; i < base + g; i++) {
-			struct page *p = b->p[i];
+		for (i = 0; i < g; i++) {
+			struct page *p = pg[i];
 			struct pool *pool = page_pool(p);
 			struct page *twin = table_find_same(&m->by_name, p);
 			if (twin) {
@@ -114,8 +158,8 @@ static int link_batch(struct loader *l, struct batch *b)
 		}
 	}
 	if (rc < 0)
-		for (; i < b->n; i++)
-			page_free(b->p[i]);
+		for (; i < g; i++)
+			page_free(pg[i]);
 	b->n = 0;
 	return rc;
 }
@@ -195,14 +239,14 @@ static int load_pool(void *arg, const struct store_pool_row *row)
 	return 0;
 }
 
-/* The scan's half: checks the row and builds its page. Pools and their
- * slot bits are the scan's alone while it runs. */
+/* The scan's half: checks the row, marks its slot, and copies what the
+ * page needs for the linker. Pools and their slot bits are the scan's
+ * alone while it runs. */
 static int load_page(void *arg, const struct rec *row)
 {
 	struct loader *l = arg;
 	struct meta *m = l->m;
 	struct pool *pool = pool_by_id(m, row->pool_id);
-	struct page *p;
 
 	if (!pool || meta_check_name(row->name) < 0 || strlen(row->name) != row->name_len ||
 	    row->slot >= pool->capacity || row->length > pool->slot_size ||
@@ -213,15 +257,19 @@ static int load_page(void *arg, const struct rec *row)
 		         m->db_path, (unsigned long long)row->page_id, row->name);
 		return -EUCLEAN;
 	}
-	if (!(p = page_alloc(row->name, row->name_len)))
-		return -ENOMEM;
-	p->id = row->page_id;
-	page_set_pool(p, pool);
-	page_take_row(p, row);
-	p->gen = row->gen;
-	p->name_hash = name_hash(pool->id, row->name, row->name_len);
 	struct batch *b = &l->buf[l->fill];
-	b->p[b->n++] = p;
+	struct row *r = &b->r[b->n++];
+	r->id = row->page_id;
+	r->slot = row->slot;
+	r->length = row->length;
+	r->checksum = row->checksum;
+	r->has_checksum = row->has_checksum != 0;
+	r->mtime_ns = row->mtime_ns;
+	r->atime_ns = row->atime_ns;
+	r->pool = pool;
+	r->gen = row->gen;
+	r->name_len = (uint8_t)row->name_len;
+	memcpy(r->name, row->name, row->name_len + 1u);
 	return b->n == LOAD_BATCH ? hand_over(l) : 0;
 }
 
@@ -282,10 +330,7 @@ int index_load(struct meta *m, char *err, size_t errlen)
 		rc = l->lrc;
 		snprintf(err, errlen, "%s", l->lerr);
 	}
-	for (int i = 0; i < 2; i++) /* built and never linked */
-		for (size_t j = 0; j < l->buf[i].n; j++)
-			page_free(l->buf[i].p[j]);
-	lru_build(l);
+	lru_build(l); /* (rows never linked had no pages built) */
 	free(l->lru);
 	pthread_cond_destroy(&l->cv);
 	pthread_mutex_destroy(&l->mu);
