@@ -35,27 +35,35 @@ int data_path(const struct meta *m, int rank, const char *ns, char *buf, size_t 
 	return data_path_of(m->backing, m->prefix, rank, ns, buf, len);
 }
 
-int data_open(const char *path, uint64_t size, int read_only, int *fd)
+int data_open(const char *path, uint64_t size, int read_only, int *fd, int *made)
 {
 	struct stat st;
-	int f = open(path, (read_only ? O_RDONLY : O_RDWR | O_CREAT) | O_CLOEXEC, 0644);
+	int f = open(path, (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC), created = 0, e = 0;
 
+	if (f < 0 && errno == ENOENT && !read_only) {
+		f = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		created = f >= 0;
+		if (f < 0 && errno == EEXIST) /* made by someone else meanwhile */
+			f = open(path, O_RDWR | O_CLOEXEC);
+	}
+	if (made)
+		*made = 0;
 	if (f < 0)
 		return -errno;
-	if (fstat(f, &st) < 0) {
-		int e = errno;
+	if (fstat(f, &st) < 0)
+		e = errno;
+	else if (!S_ISREG(st.st_mode))
+		e = EINVAL;
+	else if (!read_only && (uint64_t)st.st_size < size && ftruncate(f, (off_t)size) < 0)
+		e = errno;
+	if (e) {
 		close(f);
+		if (created)
+			unlink(path); /* what this call made and could not size */
 		return -e;
 	}
-	if (!S_ISREG(st.st_mode)) {
-		close(f);
-		return -EINVAL;
-	}
-	if (!read_only && (uint64_t)st.st_size < size && ftruncate(f, (off_t)size) < 0) {
-		int e = errno;
-		close(f);
-		return -e;
-	}
+	if (made)
+		*made = created;
 	*fd = f;
 	return 0;
 }

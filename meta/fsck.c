@@ -496,7 +496,8 @@ static int apply_fixes(struct fsck *f, char *err, size_t errlen)
 		int fd;
 		if (p->retired && unlink(p->path) < 0 && errno != ENOENT)
 			log_warn("cannot remove %s: %s", p->path, strerror(errno));
-		if (!p->bad && data_open(p->path, p->row.capacity * p->row.slot_size, 0, &fd) == 0)
+		if (!p->bad &&
+		    data_open(p->path, p->row.capacity * p->row.slot_size, 0, &fd, NULL) == 0)
 			close(fd);
 	}
 	return 0;

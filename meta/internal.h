@@ -181,8 +181,9 @@ struct pool {
 	 * leased (allocation stays inside them) and their freed slots that
 	 * wait out a grace period. */
 	uint8_t shared;
-	uint8_t creating; /* linked, its row not yet committed (sync.c keeps it) */
-	uint8_t removing; /* this node is removing it (pool.c) */
+	uint8_t creating;  /* linked, its row not yet committed (sync.c keeps it) */
+	uint8_t removing;  /* this node is removing it (pool.c) */
+	uint8_t keep_file; /* its removal leaves the data file (pool_remove) */
 	/* Its row is gone from the index (or retired, see pool.c): hidden
 	 * from every lookup, it stays linked only while writers or readers
 	 * of this node still use its data file (resv, pending, pins), and is
@@ -582,6 +583,9 @@ static inline void page_set_pool(struct page *p, const struct pool *pool)
 }
 
 /* pool.c helpers */
+/* meta_pool_remove; keep_file: leave the data file where it is (an
+ * import that adopted an existing file and is undone). */
+int pool_remove(struct meta *m, uint32_t pool_id, int keep_file);
 struct pool *pool_by_id(struct meta *m, uint32_t id);
 struct pool *pool_by_name(struct meta *m, int rank, const char *ns);
 void pool_fill_info(const struct pool *p, struct meta_pool_info *out);
@@ -641,6 +645,9 @@ int data_path(const struct meta *m, int rank, const char *ns, char *buf, size_t 
 int data_path_of(const char *backing, const char *prefix, int rank, const char *ns, char *buf,
                  size_t len);
 /* Opens (creating) a pool's data file and grows it to size bytes. */
-int data_open(const char *path, uint64_t size, int read_only, int *fd);
+/* Opens (read_only = 0: creating it, or growing it to size) a pool's
+ * data file, a regular file. *made (may be NULL): this call created it; on
+ * an error a file it created is removed again. 0 or -errno. */
+int data_open(const char *path, uint64_t size, int read_only, int *fd, int *made);
 
 #endif

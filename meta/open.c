@@ -234,7 +234,7 @@ int pool_from_row(struct meta *m, const struct store_pool_row *row, struct pool 
 		return -EIO;
 	}
 	p->data_missing = access(path, F_OK) < 0;
-	rc = data_open(path, p->capacity * p->slot_size, m->cfg.read_only, &p->fd);
+	rc = data_open(path, p->capacity * p->slot_size, m->cfg.read_only, &p->fd, NULL);
 	if (rc < 0) {
 		snprintf(err, errlen, "cannot open data file %s: %s", path, strerror(-rc));
 		pool_free(p);

@@ -355,7 +355,7 @@ static void same_file(struct meta *m, struct pool *p)
 
 	if (is_file_at(p->fd, p->data_path))
 		return;
-	if (data_open(p->data_path, p->capacity * p->slot_size, m->cfg.read_only, &fd) < 0) {
+	if (data_open(p->data_path, p->capacity * p->slot_size, m->cfg.read_only, &fd, NULL) < 0) {
 		log_error("pool %u/%s: cannot open its data file %s again", p->rank, p->ns,
 		          p->data_path);
 		return;
@@ -403,7 +403,8 @@ int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_siz
 	p->slot_size = slot_size;
 	p->capacity = capacity_bytes / slot_size;
 	/* Data before metadata: the file exists before the index names it. */
-	rc = data_open(path, p->capacity * slot_size, 0, &p->fd);
+	int made;
+	rc = data_open(path, p->capacity * slot_size, 0, &p->fd, &made);
 	if (rc < 0) {
 		log_error("cannot create data file %s: %s", path, strerror(-rc));
 		pool_free(p);
@@ -412,7 +413,7 @@ int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_siz
 	pthread_mutex_lock(&m->lock);
 	if (pool_by_name(m, rank, ns)) {
 		pthread_mutex_unlock(&m->lock);
-		pool_free(p);
+		pool_free(p); /* (the other pool's file: kept) */
 		return -EEXIST;
 	}
 	p->id = (uint32_t)id_take(&m->pool_ids);
@@ -420,6 +421,8 @@ int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_siz
 	p->chunk_slots = pool_chunk_slots(p->capacity);
 	if (!p->id) {
 		pthread_mutex_unlock(&m->lock);
+		if (made)
+			unlink(path);
 		pool_free(p);
 		return -EAGAIN; /* no pool id left until the sync thread fetched more */
 	}
@@ -443,6 +446,8 @@ int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_siz
 		pthread_mutex_lock(&m->lock);
 		pool_unlink(m, p);
 		pthread_mutex_unlock(&m->lock);
+		if (made)
+			unlink(path); /* the index never named it */
 		pool_free(p);
 	}
 	return rc;
@@ -554,7 +559,9 @@ static int remove_shared(struct meta *m, struct pool *p)
 	pthread_mutex_unlock(&m->lock);
 	drops_notify(m, drops);
 	/* No commit or lease lands in the pool now: its file may go. */
-	if (!is_file_at(p->fd, p->data_path))
+	if (p->keep_file) /* an undone import's adopted file */
+		log_debug("data file %s of removed pool %u/%s kept", p->data_path, p->rank, p->ns);
+	else if (!is_file_at(p->fd, p->data_path))
 		log_warn("data file %s of removed pool %u/%s was replaced meanwhile; left alone",
 		         p->data_path, p->rank, p->ns);
 	else if (unlink(p->data_path) < 0 && errno != ENOENT)
@@ -574,6 +581,11 @@ static int remove_shared(struct meta *m, struct pool *p)
 
 int meta_pool_remove(struct meta *m, uint32_t pool_id)
 {
+	return pool_remove(m, pool_id, 0);
+}
+
+int pool_remove(struct meta *m, uint32_t pool_id, int keep_file)
+{
 	struct pool *p;
 	struct rec *r;
 	int rc;
@@ -588,6 +600,7 @@ int meta_pool_remove(struct meta *m, uint32_t pool_id)
 		pthread_mutex_unlock(&m->lock);
 		return p ? -ENOTEMPTY : -ENOENT;
 	}
+	p->keep_file = (uint8_t)(keep_file != 0);
 	if (p->removing) {
 		pthread_mutex_unlock(&m->lock);
 		return -EBUSY; /* another rmdir of it is running here */
@@ -605,7 +618,7 @@ int meta_pool_remove(struct meta *m, uint32_t pool_id)
 		return rc;
 	}
 	/* The data file holds no page any more: give its space back. */
-	if (unlink(p->data_path) < 0 && errno != ENOENT)
+	if (!p->keep_file && unlink(p->data_path) < 0 && errno != ENOENT)
 		log_warn("cannot remove data file %s: %s", p->data_path, strerror(errno));
 	pool_free(p);
 	return 0;

@@ -38,6 +38,11 @@ struct imp_pool {
 	int created; /* this import created the pool */
 	int resized; /* this import changed an empty pool's capacity */
 	uint64_t old_capacity_bytes;
+	/* A created pool's data file was there before (SGLang's, adopted):
+	 * an undo keeps it, at its old size. */
+	int file_existed;
+	off_t file_size;
+	char path[4096];
 };
 
 #define FAIL(...)                                                                                  \
@@ -238,13 +243,21 @@ static int choose_slot_size(struct meta *m, const char *pkey, struct imp_pool *i
 }
 
 /* Undoes the pool changes of a failed import. */
+/* Puts back the pools as they were: the pools this import created go
+ * (their data files too, unless they were there before: then they stay
+ * as they were), resized ones get their capacity back. */
 static void undo_pools(struct meta *m, struct imp_pool *ips, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
-		if (ips[i].created)
-			meta_pool_remove(m, ips[i].pool_id);
-		else if (ips[i].resized)
-			meta_pool_set(m, ips[i].pool_id, 0, ips[i].old_capacity_bytes);
+		struct imp_pool *ip = &ips[i];
+		if (ip->created) {
+			pool_remove(m, ip->pool_id, ip->file_existed);
+			if (ip->file_existed && truncate(ip->path, ip->file_size) < 0)
+				log_warn("cannot give %s its size of %lld bytes back: %s", ip->path,
+				         (long long)ip->file_size, strerror(errno));
+		} else if (ip->resized) {
+			meta_pool_set(m, ip->pool_id, 0, ip->old_capacity_bytes);
+		}
 	}
 }
 
@@ -340,6 +353,12 @@ int meta_import_json(struct meta *m, const struct meta_json_opts *o, struct meta
 				ip->resized = rc == 0;
 			}
 		} else {
+			struct stat st;
+			if (data_path(m, ip->rank, ip->ns, ip->path, sizeof(ip->path)) == 0 &&
+			    stat(ip->path, &st) == 0) {
+				ip->file_existed = 1;
+				ip->file_size = st.st_size;
+			}
 			rc = meta_pool_create(m, ip->rank, ip->ns, ip->slot_size,
 			                      ip->num_pages * ip->slot_size, &info);
 			ip->created = rc == 0;

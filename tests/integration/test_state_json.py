@@ -104,6 +104,34 @@ def test_imported_keys_are_pages_in_lru_order(work, mount):
     m.umount()
 
 
+def test_failed_import_keeps_the_data_files_it_adopted(work):
+    """An import that fails after making its pools undoes them, and a pool
+    whose data file was there before (SGLang's, being adopted) leaves that
+    file as it was: the undo once deleted it, and said the index was not
+    changed."""
+    b = work / "backing-a"
+    b.mkdir()
+    data = os.urandom(16 * 4096)
+    (b / "hicache.0.bin").write_bytes(data)
+    os.mkfifo(b / "hicache.1.bin")  # pool 1:kv cannot get its data file
+    state = {
+        "0:kv": {"num_pages": 16, "free_pages": list(range(1, 16)), "key_to_index": [["a", 0]]},
+        "1:kv": {"num_pages": 4, "free_pages": [0, 1, 2, 3], "key_to_index": []},
+    }
+    f = work / "state.json"
+    f.write_text(json.dumps(state))
+    r = imp(work, "a", f, "--page-size", "4K")
+    assert r.returncode == 1 and "1:kv" in r.stderr, H.describe(r)
+    assert (b / "hicache.0.bin").read_bytes() == data, "the adopted data file is untouched"
+    assert stat.S_ISFIFO(os.lstat(b / "hicache.1.bin").st_mode)
+    assert json.loads(exp(work, "a")) == {}, "no pool is left in the index"
+    # without the obstacle the same file imports, and the key reads the bytes
+    (b / "hicache.1.bin").unlink()
+    r = imp(work, "a", f, "--page-size", "4K")
+    assert r.returncode == 0, H.describe(r)
+    assert (b / "hicache.0.bin").read_bytes() == data
+
+
 def test_slot_size_from_the_data_file(work):
     text = json.loads(fixture_text())
     b = work / "backing-a"
