@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 enum stmt_id {
@@ -727,15 +728,35 @@ static const struct store_ops sqlite_ops = {
 	.iter_pages = sq_iter_pages,
 };
 
+/* What a path that is not a regular file is, for messages. */
+static const char *file_kind(mode_t mode)
+{
+	return S_ISDIR(mode)    ? "a directory"
+	       : S_ISBLK(mode)  ? "a block device"
+	       : S_ISCHR(mode)  ? "a character device"
+	       : S_ISFIFO(mode) ? "a pipe"
+	       : S_ISSOCK(mode) ? "a socket"
+	                        : "not a regular file";
+}
+
 int store_sqlite_open(const char *path, int power, int read_only, struct store **out, char *err,
                       size_t errlen)
 {
-	struct sqlite_store *s = calloc(1, sizeof(*s));
+	struct sqlite_store *s;
 	int flags =
 		(read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
 		SQLITE_OPEN_NOMUTEX;
 	int rc;
+	struct stat st;
 
+	/* Before anything opens it: SQLite would write its header into a
+	 * device (a --meta typo naming a disk) and the lock file beside it. */
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "index %s is %s, not a file: give --meta the path of a file",
+		         path, file_kind(st.st_mode));
+		return -EINVAL;
+	}
+	s = calloc(1, sizeof(*s));
 	if (!s || !(s->path = strdup(path))) {
 		free(s);
 		snprintf(err, errlen, "out of memory");

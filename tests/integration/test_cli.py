@@ -2,6 +2,7 @@
 import errno
 import os
 import sqlite3
+import stat
 
 import pytest
 
@@ -97,6 +98,24 @@ def test_mount_of_a_foreign_sqlite_file_fails_with_a_message_naming_fsck(mount):
     assert r.returncode == 1, f"a foreign SQLite file should make mount fail with exit 1: {describe(r)}"
     assert "fsck" in r.stdout + r.stderr, f"the message should name `pagefs fsck`: {describe(r)}"
     assert not is_mounted(m.mnt)
+
+
+def test_an_index_path_that_is_a_device_or_a_directory_is_refused_untouched(mount):
+    """--meta naming a device (a typo naming a disk) is refused before
+    anything opens it: SQLite wrote its 4 KiB header into the device, and
+    the lock file went beside it."""
+    m = mount(start=False)
+    dev = m.dir / "disk"
+    os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    for path, kind in ((dev, "character device"), (m.dir, "directory")):
+        r = m.attempt(meta=f"sqlite:{path}")
+        assert r.returncode == 1, describe(r)
+        assert f"is a {kind}" in r.stderr, describe(r)
+        assert not is_mounted(m.mnt)
+    assert stat.S_ISCHR(os.lstat(dev).st_mode)
+    assert not (m.dir / "disk.lock").exists(), "nothing made beside the device"
+    r = run_pagefs("export-json", "--backing", m.backing, "--meta", f"sqlite:{dev}")
+    assert r.returncode == 1 and "character device" in r.stderr, describe(r)
 
 
 def test_help_and_version_exit_0():
