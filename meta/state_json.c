@@ -18,6 +18,7 @@
  */
 #include "meta/internal.h"
 #include "meta/log.h"
+#include "meta/store.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -473,6 +474,27 @@ static int dump_to(json_t *root, const char *path, size_t flags)
 	return rc;
 }
 
+/* What of the index's own files path names (an export over it would
+ * destroy it), or NULL. */
+static const char *own_file(struct meta *m, const char *path)
+{
+	const char *what = NULL;
+	struct stat a, b;
+
+	if (stat(path, &a) < 0 || !S_ISREG(a.st_mode))
+		return NULL;
+	if (m->store->engine == STORE_SQLITE && stat(m->db_path, &b) == 0 && a.st_dev == b.st_dev &&
+	    a.st_ino == b.st_ino)
+		return "the index itself";
+	pthread_mutex_lock(&m->lock);
+	for (struct pool *p = m->pools; p && !what; p = p->next)
+		if (p->data_path && stat(p->data_path, &b) == 0 && a.st_dev == b.st_dev &&
+		    a.st_ino == b.st_ino)
+			what = "a pool's data file";
+	pthread_mutex_unlock(&m->lock);
+	return what;
+}
+
 int meta_export_json(struct meta *m, const struct meta_json_opts *o, struct meta_json_result *res,
                      char *err, size_t errlen)
 {
@@ -485,6 +507,12 @@ int meta_export_json(struct meta *m, const struct meta_json_opts *o, struct meta
 	memset(res, 0, sizeof(*res));
 	if (!root)
 		return -ENOMEM;
+	const char *own = o->file ? own_file(m, o->file) : NULL;
+	if (own) {
+		json_decref(root);
+		snprintf(err, errlen, "%s is %s: write the export to another file", o->file, own);
+		return -EINVAL;
+	}
 	uint16_t ranks[256];
 	for (int rank = -1; (n = meta_rank_list(m, rank, ranks, 256)) > 0;) {
 		for (int r = 0; r < n; r++) {

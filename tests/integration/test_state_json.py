@@ -83,6 +83,14 @@ def test_export_into_a_device_or_a_link_keeps_it(work):
     assert target.read_text() == text
     r = H.run_pagefs("export-json", *index(work, "a"), "-o", work)
     assert r.returncode != 0 and "Is a directory" in r.stderr, H.describe(r)
+    # never over the index or a data file (exit 0 left neither usable)
+    data = work / "backing-a" / "hicache.0.bin"
+    before = data.read_bytes()
+    for own, what in ((work / "a.db", "the index itself"), (data, "a pool's data file")):
+        r = H.run_pagefs("export-json", *index(work, "a"), "-o", own)
+        assert r.returncode == 1 and what in r.stderr, H.describe(r)
+    assert data.read_bytes() == before
+    assert exp(work, "a") == text, "the index still exports what it holds"
 
 
 def test_imported_keys_are_pages_in_lru_order(work, mount):
