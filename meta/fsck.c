@@ -520,6 +520,30 @@ static void fsck_free(struct fsck *f)
 	store_close(f->store);
 }
 
+/*
+ * Whether the backing directory looks like this index's: it has the
+ * owner mark, or one of the index's data files, or the index has no pool.
+ * A repair of another directory (the shared filesystem not mounted, a
+ * typo) would drop every page as "data missing" and claim the directory.
+ */
+static int backing_is_ours(const struct fsck *f)
+{
+	char id[64];
+
+	if (f->npools == 0 || index_read_owner(f->backing, id, sizeof(id)) == 0)
+		return 1;
+	for (size_t i = 0; i < f->npools; i++) {
+		const struct fpool *p = &f->pools[i];
+		char path[4096];
+		if (!p->row.retired && meta_check_ns(p->row.ns) == 0 &&
+		    data_path_of(f->backing, f->prefix, p->row.rank, p->row.ns, path,
+		                 sizeof(path)) == 0 &&
+		    access(path, F_OK) == 0)
+			return 1;
+	}
+	return 0;
+}
+
 int meta_fsck(const struct meta_fsck_opts *o, struct meta_fsck_result *res, char *err,
               size_t errlen)
 {
@@ -536,9 +560,14 @@ int meta_fsck(const struct meta_fsck_opts *o, struct meta_fsck_result *res, char
 		snprintf(err, errlen, "index %s does not exist; check --meta", u.target);
 		return -ENOENT;
 	}
+	struct stat bst;
 	if (!realpath(o->backing, f.backing)) {
 		snprintf(err, errlen, "backing directory %s: %s", o->backing, strerror(errno));
 		return -ENOENT;
+	}
+	if (stat(f.backing, &bst) < 0 || !S_ISDIR(bst.st_mode)) {
+		snprintf(err, errlen, "backing directory %s is not a directory", o->backing);
+		return -ENOTDIR;
 	}
 	rc = store_open(o->uri, 0, !o->repair, &f.store, err, errlen);
 	if (rc < 0 || (rc = store_lock(f.store, 1, err, errlen)) < 0)
@@ -550,6 +579,16 @@ int meta_fsck(const struct meta_fsck_opts *o, struct meta_fsck_result *res, char
 		goto out;
 	res->pools = f.npools;
 	res->pages = f.npages;
+	if (o->repair && !backing_is_ours(&f)) {
+		snprintf(err, errlen,
+		         "%s has neither the owner mark of this index nor any of its %zu pools' "
+		         "data files: it does not look like this index's backing directory (is "
+		         "its filesystem mounted?). Nothing was repaired; run without --repair "
+		         "to see the problems",
+		         f.backing, f.npools);
+		rc = -ENOENT;
+		goto out;
+	}
 	pass_owner(&f);
 	pass_pools(&f);
 	pass_pages(&f);

@@ -142,6 +142,28 @@ def test_owner_missing_is_reported_and_the_mark_is_written_again(pages):
     pages.serves(keep=pages.content)
 
 
+def test_repair_of_a_directory_that_is_not_this_indexs_backing_is_refused(pages, tmp_path):
+    """fsck --repair pointed at a directory with neither the owner mark nor
+    any of the index's data files (the shared filesystem not mounted on
+    it, a typo) refuses to run: it used to drop every page as data-missing
+    and write its mark and empty data files there."""
+    other = tmp_path / "not-mounted"
+    other.mkdir()
+    before = rows(pages.m, "SELECT id, name, slot FROM pages ORDER BY id")
+    r = run_pagefs("fsck", other, "--meta", pages.m.meta, "--repair", timeout=120)
+    assert r.returncode == 1, describe(r)
+    assert "does not look like this index's backing directory" in r.stderr, describe(r)
+    assert list(other.iterdir()) == [], "nothing written into it"
+    assert rows(pages.m, "SELECT id, name, slot FROM pages ORDER BY id") == before
+    r = run_pagefs("fsck", other, "--meta", pages.m.meta, timeout=120)
+    assert r.returncode == 1 and "data-missing" in problems(r), "a check still reports"
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    r = run_pagefs("fsck", afile, "--meta", pages.m.meta, timeout=120)
+    assert r.returncode == 1 and "not a directory" in r.stderr, describe(r)
+    pages.serves(keep=pages.content)
+
+
 def test_owner_other_is_reported_and_not_repaired(pages):
     owner = pages.m.backing / ".pagefs-owner"
     text = owner.read_text()
