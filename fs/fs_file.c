@@ -250,10 +250,16 @@ static void open_read(fuse_req_t req, struct fs_mount *fs, fuse_ino_t ino, uint6
 	int verify = 0;
 	int ret = meta_page_pin(fs->meta, page_id, &p, &verify);
 
-	/* Gone since the kernel's lookup (evicted, replaced by a new page,
-	 * unlinked): for a reader that is a cache miss, ENOENT. (ESTALE would
-	 * make the kernel look again, and under churn the page it finds can be
-	 * gone too; a second ESTALE reaches the caller.) */
+	/* Gone since the kernel's lookup. Evicted or unlinked: for a reader
+	 * that is a cache miss, ENOENT (ESTALE would make the kernel look
+	 * again, and under churn the page it finds can be gone too; a second
+	 * ESTALE reaches the caller). Replaced by another page of its name (a
+	 * rename over it: SGLang's writers publish so): the name never stopped
+	 * existing, so ESTALE, and the kernel's second look finds the page
+	 * that has it now. ENOENT there failed one open in ten of a key that
+	 * another process kept renaming new versions over. */
+	if (ret == -ENOENT && meta_page_replaced(fs->meta, page_id))
+		ret = -ESTALE;
 	if (ret < 0)
 		return (void)fuse_reply_err(req, -ret);
 	ret = stale_open(fs, ino, &p);

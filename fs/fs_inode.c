@@ -183,6 +183,10 @@ static int page_stat(struct fs_mount *fs, fuse_ino_t ino, uint64_t page_id,
 		*timeout = 0;
 		if (reader_stat(fs, ino, page_id, st) == 0)
 			return 0;
+		/* Replaced by another page of its name: the name exists, the
+		 * kernel looks it up again (see open_read). */
+		if (ret == -ENOENT && meta_page_replaced(fs->meta, page_id))
+			return -ESTALE;
 		if (ret < 0)
 			return ret;
 		fs_attr_page(fs, &p, 0, p.length, st);

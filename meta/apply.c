@@ -66,6 +66,7 @@ static void remove_other(struct meta *m, const struct rec *r, struct pool *pool,
 {
 	if (!old || old->id == keep_id)
 		return;
+	page_replaced(m, old);
 	page_unlink_committed(m, old);
 	free_slot(pool, old->slot, r);
 	if (drops)

@@ -228,6 +228,10 @@ struct meta {
 	struct page_table by_name; /* key: (pool id, name); chains via name_next */
 	struct page_table by_id;   /* key: page id; chains via id_next */
 	struct idblock page_ids, pool_ids;
+	/* Ids of the last 1024 pages another page took the name of
+	 * (page_replaced, meta_page_replaced). */
+	uint64_t replaced[1024];
+	unsigned replaced_n;
 	uint32_t epoch;
 
 	/* Several daemons on one index (PostgreSQL): this is one node. */
@@ -549,6 +553,8 @@ void page_free(struct page *p);
 /* Slot, length, checksum and times from a store row (or record), and
  * unverified until its next read. */
 void page_take_row(struct page *p, const struct rec *r);
+/* Notes that p leaves because another page takes its name. meta.lock. */
+void page_replaced(struct meta *m, const struct page *p);
 /* A new version of p (a new inode in fs/): nobody has opened it yet. */
 static inline void page_new_version(struct page *p)
 {

@@ -490,6 +490,8 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 		struct page *p = page_alloc(keys[i], ka.len[i % KEYS_CHUNK]);
 		/* A key confirmed over an older page of the same name: the old
 		 * slot goes through the quarantine (readers may hold it). */
+		if (old)
+			page_replaced(m, old);
 		if (!p || (old && keys_drop_page(m, old, &dl, &drops) < 0)) {
 			page_free(p);
 			rc = -ENOMEM;

@@ -204,6 +204,12 @@ int meta_page_lookup(struct meta *m, uint32_t pool_id, const char *name, struct 
                      int *pending);
 /* A page (committed or being written) by id. 0 or -ENOENT. */
 int meta_page_get(struct meta *m, uint64_t page_id, struct meta_page_info *out);
+/* 1 if the page left the index lately because another page took its name
+ * (a rename over it, a new page or a confirmed key of its name): its name
+ * still exists, so a kernel that reached it through that name should look
+ * the name up again (ESTALE), not be told the name is gone. 0 if not, or
+ * not lately (the last 1024 such pages are remembered). */
+int meta_page_replaced(struct meta *m, uint64_t page_id);
 
 /* A reservation: a slot held for one writer until commit or abort. */
 struct meta_resv {

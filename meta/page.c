@@ -206,6 +206,25 @@ int meta_page_lookup(struct meta *m, uint32_t pool_id, const char *name, struct 
 	return ret;
 }
 
+void page_replaced(struct meta *m, const struct page *p)
+{
+	size_t n = sizeof(m->replaced) / sizeof(m->replaced[0]);
+
+	m->replaced[m->replaced_n++ % n] = p->id;
+}
+
+int meta_page_replaced(struct meta *m, uint64_t page_id)
+{
+	size_t n = sizeof(m->replaced) / sizeof(m->replaced[0]);
+	int found = 0;
+
+	pthread_mutex_lock(&m->lock);
+	for (size_t i = 0; i < n && !found; i++)
+		found = page_id != 0 && m->replaced[i] == page_id;
+	pthread_mutex_unlock(&m->lock);
+	return found;
+}
+
 int meta_page_get(struct meta *m, uint64_t page_id, struct meta_page_info *out)
 {
 	int ret = -ENOENT;

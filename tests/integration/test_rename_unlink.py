@@ -1,7 +1,9 @@
 """SPEC "Page files": rename and unlink, readers are safe."""
+import collections
 import ctypes
 import errno
 import os
+import time
 
 import pytest
 
@@ -43,6 +45,53 @@ def test_rename_replaces_existing_page_atomically(mount):
         assert os.stat(pool / "key.bin").st_size == 30000
         assert_bytes_equal(head + read_all(rfd), old, "reader of the replaced page")
     expect_errno(errno.ENOENT, os.stat, pool / "key.bin.tmp")
+
+
+def test_a_key_renamed_over_again_and_again_never_reads_as_missing(mount):
+    """SGLang's writers publish a key by renaming a temporary file over it.
+    Another process that opens or stats the key meanwhile must find it (old
+    or new bytes), never ENOENT: the kernel may still hold the replaced
+    page's inode, which the open reaches after the rename. ENOENT failed
+    one open in thirteen here; now the kernel looks the name up again
+    (ESTALE), and only when that second look loses the race too does the
+    caller see ESTALE (a few in 10,000). Room for every version, so that
+    no eviction takes the key (on PostgreSQL freed slots wait out a grace
+    period)."""
+    m = mount("--page-size", "64K", "--capacity", "256M")
+    pool = m.pool(0, "kv")
+    key = pool / "key.bin"
+    versions = [bytes([i]) * 4096 for i in range(4)]
+    write_page(key, versions[0])
+    pid = os.fork()
+    if pid == 0:
+        try:
+            end = time.monotonic() + 3
+            i = 0
+            while time.monotonic() < end:
+                tmp = pool / f"key.bin.tmp.{i}"
+                write_page(tmp, versions[i % 4])
+                os.rename(tmp, key)
+                i += 1
+        finally:
+            os._exit(0)
+    counts = collections.Counter()
+    end = time.monotonic() + 3
+    while time.monotonic() < end:
+        for op in ("open", "stat"):
+            try:
+                if op == "open":
+                    data = read_page(key)
+                    assert data in versions, "old or new bytes, never others"
+                else:
+                    os.stat(key)
+                counts[op, "ok"] += 1
+            except OSError as e:
+                counts[op, errno.errorcode[e.errno]] += 1
+    os.waitpid(pid, 0)
+    assert counts["open", "ENOENT"] == 0 and counts["stat", "ENOENT"] == 0, dict(counts)
+    for op in ("open", "stat"):
+        total = sum(n for (o, _), n in counts.items() if o == op)
+        assert counts[op, "ok"] > 100 and counts[op, "ESTALE"] * 100 <= total, dict(counts)
 
 
 def test_rename_to_a_new_name_keeps_bytes_and_inode(mount):
