@@ -128,8 +128,11 @@ void pagefs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	ret = meta_check_name(name);
 	if (ret == 0)
 		ret = meta_pool_get(fs->meta, (uint32_t)id, &pool);
+	/* O_EXCL: the kernel knows only committed names; a writer creating
+	 * the name (uncommitted, ENOENT to lookups) excludes too. */
 	if (ret == 0)
-		ret = meta_page_reserve(fs->meta, (uint32_t)id, name, 0, &r);
+		ret = fi->flags & O_EXCL ? meta_page_reserve_excl(fs->meta, (uint32_t)id, name, &r)
+		                         : meta_page_reserve(fs->meta, (uint32_t)id, name, 0, &r);
 	if (ret != 0)
 		return (void)fuse_reply_err(req, -ret);
 	if (new_writer(req, fs, fs_ino_page(r.page_id, 0), &r, &pool, name, 0, &h) < 0)

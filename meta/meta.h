@@ -229,6 +229,10 @@ struct meta_resv {
  */
 int meta_page_reserve(struct meta *m, uint32_t pool_id, const char *name, uint64_t replace_id,
                       struct meta_resv *out);
+/* The same for open(O_CREAT|O_EXCL): -EEXIST while the name has a
+ * committed page or a writer creating one. */
+int meta_page_reserve_excl(struct meta *m, uint32_t pool_id, const char *name,
+                           struct meta_resv *out);
 /*
  * Publishes a reservation as a committed page of `length` bytes with the
  * given checksum, atomically replacing a committed page of the same name.

@@ -422,8 +422,23 @@ static int take_shared(struct meta *m, uint32_t pool_id, uint64_t skip, uint64_t
 	return rc;
 }
 
+static int reserve(struct meta *m, uint32_t pool_id, const char *name, uint64_t replace_id,
+                   int excl, struct meta_resv *out);
+
 int meta_page_reserve(struct meta *m, uint32_t pool_id, const char *name, uint64_t replace_id,
                       struct meta_resv *out)
+{
+	return reserve(m, pool_id, name, replace_id, 0, out);
+}
+
+int meta_page_reserve_excl(struct meta *m, uint32_t pool_id, const char *name,
+                           struct meta_resv *out)
+{
+	return reserve(m, pool_id, name, 0, 1, out);
+}
+
+static int reserve(struct meta *m, uint32_t pool_id, const char *name, uint64_t replace_id,
+                   int excl, struct meta_resv *out)
 {
 	struct dropped *drops = NULL;
 	struct rec *drop = NULL;
@@ -448,6 +463,13 @@ int meta_page_reserve(struct meta *m, uint32_t pool_id, const char *name, uint64
 		struct page *t = table_find_id(&m->by_id, replace_id);
 		if (!t || !t->committed) {
 			rc = -ENOENT;
+			goto out;
+		}
+	}
+	if (excl) {
+		int pending = 0;
+		if (table_find_name(&m->by_name, pool_id, name, &pending) || pending) {
+			rc = -EEXIST; /* (a shared index knows only this node's writers) */
 			goto out;
 		}
 	}

@@ -55,6 +55,25 @@ def test_page_is_invisible_to_other_processes_until_its_writer_closes(mount):
     assert r["ok"] and r["data"] == data, "another process should read the committed bytes"
 
 
+def test_o_excl_excludes_a_writer_still_creating_the_name(mount):
+    """open(O_CREAT|O_EXCL) fails with EEXIST while another writer is
+    creating the name, not only once it is committed: the second exclusive
+    create used to succeed, and its close replaced the first writer's
+    page."""
+    m = mount()
+    pool = m.pool(0, "kv")
+    excl = os.O_CREAT | os.O_EXCL | os.O_WRONLY
+    fd = os.open(pool / "x", excl, 0o644)
+    try:
+        os.write(fd, b"first")
+        expect_errno(errno.EEXIST, os.open, pool / "x", excl, 0o644)
+    finally:
+        os.close(fd)
+    expect_errno(errno.EEXIST, os.open, pool / "x", excl, 0o644)
+    with open(pool / "x", "rb") as f:
+        assert f.read() == b"first"
+
+
 def test_committed_page_reads_r_r_r(mount):
     m = mount(*SMALL)
     pool = m.pool(0, "kv")
