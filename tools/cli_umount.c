@@ -171,8 +171,10 @@ static void cli_unescape_octal(char *s)
 	*w = '\0';
 }
 
-/* The connection number ("minor" of st_dev) of the FUSE mount at mp, read
- * from /proc/self/mountinfo so that nothing under mp is touched. */
+/* The connection number ("minor" of st_dev) of the pagefs mount at mp
+ * (file system type fuse.pagefs: --force aborts no other FUSE mount, an
+ * sshfs or a 3FS), read from /proc/self/mountinfo so that nothing under
+ * mp is touched. -ENOENT: no FUSE mount there; -EPERM: another one. */
 static int cli_fuse_conn(const char *mp, unsigned *conn)
 {
 	char line[8192], dev[64], point[PATH_MAX], fstype[256];
@@ -192,7 +194,7 @@ static int cli_fuse_conn(const char *mp, unsigned *conn)
 		cli_unescape_octal(point);
 		if (strcmp(point, mp) == 0 && strncmp(fstype, "fuse", 4) == 0) {
 			*conn = minor;
-			found = 0;
+			found = strcmp(fstype, "fuse.pagefs") == 0 ? 0 : -EPERM;
 		}
 	}
 	fclose(f);
@@ -205,7 +207,13 @@ static int cli_umount_force(const char *mp)
 	unsigned conn = 0;
 	FILE *f;
 
-	if (cli_fuse_conn(mp, &conn) < 0)
+	int rc = cli_fuse_conn(mp, &conn);
+	if (rc == -EPERM)
+		return cli_fail(CMD,
+		                "%s is another file system's FUSE mount, not pagefs's: --force "
+		                "aborts only pagefs mounts",
+		                mp);
+	if (rc < 0)
 		return cli_fail(CMD, "%s is not a FUSE mount point (see /proc/self/mountinfo)", mp);
 	snprintf(path, sizeof(path), "/sys/fs/fuse/connections/%u/abort", conn);
 	if (access(path, F_OK) < 0)

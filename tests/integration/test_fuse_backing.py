@@ -81,3 +81,15 @@ def test_pages_on_a_fuse_backing_read_back_exactly_on_first_and_later_reads(fuse
         for name, data in pages.items():
             assert read_page(pool / name) == data, f"{name}: read {attempt} after remount"
     m.umount()
+
+
+@needs_root
+def test_umount_force_aborts_only_pagefs_mounts(fuse_backing):
+    """`pagefs umount --force` aborts a hung pagefs mount's connection; on
+    another file system's FUSE mount (here passthrough_ll, an sshfs or a
+    3FS elsewhere) it refuses, where it used to abort that mount too."""
+    r = H.run_pagefs("umount", "--force", fuse_backing)
+    assert r.returncode == 1 and "not pagefs" in r.stderr, H.describe(r)
+    assert H.is_mounted(fuse_backing)
+    (fuse_backing / "still-there").write_text("yes")
+    assert (fuse_backing / "still-there").read_text() == "yes"
