@@ -203,6 +203,23 @@ static int cli_mount_meta_uri(struct cli_mount_config *cfg)
 	return 0;
 }
 
+/* Whether the file at path (absolute) would lie inside MOUNTPOINT, where
+ * the mount hides it: an index or a log there is written beneath the
+ * mount, and the next mount finds MOUNTPOINT not empty. Its directory is
+ * resolved when it exists (symbolic links), else compared as written. */
+static int cli_mount_inside(const struct cli_mount_config *cfg, const char *path)
+{
+	char dir[PATH_MAX], real[PATH_MAX];
+	size_t n = strlen(cfg->mountpoint);
+
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (slash)
+		slash[slash == dir ? 1 : 0] = '\0';
+	const char *d = realpath(dir, real) ? real : dir;
+	return strncmp(d, cfg->mountpoint, n) == 0 && (d[n] == '\0' || d[n] == '/' || n == 1);
+}
+
 static int cli_mount_check_backing(struct cli_mount_config *cfg, const char *arg)
 {
 	struct stat st;
@@ -465,7 +482,17 @@ int cli_mount_parse(int argc, char **argv, struct cli_mount_config *cfg)
 	ret = cli_mount_check_mountpoint(cfg, argv[optind + 1]);
 	if (ret)
 		return ret;
-	return cli_mount_meta_uri(cfg);
+	if ((ret = cli_mount_meta_uri(cfg)) != 0)
+		return ret;
+	if (strncmp(cfg->meta_uri, "sqlite:", 7) == 0 && cli_mount_inside(cfg, cfg->meta_uri + 7))
+		return cli_usage_error(CMD,
+		                       "--meta '%s' lies inside MOUNTPOINT '%s': keep it outside",
+		                       cfg->meta_uri + 7, cfg->mountpoint);
+	if (cfg->log_file[0] && cli_mount_inside(cfg, cfg->log_file))
+		return cli_usage_error(
+			CMD, "--log-file '%s' lies inside MOUNTPOINT '%s': keep it outside",
+			cfg->log_file, cfg->mountpoint);
+	return 0;
 }
 
 static void cli_mount_print_mounted(const struct cli_mount_config *cfg)

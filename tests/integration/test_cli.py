@@ -118,6 +118,20 @@ def test_an_index_path_that_is_a_device_or_a_directory_is_refused_untouched(moun
     assert r.returncode == 1 and "character device" in r.stderr, describe(r)
 
 
+def test_an_index_or_log_inside_the_mountpoint_is_a_usage_error(mount):
+    """--meta or --log-file under MOUNTPOINT would be written beneath the
+    mount, out of sight, and the next mount would find MOUNTPOINT not
+    empty: refused like a BACKING inside it."""
+    m = mount(start=False)
+    for opts, what in ((["--meta", f"sqlite:{m.mnt / 'idx.db'}"], "--meta"),
+                       (["--log-file", str(m.mnt / "pagefs.log")], "--log-file")):
+        r = run_pagefs("mount", m.backing, m.mnt, *opts)
+        assert r.returncode == 2 and f"{what} '" in r.stderr and "inside MOUNTPOINT" in r.stderr, \
+            describe(r)
+        assert not is_mounted(m.mnt)
+    assert os.listdir(m.mnt) == []
+
+
 def test_help_and_version_exit_0():
     for args in (["--help"], ["--version"], ["mount", "--help"], ["umount", "--help"]):
         r = run_pagefs(*args)
