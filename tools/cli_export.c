@@ -30,7 +30,7 @@ int cli_export_main(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	struct cli_index_opts io = {0};
+	struct cli_index_opts io = {.must_exist = 1};
 	struct meta_json_result res;
 	const char *file = NULL;
 	struct meta *m;

@@ -70,6 +70,9 @@ int cli_index_open(const char *cmd, struct cli_index_opts *o, struct meta **m)
 			snprintf(o->uri, sizeof(o->uri), "sqlite:%s", abs);
 		}
 	}
+	if (o->must_exist && strncmp(o->uri, "sqlite:", 7) == 0 && access(o->uri + 7, F_OK) < 0)
+		return cli_fail(cmd, "no index at %s%s: check --meta (this command makes none)",
+		                o->uri + 7, o->meta_arg ? "" : " (the default for this backing)");
 	log_set_level(LOG_WARN); /* serve-meta's --log-level comes later */
 	cfg.uri = o->uri;
 	cfg.backing = o->backing;

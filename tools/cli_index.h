@@ -16,6 +16,7 @@ struct cli_index_opts {
 	const char *backing_arg; /* --backing as given (required) */
 	const char *prefix;      /* --prefix, default "hicache" */
 	uint64_t page_size;      /* --page-size, 0 if not given */
+	int must_exist;          /* an SQLite index must be there (export: make none) */
 	char backing[PATH_MAX];
 	char uri[PATH_MAX + 16];
 };

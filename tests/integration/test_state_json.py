@@ -93,6 +93,17 @@ def test_export_into_a_device_or_a_link_keeps_it(work):
     assert exp(work, "a") == text, "the index still exports what it holds"
 
 
+def test_export_makes_no_index(work):
+    """export-json reads an index: with --meta naming none (a typo) it
+    fails and creates nothing, where it used to make an empty index and
+    claim the backing directory for it."""
+    b = work / "backing-new"
+    b.mkdir()
+    r = H.run_pagefs("export-json", "--backing", b, "--meta", f"sqlite:{work / 'typo.db'}")
+    assert r.returncode == 1 and "no index at" in r.stderr, H.describe(r)
+    assert not (work / "typo.db").exists() and list(b.iterdir()) == []
+
+
 def test_imported_keys_are_pages_in_lru_order(work, mount):
     fixture_text()
     r = imp(work, "a", FIXTURE, "--page-size", "4K")
