@@ -193,6 +193,25 @@ static int count_tables(struct sqlite_store *s, int *n)
 
 /* Creates the schema in a new database, or checks the version of an
  * existing one. */
+/* -EINVAL with a message if the file is another program's SQLite
+ * database (tables, none of them pagefs's settings); 0 otherwise, also
+ * when it cannot tell (check_schema then reports what is wrong). Runs
+ * before anything changes the file: the switch to WAL would rewrite a
+ * foreign database's header before it is refused. */
+static int check_foreign(struct sqlite_store *s, char *err, size_t errlen)
+{
+	int has_settings = 0, ntables = 0;
+
+	if (table_exists(s, "settings", &has_settings) != SQLITE_OK ||
+	    count_tables(s, &ntables) != SQLITE_OK || has_settings || ntables == 0)
+		return 0;
+	snprintf(err, errlen,
+	         "%s is an SQLite database but not a pagefs index ('pagefs fsck' cannot "
+	         "repair it); give --meta another path",
+	         s->path);
+	return -EINVAL;
+}
+
 static int check_schema(struct sqlite_store *s, char *err, size_t errlen)
 {
 	int has_settings = 0, ntables = 0, rc;
@@ -786,6 +805,8 @@ int store_sqlite_open(const char *path, int power, int read_only, struct store *
 	if (!read_only) {
 		/* Before the first access, so that no -shm is used (header). */
 		exec(s, "PRAGMA locking_mode=EXCLUSIVE");
+		if ((rc = check_foreign(s, err, errlen)) < 0)
+			goto fail;
 		rc = exec(s, "PRAGMA journal_mode=WAL");
 		if (rc < 0) {
 			snprintf(err, errlen,

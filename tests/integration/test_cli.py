@@ -98,6 +98,13 @@ def test_mount_of_a_foreign_sqlite_file_fails_with_a_message_naming_fsck(mount):
     assert r.returncode == 1, f"a foreign SQLite file should make mount fail with exit 1: {describe(r)}"
     assert "fsck" in r.stdout + r.stderr, f"the message should name `pagefs fsck`: {describe(r)}"
     assert not is_mounted(m.mnt)
+    db = sqlite3.connect(m.index)
+    try:
+        assert db.execute("pragma journal_mode").fetchone()[0] == "delete", \
+            "the refused file is left as it was (not switched to WAL)"
+        assert db.execute("select title from recipes").fetchall() == [("soup",)]
+    finally:
+        db.close()
 
 
 def test_an_index_path_that_is_a_device_or_a_directory_is_refused_untouched(mount):
