@@ -234,6 +234,16 @@ static int cli_pool_create(int argc, char **argv)
 		                "of the page size (or both --page-size and --capacity)",
 		                cfg.pool_dir, cap_buf, ps_buf);
 	}
+	/* A page size the pool cannot take (it holds slots) is refused before
+	 * the capacity changes: nothing half done. (The filesystem checks
+	 * again: a writer may come in between.) */
+	uint64_t used = 0;
+	if (ps != cur_ps && cli_getxattr_u64(cfg.pool_dir, "user.pagefs.used_slots", &used) == 0 &&
+	    used > 0)
+		return cli_fail(CMD,
+		                "%s: pool has pages; page size can change only while it is empty "
+		                "(remove its pages, or use another pool); nothing was changed",
+		                cfg.pool_dir);
 	/* A larger page size may not fit the old capacity: grow that first. */
 	if (cap != cur_cap && ps > cur_cap) {
 		ret = cli_pool_set(&cfg, CLI_XATTR_CAPACITY, cap);

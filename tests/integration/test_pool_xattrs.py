@@ -78,6 +78,21 @@ def test_pool_create_command_sets_page_size_and_capacity(mount):
     assert read_page(pool / "page") == data
 
 
+def test_pool_create_refusing_a_page_size_changes_nothing(mount):
+    """pool create of a pool with pages, asking another page size and a
+    larger capacity, fails and changes neither (it used to grow the
+    capacity and the data file, then refuse the page size)."""
+    m = mount(*SMALL)
+    pool = m.pool(3, "kv")
+    write_page(pool / "p", b"y" * 100)
+    cap = xattr_int(pool, "user.pagefs.capacity")
+    r = run_pagefs("pool", "create", pool, "--page-size", "128K", "--capacity", "4M")
+    assert r.returncode == 1 and "nothing was changed" in r.stderr, describe(r)
+    assert xattr_int(pool, "user.pagefs.capacity") == cap
+    assert xattr_int(pool, "user.pagefs.page_size") == 65536
+    assert read_page(pool / "p") == b"y" * 100
+
+
 def test_pool_settings_survive_remount(mount):
     m = mount(*SMALL)
     pool = m.pool(2, "swa")
