@@ -5,6 +5,7 @@ import json
 import os
 import pathlib
 import stat
+import subprocess
 import time
 
 import pytest
@@ -102,6 +103,20 @@ def test_export_makes_no_index(work):
     r = H.run_pagefs("export-json", "--backing", b, "--meta", f"sqlite:{work / 'typo.db'}")
     assert r.returncode == 1 and "no index at" in r.stderr, H.describe(r)
     assert not (work / "typo.db").exists() and list(b.iterdir()) == []
+
+
+def test_import_reads_a_pipe_and_refuses_a_directory(work):
+    """import-json FILE may be a pipe (<(...), /dev/stdin): it is read to
+    its end (a pipe has no size, and an empty read was taken for a
+    malformed file). A directory is refused by name."""
+    text = fixture_text()
+    r = subprocess.run([H.PAGEFS_BIN, "import-json", "/dev/stdin", *map(str, index(work, "a")),
+                        "--page-size", "4K"], input=text, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and "imported 8 keys" in r.stdout, H.describe(r)
+    assert exp(work, "a") == text
+    r = imp(work, "b", work)
+    assert r.returncode == 1 and "is a directory" in r.stderr, H.describe(r)
 
 
 def test_imported_keys_are_pages_in_lru_order(work, mount):
