@@ -4,6 +4,7 @@
  */
 #include "tools/cli_common.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
@@ -63,7 +64,7 @@ static const struct cli_command *cli_find_command(const char *name)
 	return NULL;
 }
 
-int main(int argc, char **argv)
+static int run(int argc, char **argv)
 {
 	char **given = argv;
 	static const struct option longopts[] = {
@@ -114,4 +115,17 @@ int main(int argc, char **argv)
 	argv += optind;
 	optind = 0; /* full getopt reset for the command's own table */
 	return cmd->main(argc, argv);
+}
+
+int main(int argc, char **argv)
+{
+	int rc = run(argc, argv);
+
+	/* Output that could not be written (a full disk, a device that
+	 * refuses it) is a failure: exit 0 would say the report is there. */
+	if ((fflush(stdout) != 0 || ferror(stdout)) && rc == CLI_OK) {
+		fprintf(stderr, "pagefs: cannot write standard output: %s\n", strerror(errno));
+		rc = CLI_FAIL;
+	}
+	return rc;
 }

@@ -3,10 +3,11 @@ import errno
 import os
 import sqlite3
 import stat
+import subprocess
 
 import pytest
 
-from pagefs_helpers import describe, expect_errno, is_mounted, run_pagefs, write_page
+from pagefs_helpers import PAGEFS_BIN, describe, expect_errno, is_mounted, run_pagefs, write_page
 
 
 def test_mount_with_an_unknown_option_exits_2_with_a_message(mount):
@@ -137,6 +138,17 @@ def test_an_index_or_log_inside_the_mountpoint_is_a_usage_error(mount):
             describe(r)
         assert not is_mounted(m.mnt)
     assert os.listdir(m.mnt) == []
+
+
+def test_output_that_cannot_be_written_is_an_error(tmp_path):
+    """A report whose output fails (a full device here) exits 1 with the
+    reason, not 0 as if it were written."""
+    full = tmp_path / "full"
+    os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+    with open(full, "w") as out:
+        r = subprocess.run([PAGEFS_BIN, "--help"], stdout=out, stderr=subprocess.PIPE, text=True,
+                           timeout=30)
+    assert r.returncode == 1 and "cannot write standard output" in r.stderr, r.stderr
 
 
 def test_help_and_version_exit_0():
