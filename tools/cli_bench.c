@@ -286,6 +286,25 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		return cli_usage_error(BENCH_CMD, "unexpected argument '%s'", argv[optind]);
 	if (o->backing && (stat(o->backing, &st) < 0 || !S_ISDIR(st.st_mode)))
 		return cli_usage_error(BENCH_CMD, "--backing %s is not a directory", o->backing);
+	/* The result files' directories, before minutes of benchmarking. */
+	const char *outs[] = {o->json, o->plot};
+	for (size_t i = 0; i < 2; i++) {
+		char dir[PATH_MAX];
+		if (!outs[i])
+			continue;
+		snprintf(dir, sizeof(dir), "%s", outs[i]);
+		char *slash = strrchr(dir, '/');
+		if (slash)
+			slash[slash == dir ? 1 : 0] = '\0';
+		else
+			snprintf(dir, sizeof(dir), ".");
+		if ((stat(outs[i], &st) == 0 && S_ISDIR(st.st_mode)) || access(dir, W_OK) < 0)
+			return cli_usage_error(BENCH_CMD, "%s %s: cannot write there (%s)",
+			                       i ? "--plot" : "--json", outs[i],
+			                       stat(outs[i], &st) == 0 && S_ISDIR(st.st_mode)
+			                               ? "a directory"
+			                               : strerror(errno));
+	}
 	if (o->scale && (o->json || o->plot || o->quick))
 		return cli_usage_error(BENCH_CMD, "--scale runs alone: drop --json/--plot/--quick");
 	if (o->nmounts && (o->scale || o->plot))

@@ -83,6 +83,15 @@ def test_bench_rejects_a_bad_option_with_exit_2():
 
 @needs_root
 @pytest.mark.timeout_s(120)
+def test_bench_refuses_result_files_it_could_not_write_before_running(tmp_path):
+    """--json/--plot where nothing can be written fail at once (exit 2),
+    not after the minutes of the run."""
+    for opt, path, why in (("--json", tmp_path / "missing" / "r.json", "No such file"),
+                           ("--plot", tmp_path, "a directory")):
+        r = run_pagefs("bench", opt, path, timeout=30)
+        assert r.returncode == 2 and why in r.stderr, describe(r)
+
+
 def test_bench_workloads_reports_only_the_chosen_ones_and_cleans_up(tmp_path):
     out = tmp_path / "bench.json"
     env = dict(os.environ, TMPDIR=str(tmp_path))
