@@ -81,8 +81,6 @@ def test_bench_rejects_a_bad_option_with_exit_2():
     assert "sideways" in r.stdout + r.stderr
 
 
-@needs_root
-@pytest.mark.timeout_s(120)
 def test_bench_refuses_result_files_it_could_not_write_before_running(tmp_path):
     """--json/--plot where nothing can be written fail at once (exit 2),
     not after the minutes of the run."""
@@ -92,6 +90,8 @@ def test_bench_refuses_result_files_it_could_not_write_before_running(tmp_path):
         assert r.returncode == 2 and why in r.stderr, describe(r)
 
 
+@needs_root
+@pytest.mark.timeout_s(120)
 def test_bench_workloads_reports_only_the_chosen_ones_and_cleans_up(tmp_path):
     out = tmp_path / "bench.json"
     env = dict(os.environ, TMPDIR=str(tmp_path))
