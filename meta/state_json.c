@@ -478,27 +478,47 @@ fail:
  */
 static int dump_to(json_t *root, const char *path, size_t flags)
 {
-	char real[PATH_MAX], tmp[PATH_MAX + 8];
+	char real[PATH_MAX], tmp[PATH_MAX + 8], link[PATH_MAX];
 	struct stat st;
-	int rc = 0;
+	int rc = 0, have = 0;
 
 	errno = 0;
-	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-		FILE *f = fopen(path, "w");
-		if (!f)
-			return -errno;
-		if (json_dumpf(root, f, flags) < 0)
-			rc = errno ? -errno : -EIO;
-		if (fclose(f) != 0 && rc == 0)
-			rc = -errno;
-		return rc;
+	if (stat(path, &st) == 0) {
+		have = 1;
+		if (!S_ISREG(st.st_mode)) {
+			FILE *f = fopen(path, "w");
+			if (!f)
+				return -errno;
+			if (json_dumpf(root, f, flags) < 0)
+				rc = errno ? -errno : -EIO;
+			if (fclose(f) != 0 && rc == 0)
+				rc = -errno;
+			return rc;
+		}
+	} else if (errno == ELOOP) {
+		return -ELOOP;
 	}
-	if (realpath(path, real))
+	if (realpath(path, real)) {
 		path = real;
+	} else if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+		/* A link to a file not made yet: make that file, keep the link. */
+		ssize_t n = readlink(path, link, sizeof(link) - 1);
+		if (n <= 0)
+			return -EINVAL;
+		link[n] = '\0';
+		const char *slash = strrchr(path, '/');
+		int len = link[0] != '/' && slash ? snprintf(real, sizeof(real), "%.*s/%s",
+		                                             (int)(slash - path), path, link)
+		                                  : snprintf(real, sizeof(real), "%s", link);
+		if (len < 0 || (size_t)len >= sizeof(real))
+			return -ENAMETOOLONG;
+		path = real;
+	}
 	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp))
 		return -ENAMETOOLONG;
 	errno = 0;
-	if (json_dump_file(root, tmp, flags) < 0 || rename(tmp, path) < 0) {
+	if (json_dump_file(root, tmp, flags) < 0 || (have && chmod(tmp, st.st_mode & 07777) < 0) ||
+	    rename(tmp, path) < 0) {
 		rc = errno ? -errno : -EIO;
 		unlink(tmp);
 	}

@@ -82,6 +82,21 @@ def test_export_into_a_device_or_a_link_keeps_it(work):
     assert r.returncode == 0, H.describe(r)
     assert link.is_symlink() and os.readlink(link) == str(target)
     assert target.read_text() == text
+    # the file keeps its permissions; a link to no file yet makes that file;
+    # a loop is an error
+    os.chmod(target, 0o600)
+    assert H.run_pagefs("export-json", *index(work, "a"), "-o", target).returncode == 0
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o600
+    dangling = work / "dangling.json"
+    dangling.symlink_to("made-by-export.json")
+    r = H.run_pagefs("export-json", *index(work, "a"), "-o", dangling)
+    assert r.returncode == 0, H.describe(r)
+    assert dangling.is_symlink() and (work / "made-by-export.json").read_text() == text
+    (work / "l1").symlink_to(work / "l2")
+    (work / "l2").symlink_to(work / "l1")
+    r = H.run_pagefs("export-json", *index(work, "a"), "-o", work / "l1")
+    assert r.returncode == 1 and "symbolic links" in r.stderr, H.describe(r)
+    assert (work / "l1").is_symlink()
     r = H.run_pagefs("export-json", *index(work, "a"), "-o", work)
     assert r.returncode != 0 and "Is a directory" in r.stderr, H.describe(r)
     # never over the index or a data file (exit 0 left neither usable)
