@@ -54,11 +54,12 @@ struct fs_writer {
 	int report;    /* positive errno the next flush returns, or 0 */
 	int resv_held; /* resv must still be committed or aborted */
 	struct meta_resv resv;
-	uint64_t length;    /* max end written, or what ftruncate set */
-	uint64_t safe_end;  /* [0, safe_end) holds our bytes or zeros */
-	unsigned inflight;  /* writes between claim and completion (hash included) */
-	uint64_t hashed;    /* xxh covers [0, hashed) when hash_ok */
-	uint64_t hash_next; /* answered writes will make it [0, hash_next) */
+	uint64_t length;     /* max end written, or what ftruncate set */
+	uint64_t append_end; /* O_APPEND: end of the appends claimed so far */
+	uint64_t safe_end;   /* [0, safe_end) holds our bytes or zeros */
+	unsigned inflight;   /* writes between claim and completion (hash included) */
+	uint64_t hashed;     /* xxh covers [0, hashed) when hash_ok */
+	uint64_t hash_next;  /* answered writes will make it [0, hash_next) */
 	int hash_ok;
 	XXH3_state_t *xxh;
 	pid_t owner_tid;  /* the thread that opened the file */
@@ -69,6 +70,7 @@ struct fs_writer {
 struct fs_handle {
 	/* Fixed at open. */
 	enum fs_handle_kind kind;
+	int append; /* a writer opened with O_APPEND */
 	uint64_t ino;
 	uint32_t pool_id;
 	uint64_t page_id;
@@ -151,12 +153,14 @@ struct fs_handle *fs_handles_find_reader(struct fs_handles *t, uint64_t page_id,
 
 /* fs_write.c */
 
-/* Writes size bytes at off through writer h for thread tid. Returns size
- * or -errno; a backing error or EFBIG fails the handle so nothing is
- * published. On success the caller answers the request and then must call
- * fs_writer_hash with the same bytes and *hash (the commit waits for it). */
+/* Writes size bytes at *off through writer h for thread tid (an O_APPEND
+ * writer: at its own end, which *off is set to). Returns size or -errno; a
+ * backing error or EFBIG fails the handle so nothing is published. On
+ * success the caller answers the request and then must call
+ * fs_writer_hash with the same bytes, *off and *hash (the commit waits
+ * for it). */
 ssize_t fs_writer_write(struct fs_mount *fs, struct fs_handle *h, const char *buf, size_t size,
-                        uint64_t off, pid_t tid, int *hash);
+                        uint64_t *off, pid_t tid, int *hash);
 /* Ends a successful write: feeds its bytes to the checksum stream, in
  * order, if fs_writer_write set hash. */
 void fs_writer_hash(struct fs_handle *h, const char *buf, size_t size, uint64_t off, int hash);

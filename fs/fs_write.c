@@ -220,14 +220,25 @@ static int writable(struct fs_mount *fs, struct fs_handle *h)
 }
 
 ssize_t fs_writer_write(struct fs_mount *fs, struct fs_handle *h, const char *buf, size_t size,
-                        uint64_t off, pid_t tid, int *hash)
+                        uint64_t *offp, pid_t tid, int *hash)
 {
-	uint64_t end = off + size;
+	uint64_t off = *offp, end = off + size;
 	uint64_t pos;
 	int ret;
 
 	*hash = 0;
 	pthread_mutex_lock(&h->lock);
+	if (h->append) {
+		/* O_APPEND: after what this writer has, not where the kernel
+		 * puts the end: after open(O_TRUNC) of a committed page any
+		 * stat of the name (other processes see the old page until the
+		 * commit) gives the kernel the old length, and appends landed
+		 * after it, zeros before them. */
+		off = h->w.length > h->w.append_end ? h->w.length : h->w.append_end;
+		end = off + size;
+		h->w.append_end = end;
+		*offp = off;
+	}
 	if (tid > 0 && tid != h->w.owner_tid)
 		h->w.writer_tid = tid; /* its close commits too (fs_commit.c) */
 	ret = writable(fs, h);
@@ -325,6 +336,8 @@ int fs_writer_truncate(struct fs_mount *fs, struct fs_handle *h, uint64_t size)
 	}
 	if (ret == 0) {
 		h->w.length = size;
+		if (h->w.append_end > size)
+			h->w.append_end = size;
 		if (size != h->w.hash_next)
 			h->w.hash_ok = 0;
 	}
@@ -352,9 +365,10 @@ void pagefs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		return (void)fuse_reply_err(req, EBADF);
 	if (off < 0)
 		return (void)fuse_reply_err(req, EINVAL);
-	n = fs_writer_write(fs_of(req), h, buf, size, (uint64_t)off, fuse_req_ctx(req)->pid, &hash);
+	uint64_t at = (uint64_t)off;
+	n = fs_writer_write(fs_of(req), h, buf, size, &at, fuse_req_ctx(req)->pid, &hash);
 	if (n < 0)
 		return (void)fuse_reply_err(req, (int)-n);
 	fuse_reply_write(req, (size_t)n);
-	fs_writer_hash(h, buf, size, (uint64_t)off, hash); /* buf is still ours */
+	fs_writer_hash(h, buf, size, at, hash); /* buf is still ours */
 }

@@ -74,6 +74,27 @@ def test_o_excl_excludes_a_writer_still_creating_the_name(mount):
         assert f.read() == b"first"
 
 
+def test_o_append_after_o_trunc_writes_from_zero(mount):
+    """open(O_TRUNC|O_APPEND) of a committed page: the appends start at 0,
+    as after any truncation, even when a stat of the name (the old page's
+    length, which other processes see until the commit) came between. They
+    landed after the old length, zeros before them."""
+    m = mount()
+    pool = m.pool(0, "kv")
+    write_page(pool / "ap", b"0123456789")
+    for _ in range(3):
+        fd = os.open(pool / "ap", os.O_WRONLY | os.O_TRUNC | os.O_APPEND)
+        try:
+            os.fstat(fd)
+            os.write(fd, b"AB")
+            os.stat(pool / "ap")
+            os.write(fd, b"CD")
+        finally:
+            os.close(fd)
+        assert read_page(pool / "ap") == b"ABCD"
+        write_page(pool / "ap", b"0123456789")
+
+
 def test_committed_page_reads_r_r_r(mount):
     m = mount(*SMALL)
     pool = m.pool(0, "kv")
