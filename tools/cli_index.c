@@ -71,10 +71,11 @@ int cli_index_open(const char *cmd, struct cli_index_opts *o, struct meta **m)
 		}
 	}
 	if (o->prefix && meta_check_prefix(o->prefix) < 0)
-		return cli_usage_error(cmd,
-		                       "--prefix '%s' is not a data file prefix: use 1 to %d of the "
-		                       "characters A-Z a-z 0-9 _ . - (not \"..\")",
-		                       o->prefix, META_PREFIX_MAX);
+		return cli_usage_error(
+			cmd,
+			"--prefix '%s' is not a data file prefix: use 1 to %d of the "
+			"characters A-Z a-z 0-9 _ . - (not \"..\")",
+			o->prefix, META_PREFIX_MAX);
 	if (o->must_exist && strncmp(o->uri, "sqlite:", 7) == 0 && access(o->uri + 7, F_OK) < 0)
 		return cli_fail(cmd, "no index at %s%s: check --meta (this command makes none)",
 		                o->uri + 7, o->meta_arg ? "" : " (the default for this backing)");
