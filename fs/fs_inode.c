@@ -137,6 +137,7 @@ static int reader_stat(struct fs_mount *fs, fuse_ino_t ino, uint64_t page_id, st
 		return -ENOENT;
 	fs_attr_page(fs, &h->page, 0, h->page.length, st);
 	st->st_ino = ino;
+	st->st_nlink = 0; /* no name reaches this version any more, as after unlink */
 	fs_handles_put(&fs->handles, h);
 	return 0;
 }

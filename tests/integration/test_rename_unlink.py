@@ -158,6 +158,8 @@ def test_open_handle_of_an_unlinked_page_still_reads_its_bytes(mount):
         head = os.read(fd, 100)
         os.unlink(pool / "a")
         assert os.listdir(pool) == []
+        st = os.fstat(fd)
+        assert st.st_nlink == 0 and st.st_size == 65536, "unlinked, still its size"
         # the unlinked page's slot is pinned: these writes must not reuse it
         for i in range(3):
             try:
