@@ -216,8 +216,10 @@ void apply_remote(struct meta *m, const struct store_change *c, struct dropped *
 	if (r->pool_id != pool->id || r->slot >= pool->capacity || r->length > pool->slot_size)
 		return;
 	o = table_find_name(&m->by_name, pool->id, r->name, NULL);
-	if (o && o->id != r->page_id)
+	if (o && o->id != r->page_id) {
+		page_replaced(m, o);
 		remote_drop(m, o, drops); /* that name is this page's now */
+	}
 	if (p && p->slot == r->slot && p->length == r->length && p->checksum == r->checksum &&
 	    p->has_checksum == r->has_checksum && pname_eq(p, r->name, r->name_len))
 		return; /* nothing this node does not know */

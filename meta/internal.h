@@ -555,6 +555,7 @@ void page_free(struct page *p);
 void page_take_row(struct page *p, const struct rec *r);
 /* Notes that p leaves because another page takes its name. meta.lock. */
 void page_replaced(struct meta *m, const struct page *p);
+void page_replaced_id(struct meta *m, uint64_t id);
 /* A new version of p (a new inode in fs/): nobody has opened it yet. */
 static inline void page_new_version(struct page *p)
 {

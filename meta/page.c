@@ -206,11 +206,16 @@ int meta_page_lookup(struct meta *m, uint32_t pool_id, const char *name, struct 
 	return ret;
 }
 
-void page_replaced(struct meta *m, const struct page *p)
+void page_replaced_id(struct meta *m, uint64_t id)
 {
 	size_t n = sizeof(m->replaced) / sizeof(m->replaced[0]);
 
-	m->replaced[m->replaced_n++ % n] = p->id;
+	m->replaced[m->replaced_n++ % n] = id;
+}
+
+void page_replaced(struct meta *m, const struct page *p)
+{
+	page_replaced_id(m, p->id);
 }
 
 int meta_page_replaced(struct meta *m, uint64_t page_id)

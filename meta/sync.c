@@ -211,6 +211,15 @@ static void poll_feed(struct meta *m, struct sync *y)
 	pthread_mutex_lock(&m->lock);
 	for (size_t i = 0; i < y->nch; i++)
 		apply_remote(m, &y->ch[i], &drops);
+	/* A page deleted in a transaction that gave its name to another (a
+	 * rename over it on another node: its deletion may come first) was
+	 * replaced, not removed: a reader here that still reaches it looks
+	 * the name up again (meta_page_replaced). */
+	for (struct dropped *d = drops; d; d = d->next) {
+		struct page *now = table_find_name(&m->by_name, d->pool_id, d->name, NULL);
+		if (now && now->id != d->page_id && !table_find_id(&m->by_id, d->page_id))
+			page_replaced_id(m, d->page_id);
+	}
 	pthread_mutex_unlock(&m->lock);
 	drops_notify(m, drops);
 }
