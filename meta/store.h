@@ -107,6 +107,14 @@ struct store_sync_ops {
 	 * last call (the feed's position is kept by the store), pools first.
 	 * Returns 0, cb's error, or a negative errno. */
 	int (*poll)(struct store *s, int (*cb)(void *arg, const struct store_change *c), void *arg);
+	/* Calls cb with the current row of each of names[0..n) (lens[i]
+	 * bytes each) that has a page in pool pool_id now, as a change of a
+	 * page that exists (node 0). For a feed batch that deletes the page a
+	 * name had while the transaction that gave the name to another page
+	 * is not read yet. 0, cb's error, or a negative errno. */
+	int (*named)(struct store *s, uint32_t pool_id, const char *const *names,
+	             const size_t *lens, size_t n,
+	             int (*cb)(void *arg, const struct store_change *c), void *arg);
 	/* Streams the pool and rank rows as store_load does. */
 	int (*pools)(struct store *s, const struct store_load_cb *cb);
 	/* Heartbeat: renews this node's lease, records that it has applied

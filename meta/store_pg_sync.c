@@ -66,6 +66,32 @@ static int sq_ok(struct pg_store *s, PGresult *res, const char *what)
 	return pg_error(s->sconn, res, what);
 }
 
+/* Fills c->row from columns first.. of row i (id, pool, name, slot,
+ * length, checksum, mtime, atime, gen; the id column is not read: the
+ * caller set c->page_id). 0, or -1 for a name that cannot be a page's. */
+static int page_row(PGresult *res, int i, int first, struct store_change *c)
+{
+	struct rec *r = &c->row;
+	int n = PQgetlength(res, i, first + 2);
+
+	if (n <= 0 || n > META_NAME_MAX)
+		return -1;
+	r->type = REC_COMMIT;
+	r->page_id = c->page_id;
+	r->pool_id = (uint32_t)pg_col_i64(res, i, first + 1);
+	memcpy(r->name, PQgetvalue(res, i, first + 2), (size_t)n);
+	r->name[n] = '\0';
+	r->name_len = (uint16_t)n;
+	r->slot = (uint64_t)pg_col_i64(res, i, first + 3);
+	r->length = (uint64_t)pg_col_i64(res, i, first + 4);
+	r->has_checksum = !PQgetisnull(res, i, first + 5);
+	r->checksum = r->has_checksum ? (uint64_t)pg_col_i64(res, i, first + 5) : 0;
+	r->mtime_ns = pg_col_i64(res, i, first + 6);
+	r->atime_ns = pg_col_i64(res, i, first + 7);
+	r->gen = (uint32_t)pg_col_i64(res, i, first + 8);
+	return 0;
+}
+
 static int pg_poll(struct store *base, int (*cb)(void *arg, const struct store_change *c),
                    void *arg)
 {
@@ -113,31 +139,72 @@ static int pg_poll(struct store *base, int (*cb)(void *arg, const struct store_c
 		c->page_id = (uint64_t)pg_col_i64(res, i, 3);
 		c->freed_slot = PQgetisnull(res, i, 4) ? -1 : pg_col_i64(res, i, 4);
 		c->exists = PQgetvalue(res, i, 5)[0] == 1;
-		if (c->exists) {
-			struct rec *r = &c->row;
-			int n = PQgetlength(res, i, 7);
-			if (n <= 0 || n > META_NAME_MAX)
-				continue;
-			r->type = REC_COMMIT;
-			r->page_id = c->page_id;
-			r->pool_id = (uint32_t)pg_col_i64(res, i, 6);
-			memcpy(r->name, PQgetvalue(res, i, 7), (size_t)n);
-			r->name[n] = '\0';
-			r->name_len = (uint16_t)n;
-			r->slot = (uint64_t)pg_col_i64(res, i, 8);
-			r->length = (uint64_t)pg_col_i64(res, i, 9);
-			r->has_checksum = !PQgetisnull(res, i, 10);
-			r->checksum = r->has_checksum ? (uint64_t)pg_col_i64(res, i, 10) : 0;
-			r->mtime_ns = pg_col_i64(res, i, 11);
-			r->atime_ns = pg_col_i64(res, i, 12);
-			r->gen = (uint32_t)pg_col_i64(res, i, 13);
-		}
+		if (c->exists && page_row(res, i, 5, c) < 0)
+			continue; /* (columns 6..13: the row; page_row skips the id) */
 		rc = cb(arg, c);
 	}
 	free(c);
 	PQclear(res);
 	if (rc == 0)
 		s->feed_from = cur;
+	return rc;
+}
+
+static int pg_named(struct store *base, uint32_t pool_id, const char *const *names,
+                    const size_t *lens, size_t n,
+                    int (*cb)(void *arg, const struct store_change *c), void *arg)
+{
+	static const char hex[] = "0123456789abcdef";
+	struct pg_store *s = (struct pg_store *)base;
+	struct pg_args a = {0};
+	size_t len = 3;
+	int rc;
+
+	if (!n)
+		return 0;
+	if ((rc = sync_conn(s)) < 0)
+		return rc;
+	for (size_t i = 0; i < n; i++)
+		len += 2 * lens[i] + 1;
+	/* '{6b6579,...}': hex needs no quoting in an array literal */
+	char *arr = malloc(len), *w = arr;
+	struct store_change *c = calloc(1, sizeof(*c));
+	if (!arr || !c) {
+		free(arr);
+		free(c);
+		return -ENOMEM;
+	}
+	*w++ = '{';
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			*w++ = ',';
+		for (size_t j = 0; j < lens[i]; j++) {
+			*w++ = hex[(unsigned char)names[i][j] >> 4];
+			*w++ = hex[(unsigned char)names[i][j] & 15];
+		}
+	}
+	*w++ = '}';
+	*w = '\0';
+	pg_arg_i64(&a, pool_id);
+	pg_arg_text(&a, arr);
+	PGresult *res = sq(s,
+	                   "SELECT id, pool, name, slot, length, checksum, mtime, atime, gen"
+	                   " FROM pagefs_pages WHERE pool = $1::bigint AND name = ANY(ARRAY("
+	                   "SELECT decode(x, 'hex') FROM unnest($2::text[]) x))",
+	                   &a, 1);
+	if ((rc = sq_ok(s, res, "names")) == 0)
+		for (int i = 0; i < PQntuples(res) && rc == 0; i++) {
+			memset(c, 0, offsetof(struct store_change, row));
+			c->page_id = (uint64_t)pg_col_i64(res, i, 0);
+			c->pool_id = pool_id;
+			c->freed_slot = -1;
+			c->exists = 1;
+			if (page_row(res, i, 0, c) == 0)
+				rc = cb(arg, c);
+		}
+	PQclear(res);
+	free(arr);
+	free(c);
 	return rc;
 }
 
@@ -391,6 +458,7 @@ static int pg_ids(struct store *base, int pool, uint64_t *first, uint64_t *count
 
 const struct store_sync_ops pg_sync_ops = {
 	.poll = pg_poll,
+	.named = pg_named,
 	.pools = pg_pools,
 	.heartbeat = pg_heartbeat,
 	.ids = pg_ids,

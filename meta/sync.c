@@ -193,6 +193,65 @@ static int collect(void *arg, const struct store_change *c)
 	return 0;
 }
 
+/*
+ * The feed returns each page as the index holds it when the feed is read:
+ * a rename over a name deletes the page the name had, and when a later
+ * transaction (outside this batch: it reads only transactions below the
+ * xmin) has already renamed yet another page over that name, the batch
+ * deletes the name's page and holds none for it. Between this batch and
+ * the next (50 ms) the name would be missing here. So the names the batch
+ * takes a page from are looked up in the index now, and their current
+ * rows applied with the batch. Appends them to y->ch; errors only lose
+ * that help.
+ */
+static void add_current_names(struct meta *m, struct sync *y)
+{
+	size_t nb = y->nch, n = 0;
+	char(*names)[META_NAME_MAX + 1] = NULL;
+	const char **ptr = NULL;
+	size_t *lens = NULL;
+	uint32_t *pools = NULL;
+
+	for (size_t i = 0; i < nb; i++)
+		n += !y->ch[i].exists;
+	if (!n || !(names = malloc(n * sizeof(*names))) || !(ptr = malloc(n * sizeof(*ptr))) ||
+	    !(lens = malloc(n * sizeof(*lens))) || !(pools = malloc(n * sizeof(*pools))))
+		goto out;
+	n = 0;
+	pthread_mutex_lock(&m->lock);
+	for (size_t i = 0; i < nb; i++) {
+		struct page *p =
+			y->ch[i].exists ? NULL : table_find_id(&m->by_id, y->ch[i].page_id);
+		if (!p || !p->committed)
+			continue;
+		pname_text(p, names[n]);
+		ptr[n] = names[n];
+		lens[n] = p->name_len;
+		pools[n++] = page_pool(p)->id;
+	}
+	pthread_mutex_unlock(&m->lock);
+	/* one query per pool (a batch is mostly one pool) */
+	for (size_t i = 0; i < n; i++) {
+		size_t k = 0;
+		if (pools[i] == 0)
+			continue;
+		uint32_t pool = pools[i];
+		for (size_t j = i; j < n; j++)
+			if (pools[j] == pool) {
+				ptr[k] = names[j];
+				lens[k] = strlen(names[j]);
+				k++;
+				pools[j] = 0;
+			}
+		m->store->sync->named(m->store, pool, ptr, lens, k, collect, y);
+	}
+out:
+	free(names);
+	free(ptr);
+	free(lens);
+	free(pools);
+}
+
 static void poll_feed(struct meta *m, struct sync *y)
 {
 	struct dropped *drops = NULL;
@@ -208,6 +267,7 @@ static void poll_feed(struct meta *m, struct sync *y)
 		y->reload_again = reload_pools(m);
 	if (!y->nch)
 		return;
+	add_current_names(m, y);
 	pthread_mutex_lock(&m->lock);
 	for (size_t i = 0; i < y->nch; i++)
 		apply_remote(m, &y->ch[i], &drops);

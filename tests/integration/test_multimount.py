@@ -87,6 +87,46 @@ def test_a_page_committed_on_one_mount_is_visible_on_the_others_within_the_bound
 
 
 @pytest.mark.timeout_s(180)
+def test_a_key_renamed_over_on_one_mount_never_reads_as_missing_on_another(mount):
+    """One mount publishes versions of a key by renaming over it, as
+    SGLang's writers do, hundreds of times a second; a reader of the key on
+    another mount finds it (some version) every time. The feed deleted the
+    key's page in one batch while the rename that gave the name to the next
+    version waited for the next one, so the other mount held no page of
+    that name for up to a poll interval (a third of the reads failed)."""
+    a, b = mounts(mount, 2, "--page-size", "64K", "--capacity", "256M")
+    pool_everywhere([a, b])
+    versions = [bytes([i]) * 4096 for i in range(4)]
+    write_page(a.path(0, "kv", "key.bin"), versions[0])
+    wait_visible(b.path(0, "kv", "key.bin"), versions[0])
+    stop = threading.Event()
+
+    def writer():
+        i = 0
+        while not stop.is_set():
+            tmp = a.path(0, "kv", f"key.bin.tmp.{i}")
+            write_page(tmp, versions[i % 4])
+            os.rename(tmp, a.path(0, "kv", "key.bin"))
+            i += 1
+
+    t = threading.Thread(target=writer)
+    t.start()
+    errors, ok = {}, 0
+    try:
+        end = time.monotonic() + 3
+        while time.monotonic() < end:
+            try:
+                assert read_page(b.path(0, "kv", "key.bin")) in versions
+                ok += 1
+            except OSError as e:
+                errors[errno.errorcode[e.errno]] = errors.get(errno.errorcode[e.errno], 0) + 1
+    finally:
+        stop.set()
+        t.join()
+    assert "ENOENT" not in errors and ok > 100, (ok, errors)
+    assert errors.get("ESTALE", 0) * 100 <= ok, (ok, errors)
+
+
 def test_no_slot_is_ever_owned_by_two_names_under_writers_on_every_mount(mount):
     ms = mounts(mount, 3)
     pool_everywhere(ms)
