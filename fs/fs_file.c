@@ -137,7 +137,6 @@ void pagefs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		return (void)fuse_reply_err(req, -ret);
 	if (new_writer(req, fs, fs_ino_page(r.page_id, 0), &r, &pool, name, 0, &h) < 0)
 		return (void)fuse_reply_err(req, ENOMEM);
-	h->append = (fi->flags & O_APPEND) != 0;
 
 	/* Uncommitted: no caching, so other processes keep asking (and
 	 * getting ENOENT) until the commit. */
@@ -182,7 +181,6 @@ static void open_replace(fuse_req_t req, struct fs_mount *fs, fuse_ino_t ino,
 	}
 	if (ret != 0)
 		return (void)fuse_reply_err(req, -ret);
-	h->append = (fi->flags & O_APPEND) != 0;
 	fi->direct_io = 1;
 	reply_open(req, fs, h, fi, NULL);
 }

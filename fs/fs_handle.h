@@ -70,7 +70,6 @@ struct fs_writer {
 struct fs_handle {
 	/* Fixed at open. */
 	enum fs_handle_kind kind;
-	int append; /* a writer opened with O_APPEND */
 	uint64_t ino;
 	uint32_t pool_id;
 	uint64_t page_id;
@@ -153,14 +152,14 @@ struct fs_handle *fs_handles_find_reader(struct fs_handles *t, uint64_t page_id,
 
 /* fs_write.c */
 
-/* Writes size bytes at *off through writer h for thread tid (an O_APPEND
- * writer: at its own end, which *off is set to). Returns size or -errno; a
+/* Writes size bytes at *off through writer h for thread tid (append, the
+ * write's O_APPEND: at the writer's own end, which *off is set to). Returns size or -errno; a
  * backing error or EFBIG fails the handle so nothing is published. On
  * success the caller answers the request and then must call
  * fs_writer_hash with the same bytes, *off and *hash (the commit waits
  * for it). */
 ssize_t fs_writer_write(struct fs_mount *fs, struct fs_handle *h, const char *buf, size_t size,
-                        uint64_t *off, pid_t tid, int *hash);
+                        uint64_t *off, int append, pid_t tid, int *hash);
 /* Ends a successful write: feeds its bytes to the checksum stream, in
  * order, if fs_writer_write set hash. */
 void fs_writer_hash(struct fs_handle *h, const char *buf, size_t size, uint64_t off, int hash);

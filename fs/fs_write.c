@@ -194,6 +194,7 @@ static int reopen(struct fs_mount *fs, struct fs_handle *h)
 		h->w.resv_held = 1;
 		h->w.state = FS_W_OPEN;
 		h->w.length = p.length;
+		h->w.append_end = 0;
 		h->w.safe_end = p.length;
 		/* The stream may not match what was carried over; restart it
 		 * only when nothing was. */
@@ -220,7 +221,7 @@ static int writable(struct fs_mount *fs, struct fs_handle *h)
 }
 
 ssize_t fs_writer_write(struct fs_mount *fs, struct fs_handle *h, const char *buf, size_t size,
-                        uint64_t *offp, pid_t tid, int *hash)
+                        uint64_t *offp, int append, pid_t tid, int *hash)
 {
 	uint64_t off = *offp, end = off + size;
 	uint64_t pos;
@@ -228,20 +229,20 @@ ssize_t fs_writer_write(struct fs_mount *fs, struct fs_handle *h, const char *bu
 
 	*hash = 0;
 	pthread_mutex_lock(&h->lock);
-	if (h->append) {
+	if (tid > 0 && tid != h->w.owner_tid)
+		h->w.writer_tid = tid; /* its close commits too (fs_commit.c) */
+	ret = writable(fs, h);
+	if (ret == 0 && append) {
 		/* O_APPEND: after what this writer has, not where the kernel
 		 * puts the end: after open(O_TRUNC) of a committed page any
 		 * stat of the name (other processes see the old page until the
 		 * commit) gives the kernel the old length, and appends landed
-		 * after it, zeros before them. */
+		 * after it, zeros before them. Claimed once the handle is
+		 * writable (a reopen carries the page's current length over). */
 		off = h->w.length > h->w.append_end ? h->w.length : h->w.append_end;
 		end = off + size;
-		h->w.append_end = end;
 		*offp = off;
 	}
-	if (tid > 0 && tid != h->w.owner_tid)
-		h->w.writer_tid = tid; /* its close commits too (fs_commit.c) */
-	ret = writable(fs, h);
 	if (ret == 0 && (end > h->slot_size || end < off)) {
 		/* The page does not fit its pool. A large write() the kernel
 		 * split returns a short count, not this error, so close()
@@ -262,6 +263,8 @@ ssize_t fs_writer_write(struct fs_mount *fs, struct fs_handle *h, const char *bu
 		pthread_mutex_unlock(&h->lock);
 		return ret;
 	}
+	if (append)
+		h->w.append_end = end;
 	h->w.inflight++;
 	pos = h->w.resv.slot * h->slot_size + off;
 	pthread_mutex_unlock(&h->lock);
@@ -366,7 +369,10 @@ void pagefs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	if (off < 0)
 		return (void)fuse_reply_err(req, EINVAL);
 	uint64_t at = (uint64_t)off;
-	n = fs_writer_write(fs_of(req), h, buf, size, &at, fuse_req_ctx(req)->pid, &hash);
+	/* (the kernel sends the file's flags with each write: fcntl may
+	 * have changed O_APPEND since the open) */
+	n = fs_writer_write(fs_of(req), h, buf, size, &at, (fi->flags & O_APPEND) != 0,
+	                    fuse_req_ctx(req)->pid, &hash);
 	if (n < 0)
 		return (void)fuse_reply_err(req, (int)-n);
 	fuse_reply_write(req, (size_t)n);

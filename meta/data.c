@@ -43,8 +43,8 @@ int data_open(const char *path, uint64_t size, int read_only, int *fd, int *made
 	if (f < 0 && errno == ENOENT && !read_only) {
 		f = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 		created = f >= 0;
-		if (f < 0 && errno == EEXIST) /* made by someone else meanwhile */
-			f = open(path, O_RDWR | O_CLOEXEC);
+		if (f < 0 && errno == EEXIST) /* made meanwhile, or a dangling link */
+			f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
 	}
 	if (made)
 		*made = 0;

@@ -528,10 +528,16 @@ static void fsck_free(struct fsck *f)
  */
 static int backing_is_ours(const struct fsck *f)
 {
-	char id[64];
+	char id[64], mine[64] = "";
 
-	if (f->npools == 0 || index_read_owner(f->backing, id, sizeof(id)) == 0)
+	if (f->npools == 0)
 		return 1;
+	if (index_read_owner(f->backing, id, sizeof(id)) == 0 &&
+	    (store_get_setting(f->store, "index_id", mine, sizeof(mine)) < 0 ||
+	     strcmp(id, mine) == 0)) /* (a fresh index has no id yet) */
+		return 1;
+	/* No mark, or another index's (owner-other, never repaired): the
+	 * data files tell. */
 	for (size_t i = 0; i < f->npools; i++) {
 		const struct fpool *p = &f->pools[i];
 		char path[4096];

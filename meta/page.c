@@ -482,6 +482,14 @@ static int reserve(struct meta *m, uint32_t pool_id, const char *name, uint64_t 
 		rc = take_shared(m, pool_id, replace_id, &slot, &drops);
 		if (rc == 0 && !(pool = pool_live(m, pool_id)))
 			rc = -ENOENT;
+		int pending = 0;
+		if (rc == 0 && excl &&
+		    (table_find_name(&m->by_name, pool_id, name, &pending) || pending)) {
+			/* made or being made while a lease was waited for */
+			slot_release(pool, slot);
+			chunk_done(pool, slot);
+			rc = -EEXIST;
+		}
 	} else {
 		rc = slot_take(pool, &slot);
 	}

@@ -421,7 +421,7 @@ int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_siz
 	p->chunk_slots = pool_chunk_slots(p->capacity);
 	if (!p->id) {
 		pthread_mutex_unlock(&m->lock);
-		if (made)
+		if (made && !m->shared)
 			unlink(path);
 		pool_free(p);
 		return -EAGAIN; /* no pool id left until the sync thread fetched more */
@@ -446,8 +446,8 @@ int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_siz
 		pthread_mutex_lock(&m->lock);
 		pool_unlink(m, p);
 		pthread_mutex_unlock(&m->lock);
-		if (made)
-			unlink(path); /* the index never named it */
+		if (made && !m->shared)
+			unlink(path); /* the index never named it (shared: another node's may) */
 		pool_free(p);
 	}
 	return rc;

@@ -252,8 +252,8 @@ static void undo_pools(struct meta *m, struct imp_pool *ips, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		struct imp_pool *ip = &ips[i];
 		if (ip->created) {
-			pool_remove(m, ip->pool_id, ip->file_existed);
-			if (ip->file_existed && truncate(ip->path, ip->file_size) < 0)
+			int rrc = pool_remove(m, ip->pool_id, ip->file_existed);
+			if (rrc == 0 && ip->file_existed && truncate(ip->path, ip->file_size) < 0)
 				log_warn("cannot give %s its size of %lld bytes back: %s", ip->path,
 				         (long long)ip->file_size, strerror(errno));
 		} else if (ip->resized) {

@@ -267,10 +267,21 @@ static void poll_feed(struct meta *m, struct sync *y)
 		y->reload_again = reload_pools(m);
 	if (!y->nch)
 		return;
+	size_t batch = y->nch;
 	add_current_names(m, y);
 	pthread_mutex_lock(&m->lock);
-	for (size_t i = 0; i < y->nch; i++)
+	for (size_t i = 0; i < y->nch; i++) {
+		/* A current row read for a name (after the batch) only fills a
+		 * name the batch left without a page, with a page this node does
+		 * not know: this node may have committed or renamed over the
+		 * name since it was read (its own changes never come back
+		 * through the feed to correct a stale row). */
+		const struct rec *r = &y->ch[i].row;
+		if (i >= batch && (table_find_name(&m->by_name, r->pool_id, r->name, NULL) ||
+		                   table_find_id(&m->by_id, r->page_id)))
+			continue;
 		apply_remote(m, &y->ch[i], &drops);
+	}
 	/* A page deleted in a transaction that gave its name to another (a
 	 * rename over it on another node: its deletion may come first) was
 	 * replaced, not removed: a reader here that still reaches it looks

@@ -157,6 +157,12 @@ def test_repair_of_a_directory_that_is_not_this_indexs_backing_is_refused(pages,
     assert rows(pages.m, "SELECT id, name, slot FROM pages ORDER BY id") == before
     r = run_pagefs("fsck", other, "--meta", pages.m.meta, timeout=120)
     assert r.returncode == 1 and "data-missing" in problems(r), "a check still reports"
+    # another index's mark does not make the directory this index's
+    mark = (pages.m.backing / ".pagefs-owner").read_text()
+    (other / ".pagefs-owner").write_text(re.sub(r"index_id \S+", "index_id 0123456789abcdef", mark))
+    r = run_pagefs("fsck", other, "--meta", pages.m.meta, "--repair", timeout=120)
+    assert r.returncode == 1 and "does not look like" in r.stderr, describe(r)
+    assert sorted(p.name for p in other.iterdir()) == [".pagefs-owner"]
     afile = tmp_path / "afile"
     afile.write_text("x")
     r = run_pagefs("fsck", afile, "--meta", pages.m.meta, timeout=120)

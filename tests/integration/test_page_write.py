@@ -1,5 +1,6 @@
 """SPEC "Page files": create and write, commit at close, immutability, O_TRUNC replacement."""
 import errno
+import fcntl
 import hashlib
 import os
 import stat
@@ -93,6 +94,16 @@ def test_o_append_after_o_trunc_writes_from_zero(mount):
             os.close(fd)
         assert read_page(pool / "ap") == b"ABCD"
         write_page(pool / "ap", b"0123456789")
+    # O_APPEND is the file's state at each write: fcntl can clear it
+    fd = os.open(pool / "ap", os.O_WRONLY | os.O_TRUNC | os.O_APPEND)
+    try:
+        os.write(fd, b"abcdef")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_APPEND)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, b"X")
+    finally:
+        os.close(fd)
+    assert read_page(pool / "ap") == b"Xbcdef"
 
 
 def test_committed_page_reads_r_r_r(mount):
