@@ -46,8 +46,13 @@ void drops_notify(struct meta *m, struct dropped *d)
 /* A page of this record left: its slot is free (or pinned), or, in a
  * chunk of this node on a shared index, in its grace period from this
  * transaction on (the change feed reports the same). */
-static void free_slot(struct pool *pool, uint64_t slot, const struct rec *r)
+static void free_slot(struct meta *m, struct pool *pool, uint64_t slot, const struct rec *r)
 {
+	/* In a pool HTTP clients read, a slot waits out the quarantine
+	 * whoever freed it: a client that looked the page up just before may
+	 * still read it. */
+	if (keys_quarantine_freed(m, pool, slot))
+		return;
 	slot_put(pool, slot);
 	if (pool->shared && chunk_owned(pool, chunk_of(pool, slot)))
 		grace_add(pool, slot, r->xid);
@@ -68,7 +73,7 @@ static void remove_other(struct meta *m, const struct rec *r, struct pool *pool,
 		return;
 	page_replaced(m, old);
 	page_unlink_committed(m, old);
-	free_slot(pool, old->slot, r);
+	free_slot(m, pool, old->slot, r);
 	if (drops)
 		drops_add(drops, old);
 	page_free(old);
@@ -91,7 +96,7 @@ static void apply_commit(struct meta *m, const struct rec *r, struct dropped **d
 		/* In-place replacement (open with O_TRUNC): new slot, same id. */
 		pool->bytes -= p->length;
 		if (p->slot != r->slot)
-			free_slot(pool, p->slot, r);
+			free_slot(m, pool, p->slot, r);
 		page_new_version(p);
 	} else if (p) {
 		/* A new page: leaves the pending state, relinked below. */
@@ -107,11 +112,11 @@ static void apply_commit(struct meta *m, const struct rec *r, struct dropped **d
 		 * names any more: free now. */
 		struct rec *d = journal_drop_after(m, r);
 		if (!d) {
-			free_slot(pool, r->slot, r);
+			free_slot(m, pool, r->slot, r);
 			return;
 		}
 		if (d->has_extra)
-			free_slot(pool, d->extra_slot, r);
+			free_slot(m, pool, d->extra_slot, r);
 		d->extra_slot = r->slot;
 		d->has_extra = 1;
 		return;
@@ -273,16 +278,16 @@ void apply_record(struct meta *m, const struct rec *r, struct dropped **drops)
 			return;
 		}
 		if (pool && !r->handoff)
-			free_slot(pool, r->drop_slot, r);
+			free_slot(m, pool, r->drop_slot, r);
 		if (pool && r->has_extra) /* a rewrite's, never handed out */
-			free_slot(pool, r->extra_slot, r);
+			free_slot(m, pool, r->extra_slot, r);
 		/* On a shared index another node's change may have brought the
 		 * page back meanwhile (apply_remote); the store deleted it. */
 		p = table_find_id(&m->by_id, r->page_id);
 		if (pool && p && p->committed) {
 			page_unlink_committed(m, p);
 			if (p->slot != r->drop_slot && !(r->has_extra && p->slot == r->extra_slot))
-				free_slot(pool, p->slot, r);
+				free_slot(m, pool, p->slot, r);
 			drops_add(drops, p);
 			page_free(p);
 		}
@@ -304,7 +309,7 @@ void apply_record(struct meta *m, const struct rec *r, struct dropped **drops)
 		p = table_find_id(&m->by_id, r->page_id);
 		if (p && p->committed) {
 			page_unlink_committed(m, p);
-			free_slot(page_pool(p), p->slot, r);
+			free_slot(m, page_pool(p), p->slot, r);
 			page_free(p);
 		}
 		break;

@@ -488,6 +488,16 @@ uint64_t id_left(const struct idblock *b);
 
 /* keys_slots.c: stops the protocol's evictor thread and frees its state. */
 void keys_stop(struct meta *m);
+/* A page's slot freed by a FUSE operation in a pool the protocol uses (a
+ * pool with HTTP state; one daemon's index): 1 if it went into the
+ * quarantine instead (HTTP clients read slots they cannot pin), else 0.
+ * meta.lock held. */
+int keys_quarantine_freed(struct meta *m, struct pool *pool, uint64_t slot);
+/* A FUSE writer found no free slot in pool: 1 if the protocol's evictor
+ * makes room there (its evicted slots wait out the quarantine, so none is
+ * handed to the writer at once): the refusal is counted for it and it is
+ * woken. 0: not a protocol pool, evict as usual. meta.lock held. */
+int keys_refuse_fuse(struct meta *m, struct pool *pool);
 
 /* table.c */
 int table_init(struct page_table *t, uint64_t buckets);

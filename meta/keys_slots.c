@@ -360,6 +360,37 @@ void keys_quarantine_end(struct pool *p, struct kpool *kp, const struct fifo_ent
 	slot_unpin(p, e->slot);
 }
 
+/* The protocol's view of pool if it has one (never made here). */
+static struct kpool *kpool_find(struct meta *m, const struct pool *pool)
+{
+	struct kpool *kp = m->keys ? m->keys->pools : NULL;
+
+	while (kp && kp->pool_id != pool->id)
+		kp = kp->next;
+	return kp;
+}
+
+int keys_refuse_fuse(struct meta *m, struct pool *pool)
+{
+	struct kpool *kp = pool->shared ? NULL : kpool_find(m, pool);
+
+	if (!kp)
+		return 0;
+	kp->refused++;
+	pthread_cond_signal(&m->keys->wake);
+	return 1;
+}
+
+int keys_quarantine_freed(struct meta *m, struct pool *pool, uint64_t slot)
+{
+	struct kpool *kp = pool->shared ? NULL : kpool_find(m, pool);
+
+	if (!kp || slot >= kp->capacity)
+		return 0;
+	keys_quarantine(m->keys, kp, slot, 1);
+	return 1;
+}
+
 void keys_quarantine(struct keys *k, struct kpool *kp, uint64_t slot, int page_slot)
 {
 	if (keys_fifo_push(&kp->quar_q, slot, mono_ns() + k->t.quarantine_ns, page_slot) == 0) {

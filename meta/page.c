@@ -493,7 +493,11 @@ static int reserve(struct meta *m, uint32_t pool_id, const char *name, uint64_t 
 	} else {
 		rc = slot_take(pool, &slot);
 	}
-	if (rc == -ENOSPC && !m->shared && m->cfg.evict == META_EVICT_LRU) {
+	/* (In a pool HTTP clients read, the protocol's evictor makes the
+	 * room, through the quarantine: a victim's slot handed to this writer
+	 * at once could be read by a client that looked its page up.) */
+	if (rc == -ENOSPC && !m->shared && m->cfg.evict == META_EVICT_LRU &&
+	    !keys_refuse_fuse(m, pool)) {
 		struct page *v = lru_victim(pool, replace_id);
 		if (v && (drop = rec_new(REC_DROP))) {
 			char vname[META_NAME_MAX + 1];

@@ -5,6 +5,7 @@ error cases, the safety differences from the Python server, concurrency.
 Tests marked `engines` also run on a PostgreSQL index (one node; several
 nodes: test_http_multinode.py). There a node reserves in the slot chunks it
 leases, so which page index comes first differs (`top_down` is False)."""
+import errno
 import os
 import sqlite3
 import threading
@@ -403,6 +404,45 @@ def test_deleted_slot_is_quarantined_longer_than_the_client_timeout(server, top_
             break
         assert time.monotonic() < deadline, f"slot {a} did not come back after the quarantine"
         time.sleep(0.1)
+
+
+def test_slots_fuse_frees_in_a_protocol_pool_wait_out_the_quarantine(mount):
+    """An HTTP client reads a key's slot straight from the data file, so a
+    slot freed through the mount (unlink, the old slot of an O_TRUNC
+    rewrite, a page renamed over, a FUSE writer's eviction) must not take
+    another page's bytes within SGLang's 5 s client timeout either, as one
+    freed over HTTP does not: FUSE writes took such a slot at once. A FUSE
+    write into the full pool gets ENOSPC, as an HTTP writer gets -1, and
+    the evictor makes room through the quarantine."""
+    port = MC.free_port()
+    m = mount("--page-size", "64K", "--http", f"127.0.0.1:{port}")
+    c = MC.MetaClient(f"http://127.0.0.1:{port}")
+    c.initialize(5, 16)
+    pool = m.path(5, "kv")
+    data = m.backing / "hicache.5.bin"
+    keys = ["unlinked", "rewritten", "renamed-over"]
+    res = c.reserve_and_allocate_page_indices(5, [[k, ""] for k in keys])
+    slots = [s for _, s in res]
+    old = MC.write_pages(data, keys, slots, PAGE)
+    c.confirm_write(5, [[k, s] for k, s in zip(keys, slots)], [])
+    assert c.get_page_indices(5, keys) == slots  # a client now holds these
+    os.unlink(pool / "unlinked")
+    H.write_page(pool / "rewritten", b"R" * 100)  # O_TRUNC: a new slot
+    H.write_page(pool / "tmp", b"T" * 100)
+    os.rename(pool / "tmp", pool / "renamed-over")
+    for i in range(11):  # the pool's free slots
+        H.write_page(pool / f"new{i}", bytes([i]) * PAGE)
+    # one more: no slot is free, and the evictor's victims wait out the
+    # quarantine too (a victim's slot went straight to the FUSE writer)
+    H.expect_errno(errno.ENOSPC, H.write_page, pool / "new11", bytes([11]) * PAGE)
+    with open(data, "rb") as f:
+        for k, s in zip(keys, slots):
+            f.seek(s * PAGE)
+            assert f.read(PAGE) == old[k], f"slot {s} of {k} was given to another page at once"
+    taken = {H.xattr_int(pool / f"new{i}", "user.pagefs.slot") for i in range(12)
+             if os.path.exists(pool / f"new{i}")}
+    assert not taken & set(slots), (taken, slots)
+    m.umount()
 
 
 @pytest.mark.timeout_s(90)
