@@ -103,6 +103,16 @@ int resv_set(struct kpool *kp, uint64_t s, int64_t at)
 	return 0;
 }
 
+/* The protocol's view of pool if it has one (never made here). */
+static struct kpool *kpool_find(struct meta *m, const struct pool *pool)
+{
+	struct kpool *kp = m->keys ? m->keys->pools : NULL;
+
+	while (kp && kp->pool_id != pool->id)
+		kp = kp->next;
+	return kp;
+}
+
 /* The protocol's view of a pool (registered on first use; its deadlines
  * grow with the pool's capacity). NULL: out of memory. */
 struct kpool *kpool_get(struct meta *m, struct pool *pool)
@@ -112,9 +122,7 @@ struct kpool *kpool_get(struct meta *m, struct pool *pool)
 
 	if (!k)
 		return NULL;
-	for (kp = k->pools; kp; kp = kp->next)
-		if (kp->pool_id == pool->id)
-			break;
+	kp = kpool_find(m, pool);
 	if (kp && kp->capacity < pool->capacity) {
 		uint64_t had = resv_chunks(kp->capacity), need = resv_chunks(pool->capacity);
 		int64_t **r = realloc(kp->resv, need * sizeof(*r));
@@ -358,16 +366,6 @@ void keys_quarantine_end(struct pool *p, struct kpool *kp, const struct fifo_ent
 		return;
 	}
 	slot_unpin(p, e->slot);
-}
-
-/* The protocol's view of pool if it has one (never made here). */
-static struct kpool *kpool_find(struct meta *m, const struct pool *pool)
-{
-	struct kpool *kp = m->keys ? m->keys->pools : NULL;
-
-	while (kp && kp->pool_id != pool->id)
-		kp = kp->next;
-	return kp;
 }
 
 int keys_refuse_fuse(struct meta *m, struct pool *pool)

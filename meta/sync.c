@@ -225,8 +225,6 @@ static void add_current_names(struct meta *m, struct sync *y)
 		if (!p || !p->committed)
 			continue;
 		pname_text(p, names[n]);
-		ptr[n] = names[n];
-		lens[n] = p->name_len;
 		pools[n++] = page_pool(p)->id;
 	}
 	pthread_mutex_unlock(&m->lock);
@@ -239,8 +237,7 @@ static void add_current_names(struct meta *m, struct sync *y)
 		for (size_t j = i; j < n; j++)
 			if (pools[j] == pool) {
 				ptr[k] = names[j];
-				lens[k] = strlen(names[j]);
-				k++;
+				lens[k++] = strlen(names[j]);
 				pools[j] = 0;
 			}
 		m->store->sync->named(m->store, pool, ptr, lens, k, collect, y);

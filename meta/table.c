@@ -11,6 +11,7 @@
  * load factor 1. With powers of two, 10
  * million pages took 2^24 buckets a table, 13.4 bytes a page for the two.
  */
+#include "meta/hash.h"
 #include "meta/internal.h"
 
 #include <errno.h>
@@ -60,12 +61,7 @@ uint32_t name_hash(uint32_t pool_id, const char *name, size_t len)
  * lookup at 10 million ids 1000003 apart). */
 static uint32_t id_hash(uint64_t id)
 {
-	id ^= id >> 33;
-	id *= 0xff51afd7ed558ccdULL;
-	id ^= id >> 33;
-	id *= 0xc4ceb9fe1a85ec53ULL;
-	id ^= id >> 33;
-	return (uint32_t)(id >> 32);
+	return (uint32_t)(meta_mix64(id) >> 32);
 }
 
 /* A page's link in the chain of the table by name (by_name) or by id,

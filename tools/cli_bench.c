@@ -292,18 +292,12 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		char dir[PATH_MAX];
 		if (!outs[i])
 			continue;
-		snprintf(dir, sizeof(dir), "%s", outs[i]);
-		char *slash = strrchr(dir, '/');
-		if (slash)
-			slash[slash == dir ? 1 : 0] = '\0';
-		else
-			snprintf(dir, sizeof(dir), ".");
-		if ((stat(outs[i], &st) == 0 && S_ISDIR(st.st_mode)) || access(dir, W_OK) < 0)
+		cli_dirname(outs[i], dir, sizeof(dir));
+		int is_dir = stat(outs[i], &st) == 0 && S_ISDIR(st.st_mode);
+		if (is_dir || access(dir, W_OK) < 0)
 			return cli_usage_error(BENCH_CMD, "%s %s: cannot write there (%s)",
 			                       i ? "--plot" : "--json", outs[i],
-			                       stat(outs[i], &st) == 0 && S_ISDIR(st.st_mode)
-			                               ? "a directory"
-			                               : strerror(errno));
+			                       is_dir ? "a directory" : strerror(errno));
 	}
 	if (o->scale && (o->json || o->plot || o->quick))
 		return cli_usage_error(BENCH_CMD, "--scale runs alone: drop --json/--plot/--quick");

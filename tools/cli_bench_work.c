@@ -24,6 +24,8 @@
  */
 #include "tools/cli_bench.h"
 
+#include "meta/hash.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -48,24 +50,15 @@ struct client_slot {
 	char msg[256];
 };
 
-static uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdULL;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ULL;
-	x ^= x >> 33;
-	return x;
-}
-
 void bench_page_name(uint64_t i, int miss, char *buf, size_t len)
 {
 	uint64_t k = i * 4 + (miss ? 1 : 0);
 
 	bench_fmt(buf, len, "%016llx%016llx%016llx%016llx_Qwen-Qwen3-32B_0_2.bin",
-	          (unsigned long long)mix64(k), (unsigned long long)mix64(k + 0x1000000001ULL),
-	          (unsigned long long)mix64(k + 0x2000000002ULL),
-	          (unsigned long long)mix64(k + 0x3000000003ULL));
+	          (unsigned long long)meta_mix64(k),
+	          (unsigned long long)meta_mix64(k + 0x1000000001ULL),
+	          (unsigned long long)meta_mix64(k + 0x2000000002ULL),
+	          (unsigned long long)meta_mix64(k + 0x3000000003ULL));
 }
 
 static uint64_t now_ns(void)
@@ -145,8 +138,8 @@ static int op_write(struct client *c, uint64_t i)
 	bench_page_name(i, 0, name, sizeof(name));
 	bench_fmt(path, sizeof(path), "%s/%s", j->dir, name);
 	bench_fmt(tmp, sizeof(tmp), "%s.tmp.%d.%d.%016llx%016llx", path, (int)getpid(),
-	          (int)gettid(), (unsigned long long)mix64(now_ns()),
-	          (unsigned long long)mix64(i ^ 0x5555));
+	          (int)gettid(), (unsigned long long)meta_mix64(now_ns()),
+	          (unsigned long long)meta_mix64(i ^ 0x5555));
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	if (fd < 0)
 		return fail(c->slot, "open", tmp);
@@ -329,7 +322,7 @@ static void client_main(const struct bench_job *job, long idx, struct client_slo
 		if (posix_memalign((void **)&c.buf, 4096, job->page_size) != 0)
 			_exit(1);
 		for (uint64_t k = 0; k < job->page_size; k += 8) {
-			uint64_t v = mix64(k ^ (uint64_t)idx);
+			uint64_t v = meta_mix64(k ^ (uint64_t)idx);
 			memcpy(c.buf + k, &v, 8);
 		}
 	}

@@ -102,6 +102,16 @@ int cli_parse_long(const char *s, long min, long max, long *out)
 	return 0;
 }
 
+void cli_dirname(const char *path, char *out, size_t len)
+{
+	snprintf(out, len, "%s", path);
+	char *slash = strrchr(out, '/');
+	if (slash)
+		slash[slash == out ? 1 : 0] = '\0';
+	else
+		snprintf(out, len, ".");
+}
+
 void cli_human_bytes(double bytes, char *buf, size_t len)
 {
 	static const char units[] = "KMGTPE";

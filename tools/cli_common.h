@@ -71,6 +71,9 @@ int cli_parse_long(const char *s, long min, long max, long *out);
 
 /* Formats bytes for people: "0", "512B", "1.5K", "16M", "2.25T". */
 void cli_human_bytes(double bytes, char *buf, size_t len);
+/* The directory part of path into out (len bytes): "." when path has no
+ * slash, "/" for a name at the root. */
+void cli_dirname(const char *path, char *out, size_t len);
 
 /*
  * Reads an xattr into a new NUL-terminated buffer (the caller frees it)

@@ -212,10 +212,7 @@ static int cli_mount_inside(const struct cli_mount_config *cfg, const char *path
 	char dir[PATH_MAX], real[PATH_MAX];
 	size_t n = strlen(cfg->mountpoint);
 
-	snprintf(dir, sizeof(dir), "%s", path);
-	char *slash = strrchr(dir, '/');
-	if (slash)
-		slash[slash == dir ? 1 : 0] = '\0';
+	cli_dirname(path, dir, sizeof(dir));
 	const char *d = realpath(dir, real) ? real : dir;
 	return strncmp(d, cfg->mountpoint, n) == 0 && (d[n] == '\0' || d[n] == '/' || n == 1);
 }
