@@ -51,8 +51,8 @@ static void free_slot(struct meta *m, struct pool *pool, uint64_t slot, const st
 	/* In a pool HTTP clients read, a slot waits out the quarantine
 	 * whoever freed it: a client that looked the page up just before may
 	 * still read it. */
-	if (keys_quarantine_freed(m, pool, slot))
-		return;
+	if (!pool->shared && keys_quarantine_freed(m, pool, slot))
+		return; /* (shared: apply_remote, from the feed) */
 	slot_put(pool, slot);
 	if (pool->shared && chunk_owned(pool, chunk_of(pool, slot)))
 		grace_add(pool, slot, r->xid);
@@ -206,8 +206,18 @@ void apply_remote(struct meta *m, const struct store_change *c, struct dropped *
 
 	if (!pool || pool->removed)
 		return; /* (no commit lands in a removed pool: the index checks) */
-	if (c->freed_slot >= 0 && chunk_owned(pool, chunk_of(pool, (uint64_t)c->freed_slot)))
-		grace_add(pool, (uint64_t)c->freed_slot, c->xid);
+	if (c->freed_slot >= 0) {
+		uint64_t slot = (uint64_t)c->freed_slot;
+		if (chunk_owned(pool, chunk_of(pool, slot)))
+			grace_add(pool, slot, c->xid);
+		/* A pool this node's HTTP clients read: whichever node freed
+		 * the slot, it waits out the quarantine, pinned before this
+		 * node acknowledges the change (the sync thread does both), so
+		 * no node reuses it meanwhile. This node's own frees come here
+		 * too: the writer thread applies them after the commit, when a
+		 * heartbeat may already have acknowledged them. */
+		keys_quarantine_freed(m, pool, slot);
+	}
 	if (c->node == m->store->node_id)
 		return; /* this node's own change: memory has it already */
 	p = table_find_id(&m->by_id, c->page_id);

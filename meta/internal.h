@@ -126,6 +126,7 @@ struct pin {
 	uint64_t slot;
 	uint32_t count;
 	uint8_t zombie; /* its page is gone: free the slot at count 0 */
+	uint8_t quar;   /* of count, the protocol's quarantine (0 or 1) */
 };
 
 #define PIN_BUCKETS 64
@@ -488,10 +489,12 @@ uint64_t id_left(const struct idblock *b);
 
 /* keys_slots.c: stops the protocol's evictor thread and frees its state. */
 void keys_stop(struct meta *m);
-/* A page's slot freed by a FUSE operation in a pool the protocol uses (a
- * pool with HTTP state; one daemon's index): 1 if it went into the
- * quarantine instead (HTTP clients read slots they cannot pin), else 0.
- * meta.lock held. */
+/* A page's slot freed in a pool the protocol uses here (a pool with HTTP
+ * state): 1 if it went into the quarantine (HTTP clients read slots they
+ * cannot pin), else 0. One daemon's index: a FUSE operation's free, which
+ * does not go back to the pool then. Shared index: any free the feed
+ * reports (the slot is pinned; its grace period runs as usual), unless
+ * this node's HTTP drop quarantined it already. meta.lock held. */
 int keys_quarantine_freed(struct meta *m, struct pool *pool, uint64_t slot);
 /* A FUSE writer found no free slot in pool: 1 if the protocol's evictor
  * makes room there (its evicted slots wait out the quarantine, so none is
@@ -645,6 +648,13 @@ void slot_put(struct pool *p, uint64_t slot);     /* page gone durably: free or 
 void slot_pin(struct pool *p, uint64_t slot);
 void slot_unpin(struct pool *p, uint64_t slot);
 int slot_pinned(const struct pool *p, uint64_t slot);
+/* Shared index: a freed page slot HTTP clients may still read, held for
+ * the protocol's quarantine: pinned, so that no node reuses it, and in
+ * another node's chunk a zombie, so that its bit stays set here until
+ * slot_unquarantine. 0, or -EEXIST: in the quarantine already. */
+int slot_quarantine(struct pool *p, uint64_t slot);
+void slot_unquarantine(struct pool *p, uint64_t slot);
+int slot_quarantined(const struct pool *p, uint64_t slot);
 /* Highest used slot + 1 (0 when none). */
 uint64_t slot_top(const struct pool *p);
 void slots_free(struct pool *p);

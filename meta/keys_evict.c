@@ -40,9 +40,7 @@ int keys_drop_page(struct meta *m, struct page *p, struct drop_list *dl, struct 
 		 * the quarantine. In another node's chunk the pin is a zombie
 		 * (its page is gone), listed in pagefs_pins by the heartbeat
 		 * that acknowledges the drop, so the holder waits for it. */
-		slot_pin(pool, p->slot);
-		if (!chunk_owned(pool, chunk_of(pool, p->slot)))
-			slot_put(pool, p->slot); /* pinned: only marks it a zombie */
+		(void)slot_quarantine(pool, p->slot);
 	}
 	page_unlink_committed(m, p);
 	drops_add(drops, p);
@@ -70,11 +68,11 @@ int keys_drops_finish(struct meta *m, struct drop_list *dl, struct dropped *drop
 		if (err < 0) {
 			rc = rc ? rc : err; /* apply.c logged it; the slot stays taken */
 			if (pool && pool->shared)
-				slot_unpin(pool, slot);
+				slot_unquarantine(pool, slot);
 		} else if (kp) {
 			keys_quarantine(m->keys, kp, slot, 1);
 		} else if (pool && pool->shared) {
-			slot_unpin(pool, slot);
+			slot_unquarantine(pool, slot);
 		} else if (pool) {
 			slot_put(pool, slot);
 		}

@@ -365,12 +365,12 @@ void keys_quarantine_end(struct pool *p, struct kpool *kp, const struct fifo_ent
 		keys_resv_free(p, kp, e->slot);
 		return;
 	}
-	slot_unpin(p, e->slot);
+	slot_unquarantine(p, e->slot);
 }
 
 int keys_refuse_fuse(struct meta *m, struct pool *pool)
 {
-	struct kpool *kp = pool->shared ? NULL : kpool_find(m, pool);
+	struct kpool *kp = kpool_find(m, pool);
 
 	if (!kp)
 		return 0;
@@ -381,10 +381,12 @@ int keys_refuse_fuse(struct meta *m, struct pool *pool)
 
 int keys_quarantine_freed(struct meta *m, struct pool *pool, uint64_t slot)
 {
-	struct kpool *kp = pool->shared ? NULL : kpool_find(m, pool);
+	struct kpool *kp = kpool_find(m, pool);
 
 	if (!kp || slot >= kp->capacity)
 		return 0;
+	if (pool->shared && slot_quarantine(pool, slot) < 0)
+		return 1; /* in it already (this node's HTTP drop) */
 	keys_quarantine(m->keys, kp, slot, 1);
 	return 1;
 }

@@ -405,6 +405,11 @@ static int take_shared(struct meta *m, uint32_t pool_id, uint64_t skip, uint64_t
 			nap(m, 50); /* the handover comes at the holder's heartbeat */
 			continue;
 		}
+		/* (A pool HTTP clients read: the protocol's evictor makes
+		 * the room, through the quarantine, as on an index of one
+		 * daemon; evicting here would only wait for it.) */
+		if (m->cfg.evict == META_EVICT_LRU && keys_refuse_fuse(m, pool))
+			return -ENOSPC;
 		int erc = m->cfg.evict == META_EVICT_LRU ? evict_shared(m, pool_id, skip, drops)
 		                                         : -ENOSPC;
 		if (erc == 0) {
@@ -497,7 +502,7 @@ static int reserve(struct meta *m, uint32_t pool_id, const char *name, uint64_t 
 	 * room, through the quarantine: a victim's slot handed to this writer
 	 * at once could be read by a client that looked its page up.) */
 	if (rc == -ENOSPC && !m->shared && m->cfg.evict == META_EVICT_LRU &&
-	    !keys_refuse_fuse(m, pool)) {
+	    !keys_refuse_fuse(m, pool)) { /* (shared: take_shared) */
 		struct page *v = lru_victim(pool, replace_id);
 		if (v && (drop = rec_new(REC_DROP))) {
 			char vname[META_NAME_MAX + 1];

@@ -157,6 +157,42 @@ void slot_unpin(struct pool *p, uint64_t slot)
 	free(n);
 }
 
+int slot_quarantine(struct pool *p, uint64_t slot)
+{
+	if (slot_quarantined(p, slot))
+		return -EEXIST;
+	slot_pin(p, slot);
+	struct pin *n = *pin_find(p, slot);
+	n->quar = 1;
+	/* In this node's chunk its grace period keeps the bit (grace_release
+	 * skips pinned slots); in another's, the bit may be gone already
+	 * (slot_put) or still its page's (-EEXIST). */
+	if (chunk_owned(p, chunk_of(p, slot)))
+		return 0;
+	(void)slot_mark(p, slot);
+	p->nzombies += !n->zombie;
+	n->zombie = 1;
+	return 0;
+}
+
+void slot_unquarantine(struct pool *p, uint64_t slot)
+{
+	struct pin *n = *pin_find(p, slot);
+
+	if (n && n->quar) {
+		n->quar = 0;
+		slot_unpin(p, slot);
+	}
+}
+
+int slot_quarantined(const struct pool *p, uint64_t slot)
+{
+	for (const struct pin *n = p->pins[slot % PIN_BUCKETS]; n; n = n->next)
+		if (n->slot == slot)
+			return n->quar;
+	return 0;
+}
+
 int slot_pinned(const struct pool *p, uint64_t slot)
 {
 	for (const struct pin *n = p->pins[slot % PIN_BUCKETS]; n; n = n->next)

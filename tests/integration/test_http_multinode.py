@@ -188,6 +188,90 @@ def test_slot_deleted_on_another_node_is_quarantined_on_its_holder(nodes):
         time.sleep(0.3)
 
 
+def two_mounts(mount, http_on_b=False):
+    """Node A serves the protocol (--http), node B only FUSE (unless
+    http_on_b), on one backing directory and one PostgreSQL index; pool
+    0/kv of 64 pages made by A's initialize."""
+    ports = [MC.free_port(), MC.free_port()]
+    opts = ("--page-size", "64K", "--capacity", "4M")
+    a = mount(*opts, "--http", f"127.0.0.1:{ports[0]}", meta=mount.pg_index())
+    b_opts = ("--http", f"127.0.0.1:{ports[1]}") if http_on_b else ()
+    b = mount(*opts, *b_opts, backing=a.backing, meta=a.meta)
+    ca = MC.MetaClient(f"http://127.0.0.1:{ports[0]}")
+    ca.initialize(0, 64)
+    wait_for(lambda: os.path.isdir(b.path(0, "kv")), True, "A's pool on B")
+    return a, b, ca
+
+
+@pytest.mark.timeout_s(120)
+def test_slot_unlinked_through_another_nodes_mount_is_quarantined_for_http_readers(mount):
+    """Node B writes a page through its mount, an HTTP client of node A
+    looks it up, B unlinks it. The client may still read that page index
+    for SGLang's 5 s, so B's own FUSE writers must not take the slot within
+    them: A pins it for the quarantine (B, which serves no HTTP, would
+    reuse it once both nodes acknowledged the unlink, well under a
+    second). Afterwards the slot comes back."""
+    a, b, ca = two_mounts(mount)
+    pool = b.path(0, "kv")
+    H.write_page(pool / "p", b"P" * PAGE)
+    s = H.xattr_int(pool / "p", "user.pagefs.slot")
+    wait_for(lambda: ca.get_page_indices(0, ["p"]), [s], "B's page on A")
+    t0 = time.monotonic()
+    os.unlink(pool / "p")
+    wait_for(lambda: ca.exists(0, ["p"]), [False], "B's unlink on A")
+    seen, n = [], 0
+    while time.monotonic() - t0 < 5.0:
+        H.write_page(pool / f"n{n}", bytes([n]) * PAGE)
+        seen.append(H.xattr_int(pool / f"n{n}", "user.pagefs.slot"))
+        os.unlink(pool / f"n{n}")  # (its slot waits out A's quarantine too)
+        n += 1
+        time.sleep(0.2)
+    assert s not in seen, f"slot {s} was reused within 5 s of its unlink: {seen}"
+    deadline = time.monotonic() + 15
+    while s not in seen:
+        assert time.monotonic() < deadline, f"slot {s} never came back: {seen}"
+        H.write_page(pool / f"m{n}", bytes([n % 256]) * PAGE)
+        seen.append(H.xattr_int(pool / f"m{n}", "user.pagefs.slot"))
+        n += 1
+        time.sleep(0.05)
+    a.umount()
+    b.umount()
+
+
+@pytest.mark.timeout_s(120)
+def test_slot_unlinked_through_another_nodes_mount_stays_out_of_http_reservations(mount):
+    """The other way round: a key node A reserved and confirmed (a slot of
+    A's chunk), unlinked through node B's mount, is not handed out again
+    by A's reservations within 5 s."""
+    a, b, ca = two_mounts(mount)
+    (_, s), = ca.reserve_and_allocate_page_indices(0, [["k", ""]])
+    assert s >= 0
+    ca.confirm_write(0, [["k", s]], [])
+    p = b.path(0, "kv", "k")
+    wait_for(lambda: os.path.exists(p), True, "A's key in B's tree")
+    t0 = time.monotonic()
+    os.unlink(p)
+    wait_for(lambda: ca.exists(0, ["k"]), [False], "B's unlink on A")
+    seen = []
+    while time.monotonic() - t0 < 5.0:
+        res = ca.reserve_and_allocate_page_indices(0, [[f"n{j}", ""] for j in range(8)])
+        got = [i for _, i in res if i >= 0]
+        seen += got
+        ca.confirm_write(0, [], got)
+        time.sleep(0.3)
+    assert s not in seen, f"page {s} was handed out again within 5 s of its unlink: {seen}"
+    deadline = time.monotonic() + 10
+    while s not in seen:
+        assert time.monotonic() < deadline, f"page {s} never came back after the quarantine"
+        res = ca.reserve_and_allocate_page_indices(0, [[f"m{j}", ""] for j in range(8)])
+        got = [i for _, i in res if i >= 0]
+        seen += got
+        ca.confirm_write(0, [], got)
+        time.sleep(0.3)
+    a.umount()
+    b.umount()
+
+
 def test_bytes_written_for_a_key_on_one_mount_are_read_through_another(mount):
     ports = [MC.free_port(), MC.free_port()]
     opts = ("--page-size", "64K", "--capacity", "4M")

@@ -406,6 +406,7 @@ def test_deleted_slot_is_quarantined_longer_than_the_client_timeout(server, top_
         time.sleep(0.1)
 
 
+@pytest.mark.engines
 def test_slots_fuse_frees_in_a_protocol_pool_wait_out_the_quarantine(mount):
     """An HTTP client reads a key's slot straight from the data file, so a
     slot freed through the mount (unlink, the old slot of an O_TRUNC
