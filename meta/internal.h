@@ -199,7 +199,9 @@ struct pool {
 	size_t ngrace, grace_cap;
 
 	int fd;               /* data file, O_RDWR */
-	uint8_t data_missing; /* at load: the file had to be created */
+	uint8_t data_missing; /* at load: there was no data file */
+	uint64_t data_size;   /* at load: its size */
+	uint64_t load_end;    /* at load: where the bytes of its last page end */
 	char *data_path;
 };
 
@@ -617,8 +619,11 @@ void pool_unlink(struct meta *m, struct pool *p);
  * for meta_close to free). */
 int index_load(struct meta *m, char *err, size_t errlen);
 /* A pool from its store row, its data file opened (open.c). */
-int pool_from_row(struct meta *m, const struct store_pool_row *row, struct pool **out, char *err,
-                  size_t errlen);
+/* defer: only looks at the data file (data_missing, data_size); the load
+ * opens it (pool_open_data) once it knows the pages. */
+int pool_open_data(struct meta *m, struct pool *p, char *err, size_t errlen);
+int pool_from_row(struct meta *m, const struct store_pool_row *row, int defer, struct pool **out,
+                  char *err, size_t errlen);
 /* A pool by id that lookups may see (not removed). */
 struct pool *pool_live(struct meta *m, uint32_t id);
 /* Its row left the index: hides the pool (its committed pages leave the

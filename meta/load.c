@@ -227,7 +227,7 @@ static int load_pool(void *arg, const struct store_pool_row *row)
 
 	if (row->retired)
 		return 0; /* another node is removing it (pool.c) */
-	int rc = pool_from_row(m, row, &p, l->err, l->errlen);
+	int rc = pool_from_row(m, row, 1, &p, l->err, l->errlen);
 
 	if (rc < 0)
 		return rc;
@@ -257,6 +257,9 @@ static int load_page(void *arg, const struct rec *row)
 		         m->db_path, (unsigned long long)row->page_id, row->name);
 		return -EUCLEAN;
 	}
+	uint64_t end = (uint64_t)row->slot * pool->slot_size + row->length;
+	if (end > pool->load_end)
+		pool->load_end = end;
 	struct batch *b = &l->buf[l->fill];
 	struct row *r = &b->r[b->n++];
 	r->id = row->page_id;

@@ -196,8 +196,18 @@ static int check_owner(struct meta *m, char *err, size_t errlen)
 	return rc;
 }
 
-int pool_from_row(struct meta *m, const struct store_pool_row *row, struct pool **out, char *err,
-                  size_t errlen)
+int pool_open_data(struct meta *m, struct pool *p, char *err, size_t errlen)
+{
+	int rc =
+		data_open(p->data_path, p->capacity * p->slot_size, m->cfg.read_only, &p->fd, NULL);
+
+	if (rc < 0)
+		snprintf(err, errlen, "cannot open data file %s: %s", p->data_path, strerror(-rc));
+	return rc;
+}
+
+int pool_from_row(struct meta *m, const struct store_pool_row *row, int defer, struct pool **out,
+                  char *err, size_t errlen)
 {
 	char path[4096];
 	struct pool *p = pool_new();
@@ -233,14 +243,49 @@ int pool_from_row(struct meta *m, const struct store_pool_row *row, struct pool 
 		pool_free(p);
 		return -EIO;
 	}
-	p->data_missing = access(path, F_OK) < 0;
-	rc = data_open(path, p->capacity * p->slot_size, m->cfg.read_only, &p->fd, NULL);
-	if (rc < 0) {
-		snprintf(err, errlen, "cannot open data file %s: %s", path, strerror(-rc));
+	if (defer) {
+		struct stat st;
+		if (stat(path, &st) == 0)
+			p->data_size = (uint64_t)st.st_size;
+		else
+			p->data_missing = 1; /* (any other error: pool_open_data says it) */
+	} else if ((rc = pool_open_data(m, p, err, errlen)) < 0) {
 		pool_free(p);
 		return rc;
 	}
 	*out = p;
+	return 0;
+}
+
+/* After the load: a data file that lost pages the index names (missing,
+ * or cut short) is refused before anything creates or extends it, so
+ * that the refusal changes nothing and every later mount refuses too
+ * (the pages would read as zeros: those written over HTTP or imported
+ * have no checksum to catch it). */
+static int open_loaded_data(struct meta *m, char *err, size_t errlen)
+{
+	for (struct pool *p = m->pools; p; p = p->next) {
+		if (p->data_missing && p->pages) {
+			snprintf(err, errlen,
+			         "data file %s is missing but the index names %llu pages in it; "
+			         "restore it, or run 'pagefs fsck --repair' to drop them",
+			         p->data_path, (unsigned long long)p->pages);
+			return -ENOENT;
+		}
+		if (!p->data_missing && p->data_size < p->load_end) {
+			snprintf(
+				err, errlen,
+				"data file %s is %llu bytes but the index names pages up to byte "
+				"%llu of it; restore it, or run 'pagefs fsck --repair' to drop the "
+				"pages past its end",
+				p->data_path, (unsigned long long)p->data_size,
+				(unsigned long long)p->load_end);
+			return -EIO;
+		}
+		int rc = pool_open_data(m, p, err, errlen);
+		if (rc < 0)
+			return rc;
+	}
 	return 0;
 }
 
@@ -389,16 +434,8 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 	{
 		rc = index_load(m, err, errlen);
 		reverse_pools(m);
-		for (struct pool *p = m->pools; p && rc == 0; p = p->next) {
-			if (p->data_missing && p->pages) {
-				snprintf(err, errlen,
-				         "data file %s is missing but the index names %llu pages "
-				         "in it; "
-				         "restore it, or run 'pagefs fsck --repair' to drop them",
-				         p->data_path, (unsigned long long)p->pages);
-				rc = -ENOENT;
-			}
-		}
+		if (rc == 0)
+			rc = open_loaded_data(m, err, errlen);
 		if (rc < 0) {
 			if (!err[0])
 				snprintf(err, errlen, "cannot load index %s: %s; run 'pagefs fsck'",

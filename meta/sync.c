@@ -119,7 +119,7 @@ static int reload_pools(struct meta *m)
 		if (p)
 			continue;
 		/* A pool another node made: open its data file outside the lock. */
-		if (pool_from_row(m, row, &p, err, sizeof(err)) < 0) {
+		if (pool_from_row(m, row, 0, &p, err, sizeof(err)) < 0) {
 			log_warn("cannot serve pool %u/%s made by another node: %s", row->rank,
 			         row->ns, err);
 			continue;

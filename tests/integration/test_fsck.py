@@ -200,9 +200,24 @@ def test_rank_missing_adds_the_rank_row(pages):
     pages.serves(keep=pages.content)
 
 
+def refused_twice(pages, path, what):
+    """A mount refuses the lost data file, naming it and fsck --repair, and
+    changes nothing on the backing (the file stays missing, or as short),
+    so that the next mount refuses too: one that made or grew the file
+    served the lost pages as zeros (found by a probe)."""
+    size = os.path.getsize(path) if os.path.exists(path) else None
+    for attempt in (1, 2):
+        r = pages.m.attempt()
+        assert r.returncode == 1, f"mount {attempt} must refuse a data file that {what}: {describe(r)}"
+        assert path in r.stderr and "fsck --repair" in r.stderr, describe(r)
+        now = os.path.getsize(path) if os.path.exists(path) else None
+        assert now == size, f"the refused mount {attempt} changed {path}: {size} -> {now} bytes"
+
+
 def test_data_missing_drops_the_pools_pages_and_creates_the_file(pages):
     path = pages.data_file("q0")
     os.unlink(path)
+    refused_twice(pages, path, "is missing")
     pages.break_and_check("data-missing", expect_in_msg=(path,))
     assert os.path.getsize(path) == CAP * SLOT, "the repaired data file should cover the capacity"
     assert rows(pages.m, "SELECT count(*) FROM pages WHERE name IN (X'7130', X'7131')")[0][0] == 0
@@ -215,6 +230,7 @@ def test_data_short_drops_pages_past_the_end_and_grows_the_file(pages):
               if p == path and n != "p3" and o < off)
     assert cut <= off
     os.truncate(path, off + 10)  # p3 (length > 10) now lies past the end
+    refused_twice(pages, path, "lost the end of a page")
     pages.break_and_check("data-short", expect_in_msg=("p3", path))
     assert os.path.getsize(path) == CAP * SLOT
     pages.serves(keep=["p0", "p1", "p2", "q0", "q1"], gone=["p3"])
