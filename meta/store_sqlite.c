@@ -220,10 +220,23 @@ static int check_schema(struct sqlite_store *s, char *err, size_t errlen)
 	rc = table_exists(s, "settings", &has_settings);
 	if (rc == SQLITE_OK)
 		rc = count_tables(s, &ntables);
+	if (rc != SQLITE_OK && (rc & 0xff) != SQLITE_CORRUPT && (rc & 0xff) != SQLITE_NOTADB) {
+		/* The file may be fine: reading it needs room for its -shm and
+		 * -wal files, and a readable disk (a full one said "disk I/O
+		 * error" and suggested moving the index away). */
+		int e = sqlite3_system_errno(s->db);
+		snprintf(err, errlen, "cannot read index %s: %s%s", s->path,
+		         e ? strerror(e) : sqlite3_errstr(rc),
+		         e == ENOSPC || e == EDQUOT
+		                 ? " (SQLite needs room beside it for its -shm and -wal files); "
+		                   "free some space and try again"
+		                 : "");
+		return e ? -e : -EIO;
+	}
 	if (rc != SQLITE_OK) {
 		snprintf(err, errlen,
-		         "index %s is not a readable SQLite database (%s); check it with "
-		         "'pagefs fsck', or move it away to start a new index",
+		         "index %s is not a readable SQLite database (%s); 'pagefs fsck' cannot "
+		         "repair that: restore it, or move it away to start a new index",
 		         s->path, sqlite3_errstr(rc));
 		return -EIO;
 	}

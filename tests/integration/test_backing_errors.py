@@ -3,7 +3,8 @@ import errno
 import os
 
 import pageformat as PF
-from pagefs_helpers import assert_bytes_equal, expect_errno, read_page, try_write_page
+from pagefs_helpers import (assert_bytes_equal, describe, expect_errno, read_page, run_pagefs,
+                            try_write_page)
 
 MIB = 1 << 20
 
@@ -47,3 +48,32 @@ def test_full_backing_directory_reports_enospc_and_commits_nothing_partial(mount
     assert set(os.listdir(pool)) == set(written)
     for n, d in written.items():
         assert_bytes_equal(read_page(pool / n), d, n)
+
+
+def test_fsck_on_a_full_filesystem_names_the_full_disk_not_a_corrupt_index(mount):
+    """Reading an index in WAL mode needs room for its -shm file: on a full
+    filesystem fsck called a healthy index unreadable and suggested moving
+    it away, which would throw every page away (found by a probe)."""
+    disk = mount.mount_tmpfs(mount.new_dir() / "disk", "4M")
+    (disk / "backing").mkdir()
+    m = mount(backing=disk / "backing", meta=f"sqlite:{disk}/index.db", start=False)
+    m.start("--page-size", "64K", "--capacity", "16M")
+    pool = m.pool(0, "kv")
+    for i in range(10):
+        (pool / f"p{i}").write_bytes(b"%d" % i)
+    m.umount()
+    filler = disk / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * MIB)
+                f.flush()
+        except OSError as e:
+            assert e.errno == errno.ENOSPC, e
+    r = run_pagefs("fsck", m.backing, "--meta", m.meta)
+    assert r.returncode == 1, describe(r)
+    assert "No space left on device" in r.stderr and "free some space" in r.stderr, describe(r)
+    assert "move it away" not in r.stderr + r.stdout, describe(r)
+    os.unlink(filler)
+    r = run_pagefs("fsck", m.backing, "--meta", m.meta)
+    assert r.returncode == 0 and "10 pages" in r.stdout, describe(r)
