@@ -202,6 +202,10 @@ struct pool {
 	uint8_t data_missing; /* at load: there was no data file */
 	uint64_t data_size;   /* at load: its size */
 	uint64_t load_end;    /* at load: where the bytes of its last page end */
+	/* Slots held for reservations a daemon before this mount handed out
+	 * (fence.c): free at mount, marked used until fence_end (monotonic). */
+	uint64_t *fence_bits, fence_words;
+	int64_t fence_end;
 	char *data_path;
 };
 
@@ -489,6 +493,9 @@ static inline uint64_t chunk_of(const struct pool *p, uint64_t slot)
 uint64_t id_take(struct idblock *b);
 uint64_t id_left(const struct idblock *b);
 
+/* fence.c: at mount, holds the free slots of pools whose HTTP clients may
+ * still write slots the daemon before reserved. 0 or -ENOMEM. */
+int fences_load(struct meta *m);
 /* keys_slots.c: stops the protocol's evictor thread and frees its state. */
 void keys_stop(struct meta *m);
 /* A page's slot freed in a pool the protocol uses here (a pool with HTTP
@@ -660,6 +667,11 @@ int slot_pinned(const struct pool *p, uint64_t slot);
 int slot_quarantine(struct pool *p, uint64_t slot);
 void slot_unquarantine(struct pool *p, uint64_t slot);
 int slot_quarantined(const struct pool *p, uint64_t slot);
+/* Marks every free slot of p used until until_mono (slots_unfence gives
+ * back those still held then). 0 or -ENOMEM. */
+int slots_fence(struct pool *p, int64_t until_mono);
+/* Gives the fenced slots back once their time is up (or now, with force). */
+void slots_unfence(struct pool *p, int force);
 /* Highest used slot + 1 (0 when none). */
 uint64_t slot_top(const struct pool *p);
 void slots_free(struct pool *p);

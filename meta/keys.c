@@ -362,6 +362,13 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 		rc = !pool ? -ENOENT : m->cfg.read_only ? -EROFS : -ENOMEM;
 		goto out;
 	}
+	/* (A reservation may be written after a restart: fence.c.) */
+	if ((rc = keys_fence_ahead(m, pool_id, kp)) < 0)
+		goto out;
+	if (!(pool = pool_by_id(m, pool_id)) || !(kp = kpool_get(m, pool))) {
+		rc = !pool ? -ENOENT : -ENOMEM;
+		goto out;
+	}
 	int64_t deadline = mono_ns() + m->keys->t.reserve_timeout_ns;
 	for (size_t i = 0; i < n; i++) {
 		existed[i] = 0;

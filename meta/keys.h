@@ -47,6 +47,7 @@ struct kpool {
 	size_t cur_idx;
 	int cur_ok, full;
 	int64_t lease_after;
+	int64_t fence_until; /* wall-clock ns the index records (fence.c) */
 };
 
 struct keys {
@@ -96,6 +97,13 @@ int keys_take(struct meta *m, uint32_t pool_id, struct kpool *kp, uint64_t *slot
 void keys_resv_free(struct pool *p, struct kpool *kp, uint64_t slot); /* never named */
 void keys_quarantine(struct keys *k, struct kpool *kp, uint64_t slot, int page_slot);
 void keys_quarantine_end(struct pool *p, struct kpool *kp, const struct fifo_ent *e);
+
+/* fence.c (index of one daemon): records in the index, before a
+ * reservation is handed out, until when its slot may be written; at a
+ * clean stop clears that when no reservation is outstanding. meta.lock
+ * held, dropped while the record is written. */
+int keys_fence_ahead(struct meta *m, uint32_t pool_id, struct kpool *kp);
+void keys_fence_clear(struct meta *m, struct kpool *kp);
 
 /* keys_evict.c: a drop takes p out of memory and queues its removal;
  * keys_drops_finish (without meta.lock) waits for them and quarantines

@@ -169,6 +169,10 @@ void keys_stop(struct meta *m)
 	pthread_mutex_unlock(&m->lock);
 	if (k->started)
 		pthread_join(k->thread, NULL);
+	pthread_mutex_lock(&m->lock);
+	for (struct kpool *kp = k->pools; kp; kp = kp->next)
+		keys_fence_clear(m, kp);
+	pthread_mutex_unlock(&m->lock);
 	while (k->pools) {
 		struct kpool *kp = k->pools;
 		k->pools = kp->next;
@@ -208,6 +212,8 @@ static int take_top(struct pool *p, struct kpool *kp, uint64_t *slot)
 {
 	int64_t s;
 
+	if (p->fence_bits)
+		slots_unfence(p, 0);
 	if (p->nused >= p->capacity)
 		return -ENOSPC;
 	if (kp->top >= p->capacity)

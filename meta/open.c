@@ -436,6 +436,8 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 		reverse_pools(m);
 		if (rc == 0)
 			rc = open_loaded_data(m, err, errlen);
+		if (rc == 0 && (rc = fences_load(m)) < 0)
+			snprintf(err, errlen, "out of memory holding slots of pools");
 		if (rc < 0) {
 			if (!err[0])
 				snprintf(err, errlen, "cannot load index %s: %s; run 'pagefs fsck'",

@@ -148,6 +148,7 @@ void pool_free(struct pool *p)
 	pool_index_drop(p);
 	slots_free(p);
 	chunks_free(p);
+	free(p->fence_bits);
 	if (p->fd >= 0)
 		close(p->fd);
 	free(p->data_path);

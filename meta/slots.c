@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int bit_get(const struct pool *p, uint64_t i)
 {
@@ -49,6 +50,8 @@ int slot_take(struct pool *p, uint64_t *slot)
 {
 	if (p->shared)
 		return chunk_take(p, slot);
+	if (p->fence_bits)
+		slots_unfence(p, 0);
 	if (p->nused < p->hwm) {
 		for (uint64_t w = p->scan / 64; w * 64 < p->hwm; w++) {
 			if (p->bits[w] == ~0ULL)
@@ -199,6 +202,50 @@ int slot_pinned(const struct pool *p, uint64_t slot)
 		if (n->slot == slot)
 			return 1;
 	return 0;
+}
+
+int slots_fence(struct pool *p, int64_t until_mono)
+{
+	uint64_t words = (p->capacity + 63) / 64;
+
+	if (p->fence_bits || ensure_words(p, p->capacity) < 0 ||
+	    !(p->fence_bits = calloc(words ? words : 1, sizeof(*p->fence_bits))))
+		return -ENOMEM;
+	for (uint64_t w = 0; w < words; w++) {
+		uint64_t valid =
+			p->capacity - w * 64 >= 64 ? ~0ULL : (1ULL << (p->capacity % 64)) - 1;
+		uint64_t used = w * 64 < p->hwm ? p->bits[w] : 0;
+		if (w * 64 < p->hwm && p->hwm < w * 64 + 64)
+			used &= (1ULL << (p->hwm % 64)) - 1;
+		p->fence_bits[w] = ~used & valid;
+		p->bits[w] = used | p->fence_bits[w];
+		p->nused += (uint64_t)__builtin_popcountll(p->fence_bits[w]);
+	}
+	p->fence_words = words;
+	p->hwm = p->capacity;
+	p->scan = p->capacity;
+	p->fence_end = until_mono;
+	return 0;
+}
+
+void slots_unfence(struct pool *p, int force)
+{
+	struct timespec ts;
+
+	if (!p->fence_bits)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	if (!force && (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec < p->fence_end)
+		return;
+	for (uint64_t w = 0; w < p->fence_words; w++) {
+		p->bits[w] &= ~p->fence_bits[w];
+		p->nused -= (uint64_t)__builtin_popcountll(p->fence_bits[w]);
+	}
+	free(p->fence_bits);
+	p->fence_bits = NULL;
+	p->scan = 0;
+	while (p->hwm > 0 && !bit_get(p, p->hwm - 1))
+		p->hwm--;
 }
 
 uint64_t slot_top(const struct pool *p)

@@ -575,3 +575,71 @@ def test_a_key_confirmed_twice_in_one_batch_keeps_the_last_slot(server):
     s2 = server(meta=s.meta, backing=s.backing)
     s2.client.initialize(0, 64)
     assert s2.client.get_page_indices(0, ["k", "other"]) == [b, z]
+
+
+def crashed_server(tmp_root, *opts):
+    """A serve-meta killed with SIGKILL after reserving keys k0..k3 of a
+    16-page pool and confirming k0: (its Server, the slots of k1..k3)."""
+    d = os.path.join(tmp_root, f"crashed-{time.monotonic_ns()}")
+    os.makedirs(d)
+    a = MC.Server(d, "--page-size", "64K", *opts)
+    try:
+        a.client.initialize(0, 16)
+        res = a.client.reserve_and_allocate_page_indices(0, [[f"k{i}", ""] for i in range(4)])
+        slots = [s for _, s in res]
+        assert all(s >= 0 for s in slots), res
+        a.client.confirm_write(0, [["k0", slots[0]]], [])
+    finally:
+        a.proc.kill()
+        a.proc.wait(30)
+        a.log.close()
+    return a, slots[1:]
+
+
+@pytest.mark.timeout_s(120)
+def test_slots_reserved_before_a_crash_are_held_after_the_restart(server, tmp_root):
+    """An HTTP client writes the slot it reserved straight into the data
+    file, maybe after the daemon that reserved it crashed: the daemon
+    after it must not hand that slot to another key (or FUSE writer) until
+    the reservation could have ended (--reserve-timeout, then the
+    quarantine). It gave it to the next key at once, whose page then held
+    the late writer's bytes (found by a probe)."""
+    a, reserved = crashed_server(tmp_root, "--reserve-timeout", "2")
+    t0 = time.monotonic()
+    b = server("--reserve-timeout", "2", backing=a.backing, meta=a.meta)
+    assert b.client.reserve_and_allocate_page_indices(0, [["n0", ""]]) == [(False, -1)], \
+        "every free slot is held after the crash"
+    assert "held for" in b.log_text(), b.log_text()
+    seen, n = [], 0
+    while not set(seen) & set(reserved):
+        assert time.monotonic() - t0 < 40, f"the held slots never came back: {seen}"
+        n += 1
+        res = b.client.reserve_and_allocate_page_indices(0, [[f"n{n}.{j}", ""] for j in range(16)])
+        got = [s for _, s in res if s >= 0]  # (k0's slot, once the evictor freed it)
+        seen += got
+        b.client.confirm_write(0, [], got)
+        time.sleep(0.25)
+    elapsed = time.monotonic() - t0
+    assert elapsed >= 2 + 6, f"a slot reserved before the crash came back after {elapsed:.1f} s"
+
+
+def test_a_clean_stop_with_no_reservation_outstanding_holds_nothing(server):
+    a = server()
+    a.client.initialize(0, 16)
+    res = a.client.reserve_and_allocate_page_indices(0, [["k0", ""], ["k1", ""]])
+    a.client.confirm_write(0, [["k0", res[0][1]]], [res[1][1]])
+    assert a.stop() == 0
+    b = server(backing=a.backing, meta=a.meta)
+    (_, s), = b.client.reserve_and_allocate_page_indices(0, [["n", ""]])
+    assert s >= 0, "a clean stop with every reservation confirmed or released holds no slot"
+    assert "held for" not in b.log_text()
+
+
+def test_a_clean_stop_with_a_reservation_outstanding_holds_the_free_slots(server):
+    a = server()
+    a.client.initialize(0, 16)
+    a.client.reserve_and_allocate_page_indices(0, [["k0", ""]])  # never confirmed
+    assert a.stop() == 0
+    b = server(backing=a.backing, meta=a.meta)
+    assert b.client.reserve_and_allocate_page_indices(0, [["n", ""]]) == [(False, -1)]
+    assert "held for" in b.log_text(), b.log_text()

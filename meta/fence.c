@@ -1,0 +1,112 @@
+/*
+ * fence.c - HTTP reservations that outlive the daemon (index of one
+ * daemon).
+ *
+ * An HTTP client writes a reserved slot straight into the data file,
+ * possibly after the daemon that reserved it crashed or was restarted: a
+ * daemon that does not know the reservation would hand that slot to
+ * another key, or to a FUSE writer, whose page then holds the late
+ * writer's bytes. So before it hands out a reservation, a daemon records
+ * in the index (setting "resv_fence.POOL", wall-clock ns) until when a
+ * slot reserved now may still be written: the reservation's timeout and
+ * the quarantine after it, FENCE_AHEAD_NS more so that the record is
+ * written once in that time at most. A mount that finds that time still
+ * ahead marks every slot free in the pool used until then (slots_fence):
+ * pages are written meanwhile into slots that eviction or deletion frees
+ * (through the quarantine for the protocol's writers). A clean stop with
+ * no reservation outstanding clears the record. A shared index does not
+ * do this (the README says what it does).
+ *
+ * Locks: meta.lock held on entry and return; dropped while a record is
+ * waited for.
+ */
+#include "meta/internal.h"
+#include "meta/keys.h"
+#include "meta/log.h"
+#include "meta/store.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define FENCE_AHEAD_NS (5 * SEC)
+
+static void fence_key(uint32_t pool_id, char *buf, size_t len)
+{
+	snprintf(buf, len, "resv_fence.%u", pool_id);
+}
+
+/* Records until when pool_id's slots may be written by its clients, as
+ * value (wall-clock ns; 0: by none). 0 or -errno. */
+static int fence_write(struct meta *m, uint32_t pool_id, int64_t value)
+{
+	struct rec *r = rec_new(REC_SETTING);
+
+	if (!r)
+		return -ENOMEM;
+	fence_key(pool_id, r->key, sizeof(r->key));
+	snprintf(r->value, sizeof(r->value), "%lld", (long long)value);
+	r->waited = 1;
+	journal_submit(m, r);
+	pthread_mutex_unlock(&m->lock);
+	int rc = journal_wait(m, r);
+	pthread_mutex_lock(&m->lock);
+	return rc;
+}
+
+int keys_fence_ahead(struct meta *m, uint32_t pool_id, struct kpool *kp)
+{
+	if (m->shared)
+		return 0;
+	int64_t need = now_ns() + m->keys->t.reserve_timeout_ns + m->keys->t.quarantine_ns;
+	if (kp->fence_until >= need)
+		return 0;
+	int rc = fence_write(m, pool_id, need + FENCE_AHEAD_NS);
+	if (rc == 0 && need + FENCE_AHEAD_NS > kp->fence_until)
+		kp->fence_until = need + FENCE_AHEAD_NS;
+	return rc;
+}
+
+void keys_fence_clear(struct meta *m, struct kpool *kp)
+{
+	if (m->shared || m->cfg.read_only || !kp->fence_until)
+		return;
+	for (size_t i = 0; i < kp->resv_q.len; i++) {
+		const struct fifo_ent *e = &kp->resv_q.v[(kp->resv_q.head + i) % kp->resv_q.cap];
+		if (resv_get(kp, e->slot) == e->at) {
+			log_info("pool %u: reservations are outstanding: after a restart its free "
+			         "slots stay held until they could have been written",
+			         kp->pool_id);
+			return;
+		}
+	}
+	if (fence_write(m, kp->pool_id, 0) == 0)
+		kp->fence_until = 0;
+}
+
+int fences_load(struct meta *m)
+{
+	if (m->shared || m->cfg.read_only)
+		return 0;
+	for (struct pool *p = m->pools; p; p = p->next) {
+		char key[32], val[32] = "";
+		fence_key(p->id, key, sizeof(key));
+		if (store_get_setting(m->store, key, val, sizeof(val)) < 0 || !val[0])
+			continue;
+		int64_t until = strtoll(val, NULL, 10), left = until - now_ns();
+		if (left <= 0)
+			continue;
+		if (left > 86400 * SEC)
+			left = 86400 * SEC; /* (a clock set back: the reserve timeout's limit) */
+		uint64_t used = p->nused;
+		int rc = slots_fence(p, mono_ns() + left);
+		if (rc < 0)
+			return rc;
+		log_warn("pool %u/%s: the daemon before held reservations its HTTP clients may "
+		         "still "
+		         "write: its %llu free slots are held for %lld s more",
+		         p->rank, p->ns, (unsigned long long)(p->nused - used),
+		         (long long)((left + SEC - 1) / SEC));
+	}
+	return 0;
+}
