@@ -37,13 +37,16 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fs/fs_inode.h"
 #include "meta/hash.h"
+#include "meta/log.h"
 
 static const char zeros[65536];
 
@@ -53,6 +56,22 @@ static int fail(struct fs_handle *h, int err)
 	h->w.state = FS_W_FAILED;
 	h->w.err = err;
 	return -err;
+}
+
+/* A write into the data file failed: the operator hears of it too, once
+ * in 10 s (on a full disk every write fails). */
+static void warn_backing(int err)
+{
+	static _Atomic int64_t last;
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	int64_t now = (int64_t)ts.tv_sec + 1, prev = atomic_load(&last);
+	if ((prev && now - prev < 10) || !atomic_compare_exchange_strong(&last, &prev, now))
+		return;
+	log_warn("cannot write page bytes into a data file: %s (the writer gets the error; "
+	         "said once in 10 s)",
+	         strerror(err));
 }
 
 static void wait_idle(struct fs_handle *h)
@@ -271,6 +290,8 @@ ssize_t fs_writer_write(struct fs_mount *fs, struct fs_handle *h, const char *bu
 
 	ret = pwrite_all(h->data_fd, buf, size, pos);
 
+	if (ret < 0)
+		warn_backing(-ret);
 	pthread_mutex_lock(&h->lock);
 	if (ret < 0) {
 		fail(h, -ret);

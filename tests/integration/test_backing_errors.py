@@ -28,6 +28,9 @@ def test_full_backing_directory_reports_enospc_and_commits_nothing_partial(mount
     assert err == errno.ENOSPC, f"{name}: the backing ENOSPC should reach the writer, got " \
                                 f"{errno.errorcode.get(err, err)} at {stage}"
     assert len(written) >= 8, f"only {len(written)} pages fit in 16 MiB"
+    log = m.log.read_text()
+    assert "cannot write page bytes into a data file: No space left on device" in log, \
+        f"the daemon's log should say why writes fail:\n{log[-2000:]}"
     listing = set(os.listdir(pool))
     assert name not in listing, f"{name} failed with ENOSPC at {stage} but was committed"
     expect_errno(errno.ENOENT, os.stat, pool / name, what=f"stat of {name} after ENOSPC")
