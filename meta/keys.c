@@ -151,9 +151,18 @@ int meta_keys_initialize(struct meta *m, int rank, const char *ns, uint64_t num_
 			return -EINVAL;
 		}
 		rc = create_pool(m, rank, ns, slot_size, num_pages * slot_size, &info);
-		if (rc == 0)
+		if (rc == 0 && (info.capacity != num_pages || info.slot_size != slot_size)) {
+			*differs = info.capacity != num_pages; /* (made by another node) */
+			log_warn(
+				"rank %d namespace '%s' initialized by another node at the same "
+				"moment: %llu pages of %llu bytes (kept; asked here: %llu of %llu)",
+				rank, ns, (unsigned long long)info.capacity,
+				(unsigned long long)info.slot_size, (unsigned long long)num_pages,
+				(unsigned long long)slot_size);
+		} else if (rc == 0) {
 			log_info("pool %d/%s initialized: %llu pages of %llu bytes", rank, ns,
 			         (unsigned long long)num_pages, (unsigned long long)slot_size);
+		}
 		if (rc == -EFBIG)
 			snprintf(msg, msglen,
 			         "num_pages %llu of %llu bytes make a data file larger than the "

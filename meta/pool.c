@@ -350,24 +350,6 @@ static int is_file_at(int fd, const char *path)
  * trace of the old pool, its retired row, leaves the index, and the new
  * row could only be inserted after that). Then the pool's file is
  * whatever is at the path now: made again, and put behind the same fd. */
-static void same_file(struct meta *m, struct pool *p)
-{
-	int fd;
-
-	if (is_file_at(p->fd, p->data_path))
-		return;
-	if (data_open(p->data_path, p->capacity * p->slot_size, m->cfg.read_only, &fd, NULL) < 0) {
-		log_error("pool %u/%s: cannot open its data file %s again", p->rank, p->ns,
-		          p->data_path);
-		return;
-	}
-	log_info("pool %u/%s: its data file was replaced while it was made; reopened", p->rank,
-	         p->ns);
-	if (dup2(fd, p->fd) < 0)
-		log_error("pool %u/%s: dup2: %s", p->rank, p->ns, strerror(errno));
-	close(fd);
-}
-
 int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_size,
                      uint64_t capacity_bytes, struct meta_pool_info *out)
 {
@@ -403,10 +385,16 @@ int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_siz
 	snprintf(p->ns, sizeof(p->ns), "%s", ns);
 	p->slot_size = slot_size;
 	p->capacity = capacity_bytes / slot_size;
-	/* Data before metadata: the file exists before the index names it. */
-	int made;
-	rc = data_open(path, p->capacity * slot_size, 0, &p->fd, &made);
-	if (rc < 0) {
+	/* Data before metadata on an index of one daemon: the file exists
+	 * before the index names it. On a shared index the row comes first:
+	 * another node initializing the pool at the same moment took the
+	 * slot size from the size of this node's new file (as of an SGLang
+	 * file found with no pool), and its row could win: a pool of a slot
+	 * size neither asked for (found by a probe). Once the row is in,
+	 * whoever sees the file sees the pool. (A mount makes a missing file
+	 * of a pool without pages.) */
+	int made = 0, drc = 0;
+	if (!m->shared && (rc = data_open(path, p->capacity * slot_size, 0, &p->fd, &made)) < 0) {
 		log_error("cannot create data file %s: %s", path, strerror(-rc));
 		pool_free(p);
 		return rc;
@@ -435,14 +423,24 @@ int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_siz
 	pool_fill_info(p, out);
 	pthread_mutex_unlock(&m->lock);
 	rc = r ? journal_wait(m, r) : -ENOMEM;
-	if (rc == 0 && m->shared)
-		same_file(m, p); /* still hidden: nobody uses its fd yet */
+	if (rc == 0 && m->shared &&
+	    (drc = data_open(path, p->capacity * slot_size, 0, &p->fd, &made)) < 0)
+		log_error("cannot create data file %s: %s", path, strerror(-drc));
 	pthread_mutex_lock(&m->lock);
 	p->creating = 0;
 	p->created = ++m->pools_made;
 	m->ranks_busy--;
 	m->ranks_made++;
 	pthread_mutex_unlock(&m->lock);
+	if (drc < 0) {
+		/* The row is in: out again, as an rmdir takes it. */
+		uint32_t id = p->id;
+		if ((rc = pool_remove(m, id, 1)) < 0)
+			log_warn("pool %d/%s stays in the index without its data file (%s): "
+			         "'rmdir' it, or a mount makes the file",
+			         rank, ns, strerror(-rc));
+		return drc;
+	}
 	if (rc < 0) {
 		pthread_mutex_lock(&m->lock);
 		pool_unlink(m, p);

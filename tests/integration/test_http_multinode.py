@@ -117,6 +117,46 @@ def test_keys_confirmed_on_one_node_are_found_on_the_other(nodes):
     print(f"visible on the other node after {took * 1000:.0f} ms")
 
 
+
+@pytest.mark.timeout_s(180)
+def test_a_pool_initialized_on_two_nodes_with_two_sizes_keeps_the_page_size(nodes):
+    """Two nodes initialize one new pool at the same moment with different
+    num_pages: one pool of 64 KiB pages (--page-size) results, whichever
+    num_pages wins. A node took the page size from the size of the data
+    file the other had just made, before that node's pool row was in, and
+    its row could win: 64 slots of 128 KiB or 128 of 32 KiB, so HTTP
+    clients (index * 64 KiB) and the FUSE tree disagreed on every page
+    (found by a probe, 6 times in 40)."""
+    uri = nodes.index()
+    schema = uri.split("search_path%3D")[1].split("&")[0]
+    a, b = nodes(2, meta=uri)
+    for rank in range(30):
+        errors = []
+        go = threading.Barrier(2)
+
+        def one(c, n):
+            try:
+                go.wait()
+                c.initialize(rank, n)
+            except Exception as e:  # noqa: BLE001
+                errors.append(repr(e))
+        sizes = (64, 128) if rank % 2 else (128, 64)
+        ts = [threading.Thread(target=one, args=(c, n)) for c, n in zip((a.client, b.client), sizes)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert not errors, errors
+    sizes = H.psql(f"SELECT rank, slot_size, capacity FROM {schema}.pagefs_pools ORDER BY rank")
+    rows = [tuple(int(x) for x in line.split("|")) for line in sizes.splitlines()]
+    assert len(rows) == 30, rows
+    bad = [r for r in rows if r[1] != PAGE or r[2] not in (64, 128)]
+    assert not bad, f"pools of another page size (rank, slot size, slots): {bad}"
+    logs = a.log_text() + b.log_text()
+    made = [r for r in range(30) if logs.count(f"pool {r}/kv initialized:") != 1]
+    assert not made, f"ranks whose pool two nodes both said they initialized: {made}"
+
+
 @pytest.mark.timeout_s(180)
 def test_reservations_on_two_nodes_never_share_a_page(nodes):
     a, b = nodes(2)
