@@ -70,7 +70,11 @@ struct pg_store {
 
 /* A handover request (pagefs_wants) counts while renewed within this. */
 #define PG_WANT_FRESH "interval '3 seconds'"
-#define PG_NODE_LOCK_CLASS 1885824629 /* (class, node id): held by its sync session */
+/* (key, node id): held by a node's sync session. The key is the schema's:
+ * two indexes in two schemas of one database have nodes of one id (their
+ * node locks were one lock, and the second index's mount waited for the
+ * first's node forever; found by a probe). */
+#define PG_NODE_LOCK_KEY "hashtext('pagefs-node:' || coalesce(current_schema(), ''))"
 /* A pool's removal lock (one bigint key: the schema's hash, pool id):
  * commits and leases take it shared, a removal exclusively (pool.c). */
 #define PG_POOL_KEY(pool)                                                                          \

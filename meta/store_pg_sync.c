@@ -27,7 +27,7 @@
 /* The sync connection, (re)made on demand. 0 or -EIO. */
 static int sync_conn(struct pg_store *s)
 {
-	char sql[64];
+	char sql[160];
 
 	if (s->sconn && PQstatus(s->sconn) == CONNECTION_OK)
 		return 0;
@@ -41,7 +41,7 @@ static int sync_conn(struct pg_store *s)
 	}
 	/* While this session lives, the node's lock is held: a node whose
 	 * lock is free has lost its sessions (died) and is reaped early. */
-	snprintf(sql, sizeof(sql), "SELECT pg_advisory_lock(%d, %u)", PG_NODE_LOCK_CLASS,
+	snprintf(sql, sizeof(sql), "SELECT pg_advisory_lock(" PG_NODE_LOCK_KEY ", %u)",
 	         s->base.node_id);
 	PQclear(PQexec(s->sconn, sql));
 	s->sconn_since = time(NULL);
@@ -320,7 +320,7 @@ static int heartbeat_txn(struct pg_store *s, const uint64_t (*pins)[2], size_t n
 			s,
 			"DELETE FROM pagefs_nodes WHERE lease_until < now() OR (id <> $1"
 			" AND lease_until < now() + interval '" REAP_SECONDS " seconds'"
-			" AND pg_try_advisory_xact_lock(" PG_STR(PG_NODE_LOCK_CLASS) ", id::int))",
+			 " AND pg_try_advisory_xact_lock(" PG_NODE_LOCK_KEY ", id::int))",
 			&a, &res);
 		if (rc < 0)
 			return rc;

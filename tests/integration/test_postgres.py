@@ -246,3 +246,19 @@ def test_a_password_in_the_uri_shows_in_no_output_log_status_or_mark(mount):
     for what, text in seen.items():
         assert secret not in text, f"the password shows in the {what}: {text[:2000]}"
     assert "***" in seen["owner mark"], seen["owner mark"]
+
+
+def test_two_indexes_in_two_schemas_of_one_database_mount_side_by_side(mount):
+    """README: two indexes on one server live in two databases or in two
+    schemas of one database. Their first nodes both have id 1, and the
+    advisory lock a node holds was keyed by its id alone: the second mount
+    waited for the first's lock forever (found by a probe)."""
+    a = pg_mount(mount)
+    t0 = time.monotonic()
+    b = pg_mount(mount)
+    assert time.monotonic() - t0 < 20, "the second index's mount waited for the first"
+    for m, name in ((a, "in-a"), (b, "in-b")):
+        write_page(m.pool() / name, name.encode())
+    assert os.listdir(a.pool()) == ["in-a"] and os.listdir(b.pool()) == ["in-b"]
+    a.umount()
+    b.umount()
