@@ -455,3 +455,34 @@ def test_a_node_arriving_in_a_pool_another_filled_gets_pages_by_global_eviction(
     assert len(live) <= 64
     assert idx[-1] is not None, "node B's newest key is gone"
     assert any(i is None for i in idx[:len(got)]), "none of A's pages was evicted"
+
+
+@pytest.mark.timeout_s(120)
+def test_a_slot_quarantined_while_its_chunk_changes_hands_comes_back(nodes):
+    """Node A quarantines the slots node B's deletes free in B's chunk
+    (A's HTTP clients may have looked those keys up), even once B is gone
+    and A leased the chunk: before the eleventh session A reserved them
+    within the quarantine. When it ends they come free on A."""
+    a, b = nodes(2)
+    initialize_together([a.client, b.client], 64)  # chunks of 2 slots
+    res = b.client.reserve_and_allocate_page_indices(0, [["b0", ""], ["b1", ""]])
+    freed = [s for _, s in res]
+    b.client.confirm_write(0, [["b0", freed[0]], ["b1", freed[1]]], [])
+    wait_for(lambda: a.client.exists(0, ["b0", "b1"]), [True, True], "B's keys on A")
+    b.client.delete_keys(0, ["b0", "b1"])
+    wait_for(lambda: a.client.exists(0, ["b0", "b1"]), [False, False], "B's delete on A")
+    time.sleep(1.0)  # every node acknowledged the delete: no grace period left
+    assert b.stop() == 0  # B leaves: its chunks are free to lease
+    keys = [f"a{i}" for i in range(64)]
+    got = [s for _, s in a.client.reserve_and_allocate_page_indices(0, [[k, ""] for k in keys])]
+    assert not set(freed) & set(got), "a slot B freed was reserved within its quarantine"
+    a.client.confirm_write(0, [], [s for s in got if s >= 0])
+    deadline = time.monotonic() + 30
+    while True:
+        got = [s for _, s in a.client.reserve_and_allocate_page_indices(0, [[k, ""] for k in keys])]
+        a.client.confirm_write(0, [], [s for s in got if s >= 0])
+        if set(freed) <= set(got):
+            break
+        assert time.monotonic() < deadline, \
+            f"slots {freed} never came back on A after its quarantine: got {sorted(s for s in got if s >= 0)}"
+        time.sleep(0.5)
