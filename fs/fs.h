@@ -10,6 +10,8 @@
 
 #include "meta/meta.h"
 
+#include <sys/types.h>
+
 /* Whether readers of a page go through the kernel's page cache (fs_file.c). */
 enum pagefs_kernel_cache {
 	PAGEFS_CACHE_NEVER,  /* every read is a request (direct I/O; default) */
@@ -43,5 +45,17 @@ struct pagefs_mount_opts {
  */
 int pagefs_serve(const struct pagefs_mount_opts *o,
                  void (*ready)(void *arg, int err, const char *msg), void *arg);
+
+/* fs_watch.c. The FUSE connection number of the mount at mp (a canonical
+ * path), read from /proc/self/mountinfo so that nothing under mp is
+ * touched: 0, -ENOENT (no FUSE mount there) or -EPERM (not pagefs's). */
+int fs_fuse_conn(const char *mp, unsigned *conn);
+/* Aborts FUSE connection conn through fusectl (mounted if need be). */
+int fs_fuse_abort(unsigned conn);
+/* Starts the watchdog that aborts the mount's connection if this daemon
+ * is killed (call from the thread that serves; fs_watch_stop before a
+ * clean unmount). Its pid, or 0 when it could not start (logged). */
+pid_t fs_watch_start(const char *mountpoint);
+void fs_watch_stop(pid_t pid);
 
 #endif

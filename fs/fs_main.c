@@ -240,6 +240,7 @@ int pagefs_serve(const struct pagefs_mount_opts *o,
 	char msg[PATH_MAX + 512];
 	char *canon = NULL;
 	int stuck = 0, status = 1;
+	pid_t watchdog = 0;
 	int ret;
 
 	memset(&fs, 0, sizeof(fs));
@@ -315,6 +316,7 @@ int pagefs_serve(const struct pagefs_mount_opts *o,
 		ready(arg, -EIO, msg);
 		goto out_signals;
 	}
+	watchdog = fs_watch_start(canon ? canon : o->mountpoint);
 	ret = fs_inval_start(fs.inval, fs.se, canon ? canon : o->mountpoint);
 	if (ret < 0) {
 		ready(arg, ret, "cannot start the invalidation thread");
@@ -331,6 +333,7 @@ int pagefs_serve(const struct pagefs_mount_opts *o,
 	stuck = fs_inval_stop(fs.inval) < 0;
 	log_info("unmounting %s", o->mountpoint);
 out_unmount:
+	fs_watch_stop(watchdog);
 	fuse_session_unmount(fs.se);
 out_signals:
 	fuse_remove_signal_handlers(fs.se);

@@ -16,6 +16,7 @@
  * aborts it through fusectl (/sys/fs/fuse/connections/N/abort: waiting
  * calls fail with ECONNABORTED, later ones ENOTCONN) and detaches it.
  */
+#include "fs/fs.h"
 #include "tools/cli_common.h"
 
 #include <errno.h>
@@ -154,60 +155,11 @@ static int cli_umount_parse(int argc, char **argv, struct cli_umount_config *cfg
 	return 0;
 }
 
-/* Undoes the \ooo escapes of /proc/self/mountinfo, in place. */
-static void cli_unescape_octal(char *s)
-{
-	char *w = s;
-
-	for (; *s; s++) {
-		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '7' && s[2] >= '0' && s[2] <= '7' &&
-		    s[3] >= '0' && s[3] <= '7') {
-			*w++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
-			s += 3;
-		} else {
-			*w++ = *s;
-		}
-	}
-	*w = '\0';
-}
-
-/* The connection number ("minor" of st_dev) of the pagefs mount at mp
- * (file system type fuse.pagefs: --force aborts no other FUSE mount, an
- * sshfs or a 3FS), read from /proc/self/mountinfo so that nothing under
- * mp is touched. -ENOENT: no FUSE mount there; -EPERM: another one. */
-static int cli_fuse_conn(const char *mp, unsigned *conn)
-{
-	char line[8192], dev[64], point[PATH_MAX], fstype[256];
-	unsigned major, minor;
-	int found = -ENOENT;
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-
-	if (!f)
-		return -errno;
-	/* "id parent major:minor root point opts [tags] - fstype source ..." */
-	while (fgets(line, sizeof(line), f)) {
-		char *dash = strstr(line, " - ");
-		if (!dash || sscanf(line, "%*s %*s %63s %*s %4095s", dev, point) != 2 ||
-		    sscanf(dash + 3, "%255s", fstype) != 1 ||
-		    sscanf(dev, "%u:%u", &major, &minor) != 2)
-			continue;
-		cli_unescape_octal(point);
-		if (strcmp(point, mp) == 0 && strncmp(fstype, "fuse", 4) == 0) {
-			*conn = minor;
-			found = strcmp(fstype, "fuse.pagefs") == 0 ? 0 : -EPERM;
-		}
-	}
-	fclose(f);
-	return found;
-}
-
 static int cli_umount_force(const char *mp)
 {
-	char path[128];
 	unsigned conn = 0;
-	FILE *f;
 
-	int rc = cli_fuse_conn(mp, &conn);
+	int rc = fs_fuse_conn(mp, &conn);
 	if (rc == -EPERM)
 		return cli_fail(CMD,
 		                "%s is another file system's FUSE mount, not pagefs's: --force "
@@ -215,16 +167,12 @@ static int cli_umount_force(const char *mp)
 		                mp);
 	if (rc < 0)
 		return cli_fail(CMD, "%s is not a FUSE mount point (see /proc/self/mountinfo)", mp);
-	snprintf(path, sizeof(path), "/sys/fs/fuse/connections/%u/abort", conn);
-	if (access(path, F_OK) < 0)
-		mount("fusectl", "/sys/fs/fuse/connections", "fusectl", 0, NULL);
-	f = fopen(path, "we");
-	if (!f || fputs("1", f) < 0 || fclose(f) != 0)
+	if ((rc = fs_fuse_abort(conn)) < 0)
 		return cli_fail(CMD,
 		                "cannot abort FUSE connection %u of %s (%s): as root, mount "
 		                "fusectl (mount -t fusectl none /sys/fs/fuse/connections) and "
 		                "retry",
-		                conn, mp, strerror(errno));
+		                conn, mp, strerror(-rc));
 	if (umount2(mp, MNT_DETACH) < 0 && cli_fusermount(mp) < 0)
 		return cli_fail(CMD, "aborted FUSE connection %u, but cannot detach %s: %s", conn,
 		                mp, strerror(errno));

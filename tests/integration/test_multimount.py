@@ -9,6 +9,7 @@ PAGEFS_TEST_PG_URI (skipped without it).
 import errno
 import os
 import random
+import signal
 import subprocess
 import threading
 import time
@@ -703,3 +704,56 @@ def test_a_removal_stopped_half_way_is_finished_by_a_live_node_or_by_fsck(mount)
     os.mkdir(a.path(5, "swa"))
     write_page(a.path(5, "swa", "p"), b"z" * 100)
     a.umount()
+
+
+@pytest.mark.timeout_s(240)
+def test_a_daemon_killed_while_invalidating_names_exits_and_frees_its_clients(mount):
+    """Writers on two nodes evict each other's pages, so each daemon's
+    invalidation thread keeps telling its kernel that names went. A kill -9
+    that caught that thread waiting in the kernel for a directory lock (held
+    by a client's create, which waited for the dead daemon) left the daemon
+    unable to exit, its /dev/fuse open and its clients blocked for good,
+    until `pagefs umount --force` (a probe: 2 kills in 4). The daemon's
+    watchdog now aborts the connection: the process exits, its clients get
+    an error, and a plain `pagefs umount` clears the mount."""
+    for attempt in range(3):
+        a, b = mounts(mount, 2, "--page-size", "64K", "--capacity", "8M")
+        pool_everywhere([a, b])
+        stop = threading.Event()
+        failed = {}
+
+        def writer(m, tag):
+            i = 0
+            while not stop.is_set():
+                name = m.path(0, "kv", f"{tag}_{i % 40}")
+                try:
+                    with open(f"{name}.tmp", "wb") as f:
+                        f.write(os.urandom(65536))
+                    os.rename(f"{name}.tmp", name)
+                except OSError as e:
+                    failed[tag] = e
+                    return
+                i += 1
+
+        ts = [threading.Thread(target=writer, args=(m, f"{n}{k}"), daemon=True)
+              for n, m in (("a", a), ("b", b)) for k in range(2)]
+        for t in ts:
+            t.start()
+        time.sleep(3)
+        pid = b.pid
+        os.kill(pid, signal.SIGKILL)
+        alive = H.wait_until(lambda: not H.threads_alive(pid), timeout=10)
+        b_writers = [t for t in ts[2:] if t.is_alive()]
+        for t in ts[2:]:
+            t.join(10)
+        stop.set()
+        for t in ts[:2]:
+            t.join(30)
+        assert alive, f"attempt {attempt}: daemon {pid} still has live threads 10 s after SIGKILL"
+        assert not [t for t in ts[2:] if t.is_alive()], \
+            f"attempt {attempt}: writers on the killed node still blocked ({len(b_writers)})"
+        assert set(failed) >= {"b0", "b1"}, failed
+        r = run_pagefs("umount", b.mnt, timeout=30)
+        assert r.returncode == 0, f"attempt {attempt}: {describe(r)}"
+        b.mounted = False
+        a.umount()
