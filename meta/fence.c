@@ -7,15 +7,18 @@
  * daemon that does not know the reservation would hand that slot to
  * another key, or to a FUSE writer, whose page then holds the late
  * writer's bytes. So before it hands out a reservation, a daemon records
- * in the index (setting "resv_fence.POOL", wall-clock ns) until when a
- * slot reserved now may still be written: the reservation's timeout and
- * the quarantine after it, FENCE_AHEAD_NS more so that the record is
- * written once in that time at most. A mount that finds that time still
- * ahead marks every slot free in the pool used until then (slots_fence):
- * pages are written meanwhile into slots that eviction or deletion frees
- * (through the quarantine for the protocol's writers). A clean stop with
- * no reservation outstanding clears the record. A shared index does not
- * do this (the README says what it does).
+ * in the index (setting "resv_fence.POOL": "UNTIL WINDOW", wall-clock ns)
+ * until when a slot reserved now may still be written: the reservation's
+ * timeout and the quarantine after it, FENCE_AHEAD_NS more so that the
+ * record is written once in that time at most (WINDOW: that span, which
+ * bounds the hold if the clock jumped ahead). A mount that finds that
+ * time still ahead marks every slot free in the pool used until then
+ * (slots_fence): pages are written meanwhile into slots that eviction or
+ * deletion frees (through the quarantine for the protocol's writers). The
+ * record only ever grows while it is in force (a daemon with a shorter
+ * --reserve-timeout keeps the earlier one's), and a clean stop with no
+ * reservation outstanding clears it, down to the record it found if that
+ * is still in force. A shared index does not do this (README).
  *
  * Locks: meta.lock held on entry and return; dropped while a record is
  * waited for.
@@ -38,14 +41,14 @@ static void fence_key(uint32_t pool_id, char *buf, size_t len)
 
 /* Records until when pool_id's slots may be written by its clients, as
  * value (wall-clock ns; 0: by none). 0 or -errno. */
-static int fence_write(struct meta *m, uint32_t pool_id, int64_t value)
+static int fence_write(struct meta *m, uint32_t pool_id, int64_t value, int64_t window)
 {
 	struct rec *r = rec_new(REC_SETTING);
 
 	if (!r)
 		return -ENOMEM;
 	fence_key(pool_id, r->key, sizeof(r->key));
-	snprintf(r->value, sizeof(r->value), "%lld", (long long)value);
+	snprintf(r->value, sizeof(r->value), "%lld %lld", (long long)value, (long long)window);
 	r->waited = 1;
 	journal_submit(m, r);
 	pthread_mutex_unlock(&m->lock);
@@ -54,16 +57,21 @@ static int fence_write(struct meta *m, uint32_t pool_id, int64_t value)
 	return rc;
 }
 
-int keys_fence_ahead(struct meta *m, uint32_t pool_id, struct kpool *kp)
+int keys_fence_ahead(struct meta *m, struct pool *pool, struct kpool *kp)
 {
 	if (m->shared)
 		return 0;
-	int64_t need = now_ns() + m->keys->t.reserve_timeout_ns + m->keys->t.quarantine_ns;
+	int64_t window = m->keys->t.reserve_timeout_ns + m->keys->t.quarantine_ns + FENCE_AHEAD_NS;
+	int64_t need = now_ns() + window - FENCE_AHEAD_NS, value = need + FENCE_AHEAD_NS;
 	if (kp->fence_until >= need)
 		return 0;
-	int rc = fence_write(m, pool_id, need + FENCE_AHEAD_NS);
-	if (rc == 0 && need + FENCE_AHEAD_NS > kp->fence_until)
-		kp->fence_until = need + FENCE_AHEAD_NS;
+	if (pool->fence_record > value) { /* (an earlier daemon's, still in force) */
+		window += pool->fence_record - value;
+		value = pool->fence_record;
+	}
+	int rc = fence_write(m, pool->id, value, window);
+	if (rc == 0 && value > kp->fence_until)
+		kp->fence_until = value;
 	return rc;
 }
 
@@ -80,8 +88,10 @@ void keys_fence_clear(struct meta *m, struct kpool *kp)
 			return;
 		}
 	}
-	if (fence_write(m, kp->pool_id, 0) == 0)
-		kp->fence_until = 0;
+	struct pool *p = pool_by_id(m, kp->pool_id);
+	int64_t keep = p && p->fence_record > now_ns() ? p->fence_record : 0;
+	if (fence_write(m, kp->pool_id, keep, keep ? keep - now_ns() : 0) == 0)
+		kp->fence_until = keep;
 }
 
 int fences_load(struct meta *m)
@@ -93,11 +103,21 @@ int fences_load(struct meta *m)
 		fence_key(p->id, key, sizeof(key));
 		if (store_get_setting(m->store, key, val, sizeof(val)) < 0 || !val[0])
 			continue;
-		int64_t until = strtoll(val, NULL, 10), left = until - now_ns();
+		char *end;
+		int64_t until = strtoll(val, &end, 10), window = strtoll(end, NULL, 10);
+		int64_t left = until - now_ns();
 		if (left <= 0)
 			continue;
-		if (left > 86400 * SEC)
-			left = 86400 * SEC; /* (a clock set back: the reserve timeout's limit) */
+		if (window <= 0 || window > 86400 * SEC + 11 * SEC)
+			window = 86400 * SEC + 11 * SEC; /* (the longest --reserve-timeout) */
+		if (left > window) {
+			log_warn("pool %u/%s: the index holds its slots %lld s ahead, longer than "
+			         "they were reserved for (the clock changed): held for %lld s",
+			         p->rank, p->ns, (long long)(left / SEC),
+			         (long long)(window / SEC));
+			left = window;
+		}
+		p->fence_record = now_ns() + left;
 		uint64_t used = p->nused;
 		int rc = slots_fence(p, mono_ns() + left);
 		if (rc < 0)

@@ -206,6 +206,7 @@ struct pool {
 	 * (fence.c): free at mount, marked used until fence_end (monotonic). */
 	uint64_t *fence_bits, fence_words;
 	int64_t fence_end;
+	int64_t fence_record; /* the record found at mount (wall-clock ns), fence.c */
 	char *data_path;
 };
 

@@ -372,7 +372,7 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 		goto out;
 	}
 	/* (A reservation may be written after a restart: fence.c.) */
-	if ((rc = keys_fence_ahead(m, pool_id, kp)) < 0)
+	if ((rc = keys_fence_ahead(m, pool, kp)) < 0)
 		goto out;
 	if (!(pool = pool_by_id(m, pool_id)) || !(kp = kpool_get(m, pool))) {
 		rc = !pool ? -ENOENT : -ENOMEM;

@@ -102,7 +102,7 @@ void keys_quarantine_end(struct pool *p, struct kpool *kp, const struct fifo_ent
  * reservation is handed out, until when its slot may be written; at a
  * clean stop clears that when no reservation is outstanding. meta.lock
  * held, dropped while the record is written. */
-int keys_fence_ahead(struct meta *m, uint32_t pool_id, struct kpool *kp);
+int keys_fence_ahead(struct meta *m, struct pool *pool, struct kpool *kp);
 void keys_fence_clear(struct meta *m, struct kpool *kp);
 
 /* keys_evict.c: a drop takes p out of memory and queues its removal;

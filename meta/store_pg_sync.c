@@ -316,12 +316,11 @@ static int heartbeat_txn(struct pg_store *s, const uint64_t (*pins)[2], size_t n
 	 * get that long to reconnect and renew before anyone counts them dead. */
 	a.n = 1;
 	if (time(NULL) - s->sconn_since >= LEASE_S) {
-		rc = hb_exec(
-			s,
-			"DELETE FROM pagefs_nodes WHERE lease_until < now() OR (id <> $1"
-			" AND lease_until < now() + interval '" REAP_SECONDS " seconds'"
-			 " AND pg_try_advisory_xact_lock(" PG_NODE_LOCK_KEY ", id::int))",
-			&a, &res);
+		rc = hb_exec(s,
+		             "DELETE FROM pagefs_nodes WHERE lease_until < now() OR (id <> $1"
+		             " AND lease_until < now() + interval '" REAP_SECONDS " seconds'"
+		             " AND pg_try_advisory_xact_lock(" PG_NODE_LOCK_KEY ", id::int))",
+		             &a, &res);
 		if (rc < 0)
 			return rc;
 		if (atoi(PQcmdTuples(res)) > 0)

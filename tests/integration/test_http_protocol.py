@@ -7,6 +7,7 @@ nodes: test_http_multinode.py). There a node reserves in the slot chunks it
 leases, so which page index comes first differs (`top_down` is False)."""
 import errno
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -669,3 +670,20 @@ def test_a_pool_whose_data_file_cannot_be_made_is_refused_and_left_out(server, t
     s.client.initialize(0, 4)
     assert s.client.reserve_and_allocate_page_indices(0, [["k", ""]])[0][1] >= 0
     assert os.path.getsize(os.path.join(s.backing, "hicache.0.bin")) == 4 * (16 << 20)
+
+
+def test_the_hold_survives_the_daemons_after_the_crash(server, tmp_root):
+    """The daemon after a crash holds the pool's free slots; a clean stop
+    of it, or a shorter --reserve-timeout of its own, must not shorten the
+    hold the crashed daemon's reservations need: the record was cleared,
+    or lowered, by the first reservation the holding daemon refused (found
+    by a probe)."""
+    a, reserved = crashed_server(tmp_root, "--reserve-timeout", "30")
+    b = server("--reserve-timeout", "2", backing=a.backing, meta=a.meta)
+    assert b.client.reserve_and_allocate_page_indices(0, [["n", ""]]) == [(False, -1)]
+    assert b.stop() == 0
+    c = server("--reserve-timeout", "2", backing=a.backing, meta=a.meta)
+    assert c.client.reserve_and_allocate_page_indices(0, [["n", ""]]) == [(False, -1)], \
+        "the pool was given back after the daemon that held it stopped"
+    held = [int(x) for x in re.findall(r"held for (\d+) s", c.log_text())]
+    assert held and held[0] >= 30, c.log_text()
