@@ -408,9 +408,9 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 			kp->refused++;
 			continue;
 		}
-		if (resv_set(kp, s, deadline) < 0 ||
+		if (resv_set(kp, s, deadline, ka.h[i % KEYS_CHUNK]) < 0 ||
 		    keys_fifo_push(&kp->resv_q, s, deadline, 0) < 0) {
-			resv_set(kp, s, 0);
+			resv_set(kp, s, 0, 0);
 			keys_resv_free(pool, kp, s);
 			continue;
 		}
@@ -492,9 +492,11 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 			keys_touch(m, old, now_ns()); /* confirmed again: nothing changes */
 			continue;
 		}
-		if (s < 0 || !resv_get(kp, (uint64_t)s) || !ka.valid[i % KEYS_CHUNK]) {
+		if (s < 0 || !ka.valid[i % KEYS_CHUNK] || !resv_get(kp, (uint64_t)s) ||
+		    resv_key(kp, (uint64_t)s) != ka.h[i % KEYS_CHUNK]) {
 			log_warn("pool %u/%s: confirm of key '%.64s' at page %lld ignored: that "
-			         "page is not reserved (expired, never reserved, or taken)",
+			         "page is not reserved for it (expired, never reserved, or "
+			         "reserved for another key)",
 			         pool->rank, pool->ns, keys[i], (long long)s);
 			(*ignored)++;
 			continue;
@@ -513,7 +515,7 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 			rc = -ENOMEM;
 			break;
 		}
-		resv_set(kp, (uint64_t)s, 0);
+		resv_set(kp, (uint64_t)s, 0, 0);
 		p->id = id_take(&m->page_ids);
 		page_set_pool(p, pool);
 		p->gen = m->epoch;
@@ -528,7 +530,7 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 	for (size_t i = 0; rc == 0 && i < nrel; i++) {
 		int64_t s = release[i];
 		if (s >= 0 && resv_get(kp, (uint64_t)s)) {
-			resv_set(kp, (uint64_t)s, 0);
+			resv_set(kp, (uint64_t)s, 0, 0);
 			keys_resv_free(pool, kp, (uint64_t)s);
 		} else if (s >= 0 && (uint64_t)s < kp->capacity &&
 		           keys_slot_used(pool, (uint64_t)s)) {
@@ -623,16 +625,10 @@ int meta_keys_clear(struct meta *m, uint32_t pool_id)
 	}
 	while (rc == 0 && pool->lru_tail)
 		rc = keys_drop_page(m, pool->lru_tail, &dl, &drops);
-	for (uint64_t s = 0; s < kp->capacity; s++) {
-		if (!kp->resv[s / RESV_CHUNK]) {
-			s |= RESV_CHUNK - 1; /* a chunk without reservations */
-			continue;
-		}
-		if (resv_get(kp, s)) {
-			resv_set(kp, s, 0);
-			keys_quarantine(m->keys, kp, s, 0); /* its writer may still be writing */
-		}
-	}
+	/* Reservations stay until confirmed, released or expired: their
+	 * writers may still write the slots (they went back after the 6 s
+	 * quarantine, to other keys that a late writer then overwrote; found
+	 * by a probe). A confirm after the clear makes its page. */
 	pthread_mutex_unlock(&m->lock);
 	int drc = keys_drops_finish(m, &dl, drops);
 	return rc ? rc : drc;

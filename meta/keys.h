@@ -29,13 +29,21 @@ struct fifo {
 
 #define RESV_CHUNK 4096ULL /* slots per chunk of reservation deadlines */
 
+/* A reservation: its deadline (0: none) and its key's name_hash, which a
+ * confirm must name (a late confirm of an expired reservation whose slot
+ * another key reserved since was taken for it). */
+struct resv {
+	int64_t at;
+	uint32_t key;
+};
+
 struct kpool {
 	struct kpool *next;
 	uint32_t pool_id;
-	uint64_t capacity; /* slots covered by resv */
-	int64_t **resv;    /* chunks of RESV_CHUNK deadlines of the reservation
+	uint64_t capacity;  /* slots covered by resv */
+	struct resv **resv; /* chunks of RESV_CHUNK deadlines of the reservation
 	                    * on a slot (0 = none); a NULL chunk holds none */
-	uint64_t top;      /* where the downward search for a free slot starts */
+	uint64_t top;       /* where the downward search for a free slot starts */
 	uint64_t quarantined;
 	uint64_t refused; /* keys refused a slot since the evictor's last pass */
 	struct fifo resv_q, quar_q;
@@ -86,9 +94,10 @@ static inline void fifo_pop(struct fifo *f)
 int keys_fifo_push(struct fifo *f, uint64_t slot, int64_t at, int page_slot);
 struct kpool *kpool_get(struct meta *m, struct pool *pool); /* NULL: out of memory */
 int64_t resv_get(const struct kpool *kp, uint64_t s);       /* deadline, 0: none */
-int resv_set(struct kpool *kp, uint64_t s, int64_t at);     /* at 0 clears */
-int keys_slot_used(const struct pool *p, uint64_t i);       /* its bit is set */
-uint64_t keys_held_at(const struct pool *p, size_t i);      /* shared: i-th held chunk */
+uint32_t resv_key(const struct kpool *kp, uint64_t s);
+int resv_set(struct kpool *kp, uint64_t s, int64_t at, uint32_t key); /* at 0 clears */
+int keys_slot_used(const struct pool *p, uint64_t i);                 /* its bit is set */
+uint64_t keys_held_at(const struct pool *p, size_t i);                /* shared: i-th held chunk */
 uint64_t keys_held_free_bits(const struct pool *p, size_t i, uint64_t c);
 /* Shared index: leases a chunk (meta.lock dropped while waiting). */
 int keys_lease(struct meta *m, uint32_t pool_id, struct kpool *kp);

@@ -172,7 +172,7 @@ static void housekeep(struct meta *m, struct keys *k, struct drop_list *dl, stru
 					"pool %u/%s: reservation of slot %llu was never confirmed; "
 					"it returns to the pool after the quarantine",
 					pool->rank, pool->ns, (unsigned long long)e->slot);
-				resv_set(kp, e->slot, 0);
+				resv_set(kp, e->slot, 0, 0);
 				keys_quarantine(k, kp, e->slot, 0);
 			}
 			fifo_pop(&kp->resv_q);

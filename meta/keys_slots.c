@@ -84,22 +84,30 @@ static uint64_t resv_chunks(uint64_t slots)
 /* The deadline of the reservation on slot s, 0 if none. */
 int64_t resv_get(const struct kpool *kp, uint64_t s)
 {
-	const int64_t *c = s < kp->capacity ? kp->resv[s / RESV_CHUNK] : NULL;
+	const struct resv *c = s < kp->capacity ? kp->resv[s / RESV_CHUNK] : NULL;
 
-	return c ? c[s % RESV_CHUNK] : 0;
+	return c ? c[s % RESV_CHUNK].at : 0;
+}
+
+/* The name_hash of the key that reserved slot s (valid while reserved). */
+uint32_t resv_key(const struct kpool *kp, uint64_t s)
+{
+	const struct resv *c = s < kp->capacity ? kp->resv[s / RESV_CHUNK] : NULL;
+
+	return c ? c[s % RESV_CHUNK].key : 0;
 }
 
 /* Sets (at != 0) or clears the reservation deadline of slot s < capacity.
  * 0, or -ENOMEM when a chunk cannot be made (clearing never fails). */
-int resv_set(struct kpool *kp, uint64_t s, int64_t at)
+int resv_set(struct kpool *kp, uint64_t s, int64_t at, uint32_t key)
 {
-	int64_t **c = &kp->resv[s / RESV_CHUNK];
+	struct resv **c = &kp->resv[s / RESV_CHUNK];
 
 	if (!*c && !at)
 		return 0;
 	if (!*c && !(*c = calloc(RESV_CHUNK, sizeof(**c))))
 		return -ENOMEM;
-	(*c)[s % RESV_CHUNK] = at;
+	(*c)[s % RESV_CHUNK] = (struct resv){at, at ? key : 0};
 	return 0;
 }
 
@@ -125,7 +133,7 @@ struct kpool *kpool_get(struct meta *m, struct pool *pool)
 	kp = kpool_find(m, pool);
 	if (kp && kp->capacity < pool->capacity) {
 		uint64_t had = resv_chunks(kp->capacity), need = resv_chunks(pool->capacity);
-		int64_t **r = realloc(kp->resv, need * sizeof(*r));
+		struct resv **r = realloc(kp->resv, need * sizeof(*r));
 		if (!r)
 			return NULL;
 		memset(r + had, 0, (need - had) * sizeof(*r));

@@ -106,8 +106,9 @@ def test_keys_confirmed_on_one_node_are_found_on_the_other(nodes):
     (_, s), = b.client.reserve_and_allocate_page_indices(0, [["fresh", ""]])
     b.client.confirm_write(0, [["fresh", s]], [])
     wait_for(lambda: a.client.get_page_indices(0, ["fresh"]), [s], "a key of node B on node A")
-    (_, s2), = a.client.reserve_and_allocate_page_indices(0, [["other", ""]])
-    a.client.confirm_write(0, [["fresh", s2]], [])  # A's reservation confirmed for "fresh"
+    a.client.delete_keys(0, ["fresh"])  # (a reserve of an existing key answers it)
+    (_, s2), = a.client.reserve_and_allocate_page_indices(0, [["fresh", ""]])
+    a.client.confirm_write(0, [["fresh", s2]], [])
     assert a.client.get_page_indices(0, ["fresh"]) == [s2]
     wait_for(lambda: b.client.get_page_indices(0, ["fresh"]), [s2],
              "a key replaced on node A, asked on node B")

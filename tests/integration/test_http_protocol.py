@@ -568,8 +568,11 @@ def test_a_key_confirmed_twice_in_one_batch_keeps_the_last_slot(server):
     s = server()
     c = s.client
     c.initialize(0, 64)
-    res = c.reserve_and_allocate_page_indices(0, [["x", ""], ["y", ""], ["z", ""]])
-    (_, a), (_, b), (_, z) = res
+    # (two reservations of k, as two writers of it would make: a confirm
+    # must name the key a slot was reserved for)
+    (_, a), = c.reserve_and_allocate_page_indices(0, [["k", ""]])
+    (_, b), (_, z) = c.reserve_and_allocate_page_indices(0, [["k", ""], ["other", ""]])
+    assert len({a, b, z}) == 3
     c.confirm_write(0, [["k", a], ["other", z], ["k", b]], [])
     assert c.get_page_indices(0, ["k", "other"]) == [b, z]
     # the index holds the same: after a restart of the server

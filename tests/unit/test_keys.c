@@ -108,6 +108,31 @@ Test(keys, confirm_of_an_unreserved_slot_and_release_of_a_mapped_one_are_ignored
 	cr_assert_eq(ex[0], 1);
 }
 
+/* A confirm must name the key that reserved the slot: a late confirm of
+ * an expired reservation whose slot went to another key, or two keys'
+ * slots swapped, put a key on bytes written for another (found by a
+ * probe). */
+Test(keys, a_confirm_naming_another_keys_reservation_is_ignored)
+{
+	uint32_t p = init_pool(0, "http", 8);
+	const char *keys[] = {"x", "y"};
+	int64_t s[2], swapped[2], got[2];
+	size_t ignored;
+
+	reserve(p, keys, 2, s);
+	swapped[0] = s[1];
+	swapped[1] = s[0];
+	cr_assert_eq(meta_keys_confirm(fx.m, p, keys, swapped, 2, NULL, 0, &ignored), 0);
+	cr_assert_eq(ignored, 2, "swapped slots confirmed (%zu ignored)", ignored);
+	cr_assert_eq(meta_keys_get(fx.m, p, keys, 2, got), 0);
+	cr_assert(got[0] == -1 && got[1] == -1, "get: %lld %lld", (long long)got[0],
+	          (long long)got[1]);
+	cr_assert_eq(meta_keys_confirm(fx.m, p, keys, s, 2, NULL, 0, &ignored), 0);
+	cr_assert_eq(ignored, 0, "the right confirms were refused (%zu ignored)", ignored);
+	cr_assert_eq(meta_keys_get(fx.m, p, keys, 2, got), 0);
+	cr_assert(got[0] == s[0] && got[1] == s[1]);
+}
+
 Test(keys, deleted_slot_is_not_handed_out_during_the_quarantine)
 {
 	uint32_t p = init_pool(0, "http", 8);
@@ -147,11 +172,15 @@ Test(keys, reservations_in_two_chunks_confirm_release_and_clear)
 	          (long long)got[0], (long long)got[1], (long long)got[2]);
 	reserve(p, keys + 2, 1, s + 2);
 	cr_assert_eq(meta_keys_clear(fx.m, p), 0);
-	cr_assert_eq(meta_keys_confirm(fx.m, p, keys + 2, s + 2, 1, NULL, 0, &ignored), 0);
-	cr_assert_eq(ignored, 1, "clear dropped the reservation of slot %lld", (long long)s[2]);
 	cr_assert_eq(meta_keys_get(fx.m, p, keys, 3, got), 0);
 	cr_assert(got[0] == -1 && got[1] == -1 && got[2] == -1, "after clear: %lld %lld %lld",
 	          (long long)got[0], (long long)got[1], (long long)got[2]);
+	/* A reservation outlives the clear: its writer may still write. */
+	cr_assert_eq(meta_keys_confirm(fx.m, p, keys + 2, s + 2, 1, NULL, 0, &ignored), 0);
+	cr_assert_eq(ignored, 0, "clear dropped the reservation of slot %lld", (long long)s[2]);
+	cr_assert_eq(meta_keys_get(fx.m, p, keys + 2, 1, got), 0);
+	cr_assert_eq(got[0], s[2], "the key confirmed after the clear is at %lld",
+	             (long long)got[0]);
 }
 
 Test(keys, initialize_with_another_size_keeps_the_pool)
