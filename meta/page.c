@@ -618,16 +618,17 @@ static void resv_done(struct meta *m, uint32_t pool_id, uint64_t slot)
 	pthread_mutex_unlock(&m->lock);
 }
 
-int meta_page_commit(struct meta *m, const struct meta_resv *r, uint64_t length, uint64_t checksum)
+/* One try of meta_page_commit: 0, 1 (the page went meanwhile, or the
+ * record could not be made: aborted, with *err set), or the store's
+ * error (the reservation still held). */
+static int commit_once(struct meta *m, const struct meta_resv *r, uint64_t length,
+                       uint64_t checksum)
 {
-	struct rec *rec;
+	struct rec *rec = rec_new(REC_COMMIT);
 	struct page *p;
-	int rc;
 
-	if (length > r->slot_size || !(rec = rec_new(REC_COMMIT))) {
-		meta_page_abort(m, r);
-		return length > r->slot_size ? -EFBIG : -ENOMEM;
-	}
+	if (!rec)
+		return -ENOMEM;
 	pthread_mutex_lock(&m->lock);
 	p = table_find_id(&m->by_id, r->page_id);
 	if (!p || (r->replace && !p->committed)) {
@@ -635,8 +636,7 @@ int meta_page_commit(struct meta *m, const struct meta_resv *r, uint64_t length,
 		 * to an unlinked file, the bytes go nowhere. */
 		pthread_mutex_unlock(&m->lock);
 		free(rec);
-		meta_page_abort(m, r);
-		return 0;
+		return 1;
 	}
 	rec->pool_id = r->pool_id;
 	rec->page_id = r->page_id;
@@ -653,15 +653,35 @@ int meta_page_commit(struct meta *m, const struct meta_resv *r, uint64_t length,
 	rec->waited = 1;
 	journal_submit(m, rec);
 	pthread_mutex_unlock(&m->lock);
+	return journal_wait(m, rec);
+}
 
-	rc = journal_wait(m, rec);
-	if (rc < 0)
+int meta_page_commit(struct meta *m, const struct meta_resv *r, uint64_t length, uint64_t checksum)
+{
+	int rc;
+
+	if (length > r->slot_size) {
+		meta_page_abort(m, r);
+		return -EFBIG;
+	}
+	/* On a shared index another node may commit or rename onto the same
+	 * name in the same instant: the store refuses the second row
+	 * (UNIQUE(pool, name), -EEXIST). That row is visible then, and a
+	 * second try replaces it, as a later write would (found by a probe:
+	 * close() and rename() failed with EEXIST). */
+	for (int tries = 0;; tries++) {
+		rc = commit_once(m, r, length, checksum);
+		if (rc != -EEXIST || !m->shared || r->replace || tries > 0)
+			break;
+	}
+	if (rc != 0)
 		meta_page_abort(m, r); /* -ENOENT: the pool was removed meanwhile */
 	else
 		resv_done(m, r->pool_id, r->slot);
 	/* -ESTALE: a replacement whose page was unlinked or renamed over
-	 * since it was queued; as above, the bytes go nowhere. */
-	return rc == -ESTALE ? 0 : rc;
+	 * since it was queued; 1: the page went before its commit. As for a
+	 * write to an unlinked file, the bytes go nowhere. */
+	return rc == -ESTALE || rc == 1 ? 0 : rc;
 }
 
 int meta_page_pin(struct meta *m, uint64_t page_id, struct meta_page_info *out, int *verify)
@@ -803,9 +823,15 @@ int meta_page_rename(struct meta *m, uint32_t pool_id, const char *from, const c
 		pthread_mutex_unlock(&m->lock);
 		return found ? (noreplace ? -EEXIST : 0) : -ENOENT;
 	}
-	if (!(r = rec_new(REC_RENAME)))
-		return -ENOMEM;
-	return submit_named(m, r, pool_id, from, to, noreplace);
+	/* (A shared index: another node's rename or commit onto `to` in the
+	 * same instant; retried once, as meta_page_commit does.) */
+	for (int tries = 0;; tries++) {
+		if (!(r = rec_new(REC_RENAME)))
+			return -ENOMEM;
+		rc = submit_named(m, r, pool_id, from, to, noreplace);
+		if (rc != -EEXIST || !m->shared || noreplace || tries > 0)
+			return rc;
+	}
 }
 
 void meta_page_set_checksum(struct meta *m, uint64_t page_id, uint64_t slot, uint64_t checksum)

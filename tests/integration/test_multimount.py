@@ -757,3 +757,39 @@ def test_a_daemon_killed_while_invalidating_names_exits_and_frees_its_clients(mo
         assert r.returncode == 0, f"attempt {attempt}: {describe(r)}"
         b.mounted = False
         a.umount()
+
+
+@pytest.mark.timeout_s(180)
+def test_two_nodes_renaming_and_writing_onto_one_name_never_get_eexist(mount):
+    """SGLang's writers on two nodes publish one key at once (temporary
+    file, rename over the key; or a write of the key itself): the store
+    refused the second row of that name and rename() or close() failed
+    with EEXIST, leaving the temporary page behind (found by a probe: 59
+    of 600 renames). rename(2) replaces its target; the loser's try is
+    run again and replaces the winner's row."""
+    a, b = mounts(mount, 2, "--page-size", "64K", "--capacity", "64M")
+    pool_everywhere([a, b])
+    errors = []
+
+    def worker(m, tag):
+        d = m.path(0, "kv")
+        for i in range(250):
+            tmp = d / f"key.tmp.{tag}.{i}"
+            try:
+                write_page(tmp, b"%s %d" % (tag.encode(), i))
+                os.rename(tmp, d / "key")
+                write_page(d / "direct", b"%s %d" % (tag.encode(), i))
+            except OSError as e:
+                errors.append((tag, i, errno.errorcode.get(e.errno, e.errno)))
+
+    ts = [threading.Thread(target=worker, args=(m, t)) for m, t in ((a, "a"), (b, "b"))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert not errors, f"{len(errors)} failures, first: {errors[:5]}"
+    for m in (a, b):
+        left = [n for n in os.listdir(m.path(0, "kv")) if ".tmp." in n]
+        assert not left, f"temporary pages left behind: {left[:5]}"
+    a.umount()
+    b.umount()
