@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include "fs/fs_inode.h"
 
@@ -99,6 +100,19 @@ void pagefs_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 		if (meta_check_ns(name) < 0)
 			return (void)fuse_reply_err(req, EINVAL);
 		ret = meta_pool_create(fs->meta, (int)id, name, 0, 0, &pool);
+		/* The kernel asks only for a name its lookup did not find: on a
+		 * shared index another node made the pool a moment ago, and
+		 * its row reaches this node within the feed's bound. The pool
+		 * it made is the one asked for: answered as made here. (EEXIST
+		 * with the name still missing failed `mkdir -p` and makedirs
+		 * with exist_ok on nodes starting at once; found by a probe.) */
+		for (int waited = 0; ret == -EEXIST && waited < 2000; waited += 10) {
+			if (meta_pool_find(fs->meta, (int)id, name, &pool) == 0) {
+				ret = 0;
+				break;
+			}
+			usleep(10000);
+		}
 		if (ret < 0)
 			return (void)fuse_reply_err(req, -ret);
 		fs_entry_dir(fs, fs_ino_pool(pool.id), &e);

@@ -793,3 +793,18 @@ def test_two_nodes_renaming_and_writing_onto_one_name_never_get_eexist(mount):
         assert not left, f"temporary pages left behind: {left[:5]}"
     a.umount()
     b.umount()
+
+
+def test_makedirs_of_a_pool_another_node_just_made_succeeds(mount):
+    """SGLang processes starting on several nodes at once each make the
+    pool directory (os.makedirs(exist_ok=True)): the node that did not yet
+    know the other's new pool answered mkdir with EEXIST while its lookup
+    still said ENOENT, and makedirs raised (found by a probe: 20 of 20)."""
+    a, b = mounts(mount, 2)
+    a.pool(0, "kv")  # the rank
+    for i in range(20):
+        os.mkdir(a.path(0, f"p{i}"))
+        os.makedirs(b.path(0, f"p{i}"), exist_ok=True)
+        assert os.path.isdir(b.path(0, f"p{i}"))
+    a.umount()
+    b.umount()
