@@ -262,3 +262,4 @@ def test_two_indexes_in_two_schemas_of_one_database_mount_side_by_side(mount):
     assert os.listdir(a.pool()) == ["in-a"] and os.listdir(b.pool()) == ["in-b"]
     a.umount()
     b.umount()
+
