@@ -20,6 +20,7 @@
 
 #define GRACE_WAIT_MS 5000 /* shared index: how long a writer waits for an evicted slot */
 #define EVICT_BATCH 8ULL   /* shared index: pages one eviction frees at once */
+#define COLLISION_TRIES 8  /* shared index: tries of a commit or rename another node races */
 
 uint64_t id_take(struct idblock *b)
 {
@@ -405,6 +406,15 @@ static int take_shared(struct meta *m, uint32_t pool_id, uint64_t skip, uint64_t
 			nap(m, 50); /* the handover comes at the holder's heartbeat */
 			continue;
 		}
+		if (pool->ngrace && now_ms() - since < 1000) {
+			/* Slots freed here come back once every node has seen
+			 * them go (a few heartbeats): waited for before a live
+			 * page is evicted. A writer rewriting a few names as
+			 * fast as it can kept the grace periods full and evicted
+			 * pages of a nearly empty pool (found by a probe). */
+			nap(m, 20);
+			continue;
+		}
 		/* (A pool HTTP clients read: the protocol's evictor makes
 		 * the room, through the quarantine, as on an index of one
 		 * daemon; evicting here would only wait for it.) */
@@ -667,11 +677,11 @@ int meta_page_commit(struct meta *m, const struct meta_resv *r, uint64_t length,
 	/* On a shared index another node may commit or rename onto the same
 	 * name in the same instant: the store refuses the second row
 	 * (UNIQUE(pool, name), -EEXIST). That row is visible then, and a
-	 * second try replaces it, as a later write would (found by a probe:
+	 * next try replaces it, as a later write would (found by a probe:
 	 * close() and rename() failed with EEXIST). */
 	for (int tries = 0;; tries++) {
 		rc = commit_once(m, r, length, checksum);
-		if (rc != -EEXIST || !m->shared || r->replace || tries > 0)
+		if (rc != -EEXIST || !m->shared || r->replace || tries >= COLLISION_TRIES)
 			break;
 	}
 	if (rc != 0)
@@ -824,12 +834,12 @@ int meta_page_rename(struct meta *m, uint32_t pool_id, const char *from, const c
 		return found ? (noreplace ? -EEXIST : 0) : -ENOENT;
 	}
 	/* (A shared index: another node's rename or commit onto `to` in the
-	 * same instant; retried once, as meta_page_commit does.) */
+	 * same instant; tried again, as meta_page_commit does.) */
 	for (int tries = 0;; tries++) {
 		if (!(r = rec_new(REC_RENAME)))
 			return -ENOMEM;
 		rc = submit_named(m, r, pool_id, from, to, noreplace);
-		if (rc != -EEXIST || !m->shared || noreplace || tries > 0)
+		if (rc != -EEXIST || !m->shared || noreplace || tries >= COLLISION_TRIES)
 			return rc;
 	}
 }

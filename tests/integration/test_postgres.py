@@ -263,3 +263,21 @@ def test_two_indexes_in_two_schemas_of_one_database_mount_side_by_side(mount):
     a.umount()
     b.umount()
 
+
+
+def test_rewriting_a_few_names_fast_evicts_nothing_from_a_nearly_empty_pool(mount):
+    """Every rename over a name frees a slot that comes back only once every
+    node has seen the page go (its grace period): a writer that rewrites
+    four names as fast as it can keeps dozens of slots in grace, and the
+    writers evicted live pages of a pool with 60 of 64 slots about to come
+    free (found by a probe: keys whose rename had returned 0 vanished).
+    They wait for the grace periods now."""
+    m = pg_mount(mount)
+    d = m.pool()
+    for i in range(600):
+        tmp = d / f"key{i % 4}.tmp.{i}"
+        write_page(tmp, b"%d" % i)
+        os.rename(tmp, d / f"key{i % 4}")
+    assert sorted(os.listdir(d)) == [f"key{k}" for k in range(4)]
+    assert int(os.getxattr(d, "user.pagefs.evictions")) == 0
+    m.umount()
