@@ -17,8 +17,11 @@
  * deletion frees (through the quarantine for the protocol's writers). The
  * record only ever grows while it is in force (a daemon with a shorter
  * --reserve-timeout keeps the earlier one's), and a clean stop with no
- * reservation outstanding clears it, down to the record it found if that
- * is still in force. A shared index does not do this (README).
+ * reservation outstanding and no slot in quarantine clears it, down to
+ * the record it found if that is still in force. A slot freed into the
+ * quarantine is recorded the same way (until the quarantine ends), not
+ * waited for: a client that looked its page up may read it after a
+ * restart too. A shared index does not do this (README).
  *
  * Locks: meta.lock held on entry and return; dropped while a record is
  * waited for.
@@ -75,10 +78,33 @@ int keys_fence_ahead(struct meta *m, struct pool *pool, struct kpool *kp)
 	return rc;
 }
 
+void keys_fence_freed(struct meta *m, struct pool *pool, struct kpool *kp)
+{
+	if (m->shared || m->cfg.read_only)
+		return;
+	int64_t window = m->keys->t.quarantine_ns + FENCE_AHEAD_NS;
+	int64_t need = now_ns() + m->keys->t.quarantine_ns, value = need + FENCE_AHEAD_NS;
+	if (kp->fence_until >= need)
+		return;
+	if (pool->fence_record > value) {
+		window += pool->fence_record - value;
+		value = pool->fence_record;
+	}
+	struct rec *r = rec_new(REC_SETTING);
+	if (!r)
+		return; /* (the slot's quarantine still holds while this daemon runs) */
+	fence_key(pool->id, r->key, sizeof(r->key));
+	snprintf(r->value, sizeof(r->value), "%lld %lld", (long long)value, (long long)window);
+	journal_submit(m, r); /* (with the free or right after it; not waited for) */
+	kp->fence_until = value;
+}
+
 void keys_fence_clear(struct meta *m, struct kpool *kp)
 {
 	if (m->shared || m->cfg.read_only || !kp->fence_until)
 		return;
+	if (kp->quar_q.len)
+		return; /* slots in quarantine: the record holds them past a restart */
 	for (size_t i = 0; i < kp->resv_q.len; i++) {
 		const struct fifo_ent *e = &kp->resv_q.v[(kp->resv_q.head + i) % kp->resv_q.cap];
 		if (resv_get(kp, e->slot) == e->at) {

@@ -113,6 +113,8 @@ void keys_quarantine_end(struct pool *p, struct kpool *kp, const struct fifo_ent
  * held, dropped while the record is written. */
 int keys_fence_ahead(struct meta *m, struct pool *pool, struct kpool *kp);
 void keys_fence_clear(struct meta *m, struct kpool *kp);
+/* A slot of pool went into the quarantine: recorded too (not waited for). */
+void keys_fence_freed(struct meta *m, struct pool *pool, struct kpool *kp);
 
 /* keys_evict.c: a drop takes p out of memory and queues its removal;
  * keys_drops_finish (without meta.lock) waits for them and quarantines

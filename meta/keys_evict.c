@@ -35,6 +35,9 @@ int keys_drop_page(struct meta *m, struct page *p, struct drop_list *dl, struct 
 	rec_set_drop(r, p);
 	r->handoff = 1; /* the slot goes to the quarantine, not back to the pool */
 	r->waited = 1;
+	struct kpool *kp = pool->shared ? NULL : kpool_get(m, pool);
+	if (kp)
+		keys_fence_freed(m, pool, kp);
 	if (pool->shared) {
 		/* HTTP readers may read the slot: pinned from now on through
 		 * the quarantine. In another node's chunk the pin is a zombie

@@ -402,6 +402,8 @@ int keys_quarantine_freed(struct meta *m, struct pool *pool, uint64_t slot)
 	if (pool->shared && slot_quarantine(pool, slot) < 0)
 		return 1; /* in it already (this node's HTTP drop) */
 	keys_quarantine(m->keys, kp, slot, 1);
+	if (!pool->shared)
+		keys_fence_freed(m, pool, kp);
 	return 1;
 }
 
