@@ -784,12 +784,17 @@ Test(store_pg, key_reservations_of_two_nodes_never_share_a_slot_and_keys_cross, 
 		cr_assert_eq(meta_keys_get(node[n], pool, keys[1 - n], N, got), 0);
 		cr_assert_arr_eq(got, slots[1 - n], sizeof(got));
 	}
-	/* A key of node 1 confirmed again on node 0 (its own reservation)
-	 * replaces node 1's page on both nodes. */
-	const char *fresh[1] = {"fresh"}, *k0[1] = {keys[1][0]};
+	/* A key of node 1 deleted and written again on node 0 (its own
+	 * reservation, which a confirm must name) reaches node 1. */
+	const char *k0[1] = {keys[1][0]};
 	int64_t s, seen;
-	cr_assert_eq(meta_keys_reserve(node[0], pool, fresh, 1, existed, &s), 0);
+	size_t gone;
+	cr_assert_eq(meta_keys_delete(node[0], pool, k0, 1, &gone), 0);
+	cr_assert_eq(gone, 1);
+	cr_assert_eq(meta_keys_reserve(node[0], pool, k0, 1, existed, &s), 0);
+	cr_assert(s >= 0 && !existed[0]);
 	cr_assert_eq(meta_keys_confirm(node[0], pool, k0, &s, 1, NULL, 0, &ignored), 0);
+	cr_assert_eq(ignored, 0);
 	for (long ms = 0;; ms += 10) {
 		cr_assert_eq(meta_keys_get(node[1], pool, k0, 1, &seen), 0);
 		if (seen == s)
