@@ -74,12 +74,18 @@ int fs_fuse_conn(const char *mp, unsigned *conn)
 	return found;
 }
 
-int fs_fuse_abort(unsigned conn)
+/* The abort file of connection conn. */
+static void abort_path(unsigned conn, char *buf, size_t len)
 {
-	char path[96];
+	snprintf(buf, len, "/sys/fs/fuse/connections/%u/abort", conn);
+}
+
+/* Writes path, an abort file (fusectl mounted if need be). System calls
+ * only: the watchdog calls it. 0 or -errno. */
+static int abort_at(const char *path)
+{
 	int fd;
 
-	snprintf(path, sizeof(path), "/sys/fs/fuse/connections/%u/abort", conn);
 	if (access(path, F_OK) < 0)
 		mount("fusectl", "/sys/fs/fuse/connections", "fusectl", 0, NULL);
 	if ((fd = open(path, O_WRONLY | O_CLOEXEC)) < 0)
@@ -87,6 +93,14 @@ int fs_fuse_abort(unsigned conn)
 	int rc = write(fd, "1", 1) == 1 ? 0 : -errno;
 	close(fd);
 	return rc;
+}
+
+int fs_fuse_abort(unsigned conn)
+{
+	char path[96];
+
+	abort_path(conn, path, sizeof(path));
+	return abort_at(path);
 }
 
 /* The child: waits for the daemon's main thread to die, then aborts. */
@@ -108,14 +122,7 @@ static void watch(pid_t daemon, const char *path)
 		if (sigwait(&all, &sig) != 0 || sig != SIGUSR1)
 			_exit(0); /* fs_watch_stop: a clean stop */
 	}
-	if (access(path, F_OK) < 0)
-		mount("fusectl", "/sys/fs/fuse/connections", "fusectl", 0, NULL);
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd >= 0) {
-		ssize_t n = write(fd, "1", 1);
-		(void)n; /* nothing to tell anyone: it exits either way */
-		close(fd);
-	}
+	(void)abort_at(path); /* nothing to tell anyone: it exits either way */
 	_exit(0);
 }
 
@@ -131,7 +138,7 @@ pid_t fs_watch_start(const char *mountpoint)
 		         mountpoint);
 		return 0;
 	}
-	snprintf(path, sizeof(path), "/sys/fs/fuse/connections/%u/abort", conn);
+	abort_path(conn, path, sizeof(path)); /* (not in the child: snprintf) */
 	if ((pid = fork()) < 0) {
 		log_warn("cannot start the watchdog of %s: %s", mountpoint, strerror(errno));
 		return 0;

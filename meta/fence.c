@@ -42,36 +42,62 @@ static void fence_key(uint32_t pool_id, char *buf, size_t len)
 	snprintf(buf, len, "resv_fence.%u", pool_id);
 }
 
-/* Records until when pool_id's slots may be written by its clients, as
- * value (wall-clock ns; 0: by none). 0 or -errno. */
-static int fence_write(struct meta *m, uint32_t pool_id, int64_t value, int64_t window)
+/* The record "value window" of pool_id, queued (waited: for journal_wait),
+ * or NULL (out of memory). meta.lock held. */
+static struct rec *fence_rec(struct meta *m, uint32_t pool_id, int64_t value, int64_t window,
+                             int waited)
 {
 	struct rec *r = rec_new(REC_SETTING);
 
 	if (!r)
-		return -ENOMEM;
+		return NULL;
 	fence_key(pool_id, r->key, sizeof(r->key));
 	snprintf(r->value, sizeof(r->value), "%lld %lld", (long long)value, (long long)window);
-	r->waited = 1;
+	r->waited = waited;
 	journal_submit(m, r);
+	return r;
+}
+
+/* Records until when pool_id's slots may be written by its clients, as
+ * value (wall-clock ns; 0: by none), and waits for it. 0 or -errno. */
+static int fence_write(struct meta *m, uint32_t pool_id, int64_t value, int64_t window)
+{
+	struct rec *r = fence_rec(m, pool_id, value, window, 1);
+
+	if (!r)
+		return -ENOMEM;
 	pthread_mutex_unlock(&m->lock);
 	int rc = journal_wait(m, r);
 	pthread_mutex_lock(&m->lock);
 	return rc;
 }
 
-int keys_fence_ahead(struct meta *m, struct pool *pool, struct kpool *kp)
+/* What to record for slots that may be written for span ns from now:
+ * 0 when kp's record covers them already, else the value (never below
+ * the record an earlier daemon left, still in force) and its window. */
+static int64_t fence_need(const struct pool *pool, const struct kpool *kp, int64_t span,
+                          int64_t *window)
 {
-	if (m->shared)
-		return 0;
-	int64_t window = m->keys->t.reserve_timeout_ns + m->keys->t.quarantine_ns + FENCE_AHEAD_NS;
-	int64_t need = now_ns() + window - FENCE_AHEAD_NS, value = need + FENCE_AHEAD_NS;
+	int64_t need = now_ns() + span, value = need + FENCE_AHEAD_NS;
+
 	if (kp->fence_until >= need)
 		return 0;
-	if (pool->fence_record > value) { /* (an earlier daemon's, still in force) */
-		window += pool->fence_record - value;
+	*window = span + FENCE_AHEAD_NS;
+	if (pool->fence_record > value) {
+		*window += pool->fence_record - value;
 		value = pool->fence_record;
 	}
+	return value;
+}
+
+int keys_fence_ahead(struct meta *m, struct pool *pool, struct kpool *kp)
+{
+	int64_t window = 0, value;
+
+	if (m->shared ||
+	    !(value = fence_need(pool, kp, m->keys->t.reserve_timeout_ns + m->keys->t.quarantine_ns,
+	                         &window)))
+		return 0;
 	int rc = fence_write(m, pool->id, value, window);
 	if (rc == 0 && value > kp->fence_until)
 		kp->fence_until = value;
@@ -80,23 +106,15 @@ int keys_fence_ahead(struct meta *m, struct pool *pool, struct kpool *kp)
 
 void keys_fence_freed(struct meta *m, struct pool *pool, struct kpool *kp)
 {
-	if (m->shared || m->cfg.read_only)
+	int64_t window = 0, value;
+
+	if (m->shared || m->cfg.read_only ||
+	    !(value = fence_need(pool, kp, m->keys->t.quarantine_ns, &window)))
 		return;
-	int64_t window = m->keys->t.quarantine_ns + FENCE_AHEAD_NS;
-	int64_t need = now_ns() + m->keys->t.quarantine_ns, value = need + FENCE_AHEAD_NS;
-	if (kp->fence_until >= need)
-		return;
-	if (pool->fence_record > value) {
-		window += pool->fence_record - value;
-		value = pool->fence_record;
-	}
-	struct rec *r = rec_new(REC_SETTING);
-	if (!r)
-		return; /* (the slot's quarantine still holds while this daemon runs) */
-	fence_key(pool->id, r->key, sizeof(r->key));
-	snprintf(r->value, sizeof(r->value), "%lld %lld", (long long)value, (long long)window);
-	journal_submit(m, r); /* (with the free or right after it; not waited for) */
-	kp->fence_until = value;
+	/* With the free or right after it; not waited for. (Out of memory:
+	 * the slot's quarantine still holds while this daemon runs.) */
+	if (fence_rec(m, pool->id, value, window, 0))
+		kp->fence_until = value;
 }
 
 void keys_fence_clear(struct meta *m, struct kpool *kp)
@@ -149,8 +167,7 @@ int fences_load(struct meta *m)
 		if (rc < 0)
 			return rc;
 		log_warn("pool %u/%s: the daemon before held reservations its HTTP clients may "
-		         "still "
-		         "write: its %llu free slots are held for %lld s more",
+		         "still write: its %llu free slots are held for %lld s more",
 		         p->rank, p->ns, (unsigned long long)(p->nused - used),
 		         (long long)((left + SEC - 1) / SEC));
 	}

@@ -671,8 +671,9 @@ int slot_quarantined(const struct pool *p, uint64_t slot);
 /* Marks every free slot of p used until until_mono (slots_unfence gives
  * back those still held then). 0 or -ENOMEM. */
 int slots_fence(struct pool *p, int64_t until_mono);
-/* Gives the fenced slots back once their time is up (or now, with force). */
-void slots_unfence(struct pool *p, int force);
+/* Gives the fenced slots back once their time is up (every allocation
+ * asks first, while p->fence_bits is set). */
+void slots_unfence(struct pool *p);
 /* Highest used slot + 1 (0 when none). */
 uint64_t slot_top(const struct pool *p);
 void slots_free(struct pool *p);

@@ -221,7 +221,7 @@ static int take_top(struct pool *p, struct kpool *kp, uint64_t *slot)
 	int64_t s;
 
 	if (p->fence_bits)
-		slots_unfence(p, 0);
+		slots_unfence(p);
 	if (p->nused >= p->capacity)
 		return -ENOSPC;
 	if (kp->top >= p->capacity)
@@ -402,8 +402,7 @@ int keys_quarantine_freed(struct meta *m, struct pool *pool, uint64_t slot)
 	if (pool->shared && slot_quarantine(pool, slot) < 0)
 		return 1; /* in it already (this node's HTTP drop) */
 	keys_quarantine(m->keys, kp, slot, 1);
-	if (!pool->shared)
-		keys_fence_freed(m, pool, kp);
+	keys_fence_freed(m, pool, kp); /* (one daemon's index only) */
 	return 1;
 }
 

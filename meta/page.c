@@ -628,9 +628,8 @@ static void resv_done(struct meta *m, uint32_t pool_id, uint64_t slot)
 	pthread_mutex_unlock(&m->lock);
 }
 
-/* One try of meta_page_commit: 0, 1 (the page went meanwhile, or the
- * record could not be made: aborted, with *err set), or the store's
- * error (the reservation still held). */
+/* One try of meta_page_commit: 0, 1 (the page went meanwhile), or a
+ * negative errno (the store's, or -ENOMEM); the reservation still held. */
 static int commit_once(struct meta *m, const struct meta_resv *r, uint64_t length,
                        uint64_t checksum)
 {
@@ -681,7 +680,7 @@ int meta_page_commit(struct meta *m, const struct meta_resv *r, uint64_t length,
 	 * close() and rename() failed with EEXIST). */
 	for (int tries = 0;; tries++) {
 		rc = commit_once(m, r, length, checksum);
-		if (rc != -EEXIST || !m->shared || r->replace || tries >= COLLISION_TRIES)
+		if (rc != -EEXIST || !m->shared || r->replace || tries + 1 >= COLLISION_TRIES)
 			break;
 	}
 	if (rc != 0)
@@ -839,7 +838,7 @@ int meta_page_rename(struct meta *m, uint32_t pool_id, const char *from, const c
 		if (!(r = rec_new(REC_RENAME)))
 			return -ENOMEM;
 		rc = submit_named(m, r, pool_id, from, to, noreplace);
-		if (rc != -EEXIST || !m->shared || noreplace || tries >= COLLISION_TRIES)
+		if (rc != -EEXIST || !m->shared || noreplace || tries + 1 >= COLLISION_TRIES)
 			return rc;
 	}
 }

@@ -51,7 +51,7 @@ int slot_take(struct pool *p, uint64_t *slot)
 	if (p->shared)
 		return chunk_take(p, slot);
 	if (p->fence_bits)
-		slots_unfence(p, 0);
+		slots_unfence(p);
 	if (p->nused < p->hwm) {
 		for (uint64_t w = p->scan / 64; w * 64 < p->hwm; w++) {
 			if (p->bits[w] == ~0ULL)
@@ -228,14 +228,14 @@ int slots_fence(struct pool *p, int64_t until_mono)
 	return 0;
 }
 
-void slots_unfence(struct pool *p, int force)
+void slots_unfence(struct pool *p)
 {
 	struct timespec ts;
 
 	if (!p->fence_bits)
 		return;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	if (!force && (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec < p->fence_end)
+	if ((int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec < p->fence_end)
 		return;
 	for (uint64_t w = 0; w < p->fence_words; w++) {
 		p->bits[w] &= ~p->fence_bits[w];

@@ -203,6 +203,21 @@ PGconn *pg_connect(struct pg_store *s)
 	return c;
 }
 
+int pg_keep_conn(struct pg_store *s, PGconn **c, const char *what)
+{
+	if (*c && PQstatus(*c) == CONNECTION_OK)
+		return 0;
+	PQfinish(*c);
+	*c = pg_connect(s);
+	if (!*c || PQstatus(*c) != CONNECTION_OK) {
+		pg_error(*c, NULL, what);
+		PQfinish(*c);
+		*c = NULL;
+		return -EIO;
+	}
+	return 1;
+}
+
 /* Runs a simple command; 0 or a negative errno. */
 int pg_exec(struct pg_store *s, const char *sql)
 {

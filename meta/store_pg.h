@@ -114,6 +114,9 @@ int pg_error(PGconn *c, const PGresult *res, const char *what);
 /* Connects with pagefs's defaults (timeouts, keepalives, application
  * name) under the URI's own settings. NULL only on out of memory. */
 PGconn *pg_connect(struct pg_store *s);
+/* Keeps *c, a connection of its own (sync, iteration), up: 0 if it was,
+ * 1 if it was made again now (what: for the log), -EIO if it cannot be. */
+int pg_keep_conn(struct pg_store *s, PGconn **c, const char *what);
 
 /* store_pg_rows.c: the engine's row calls. */
 int pg_load(struct store *base, const struct store_load_cb *cb, char *err, size_t errlen);

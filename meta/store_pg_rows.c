@@ -876,33 +876,13 @@ static int iter_chunk(struct pg_store *s, uint32_t pool_id, uint64_t *after, met
 	return ret;
 }
 
-/* The iteration connection, (re)made if it is gone or broken. 0 or -EIO.
- * read_lock held. */
-static int iter_conn(struct pg_store *s)
-{
-	if (s->rconn && PQstatus(s->rconn) != CONNECTION_OK) {
-		PQfinish(s->rconn);
-		s->rconn = NULL;
-	}
-	if (s->rconn)
-		return 0;
-	s->rconn = pg_connect(s);
-	if (!s->rconn || PQstatus(s->rconn) != CONNECTION_OK) {
-		pg_error(s->rconn, NULL, "connect for page iteration");
-		PQfinish(s->rconn);
-		s->rconn = NULL;
-		return -EIO;
-	}
-	return 0;
-}
-
 int pg_iter_pages(struct store *base, uint32_t pool_id, uint64_t after, meta_page_cb cb, void *arg)
 {
 	struct pg_store *s = (struct pg_store *)base;
 	int rows = PG_ITER_CHUNK, ret, retried = 0;
 
 	pthread_mutex_lock(&s->read_lock);
-	ret = iter_conn(s);
+	ret = pg_keep_conn(s, &s->rconn, "connect for page iteration") < 0 ? -EIO : 0;
 	while (ret == 0 && rows == PG_ITER_CHUNK) {
 		ret = iter_chunk(s, pool_id, &after, cb, arg, &rows);
 		/* An idle connection the server dropped (it restarted) shows
@@ -912,7 +892,8 @@ int pg_iter_pages(struct store *base, uint32_t pool_id, uint64_t after, meta_pag
 		if (ret < 0 && !retried && PQstatus(s->rconn) != CONNECTION_OK) {
 			retried = 1;
 			rows = PG_ITER_CHUNK;
-			ret = iter_conn(s);
+			ret = pg_keep_conn(s, &s->rconn, "connect for page iteration") < 0 ? -EIO
+			                                                                   : 0;
 		}
 	}
 	pthread_mutex_unlock(&s->read_lock);

@@ -28,17 +28,10 @@
 static int sync_conn(struct pg_store *s)
 {
 	char sql[160];
+	int rc = pg_keep_conn(s, &s->sconn, "connect (sync)");
 
-	if (s->sconn && PQstatus(s->sconn) == CONNECTION_OK)
-		return 0;
-	PQfinish(s->sconn);
-	s->sconn = pg_connect(s);
-	if (!s->sconn || PQstatus(s->sconn) != CONNECTION_OK) {
-		pg_error(s->sconn, NULL, "connect (sync)");
-		PQfinish(s->sconn);
-		s->sconn = NULL;
-		return -EIO;
-	}
+	if (rc <= 0)
+		return rc;
 	/* While this session lives, the node's lock is held: a node whose
 	 * lock is free has lost its sessions (died) and is reaped early. */
 	snprintf(sql, sizeof(sql), "SELECT pg_advisory_lock(" PG_NODE_LOCK_KEY ", %u)",
