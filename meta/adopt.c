@@ -98,8 +98,9 @@ int meta_adopt(struct meta *m, const struct meta_adopt_page *in, size_t n,
 		p->length = pools[i]->slot_size;
 		p->has_checksum = 0; /* bytes written elsewhere: summed on first read */
 		p->mtime_ns = now;
-		/* Oldest first, one nanosecond apart, all in the past. */
-		p->atime_ns = now - (int64_t)(n - i);
+		/* The same second: the LRU (built oldest first here) and, after
+		 * a remount, ids (taken in list order) keep the file's order. */
+		p->atime_s = page_secs(now);
 		p->name_hash = name_hash(pools[i]->id, in[i].name, p->name_len);
 	}
 	bulk = (struct bulk){.pages = pages, .n = n, .progress = progress, .arg = arg};

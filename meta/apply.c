@@ -86,7 +86,7 @@ static void apply_commit(struct meta *m, const struct rec *r, struct dropped **d
 
 	if (!pool)
 		return;
-	p = table_find_id(&m->by_id, r->page_id);
+	p = idtable_find(&m->by_id, r->page_id);
 	/* A replacement updated its row in place and kept the row's name
 	 * (the store put it in the record: a rename may have come first); a
 	 * new page takes its name from any other. */
@@ -102,7 +102,7 @@ static void apply_commit(struct meta *m, const struct rec *r, struct dropped **d
 		/* A new page: leaves the pending state, relinked below. */
 		pool->pending--;
 		table_del_name(&m->by_name, p);
-		table_del_id(&m->by_id, p);
+		idtable_del(&m->by_id, p);
 	} else if (r->in_place) {
 		/* A replacement whose page the engine dropped since (its row
 		 * was there, the store updated it): the drop, later in this
@@ -139,7 +139,7 @@ static void apply_commit(struct meta *m, const struct rec *r, struct dropped **d
 static void apply_rename(struct meta *m, const struct rec *r)
 {
 	struct pool *pool = pool_by_id(m, r->pool_id);
-	struct page *p = table_find_id(&m->by_id, r->page_id);
+	struct page *p = idtable_find(&m->by_id, r->page_id);
 	struct page *q;
 
 	if (!pool)
@@ -220,7 +220,7 @@ void apply_remote(struct meta *m, const struct store_change *c, struct dropped *
 	}
 	if (c->node == m->store->node_id)
 		return; /* this node's own change: memory has it already */
-	p = table_find_id(&m->by_id, c->page_id);
+	p = idtable_find(&m->by_id, c->page_id);
 	if (p && !p->committed)
 		return; /* ids are never shared between nodes */
 	if (!c->exists) {
@@ -293,7 +293,7 @@ void apply_record(struct meta *m, const struct rec *r, struct dropped **drops)
 			free_slot(m, pool, r->extra_slot, r);
 		/* On a shared index another node's change may have brought the
 		 * page back meanwhile (apply_remote); the store deleted it. */
-		p = table_find_id(&m->by_id, r->page_id);
+		p = idtable_find(&m->by_id, r->page_id);
 		if (pool && p && p->committed) {
 			page_unlink_committed(m, p);
 			if (p->slot != r->drop_slot && !(r->has_extra && p->slot == r->extra_slot))
@@ -316,7 +316,7 @@ void apply_record(struct meta *m, const struct rec *r, struct dropped **drops)
 		apply_commit(m, r, drops);
 		break;
 	case REC_UNLINK:
-		p = table_find_id(&m->by_id, r->page_id);
+		p = idtable_find(&m->by_id, r->page_id);
 		if (p && p->committed) {
 			page_unlink_committed(m, p);
 			free_slot(m, page_pool(p), p->slot, r);

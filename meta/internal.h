@@ -38,11 +38,10 @@ struct page {
 	uint64_t id;
 	uint64_t checksum;
 	int64_t mtime_ns;
-	int64_t atime_ns;
+	uint32_t atime_s;            /* last use, in seconds (page_secs) */
 	uint32_t slot;               /* < its pool's capacity <= META_SLOTS_MAX */
 	uint32_t length;             /* <= its pool's slot size <= META_SLOT_SIZE_MAX */
 	uint32_t lru_prev, lru_next; /* pool LRU, head = most recent; committed only */
-	uint32_t id_next;            /* meta.by_id chain */
 	uint16_t version;            /* in-place replacements this mount (wraps) */
 
 	/* What a name lookup reads, last and next to each other: a chain walk
@@ -98,11 +97,15 @@ static inline uint32_t page_ref(const struct page *p)
 	return p ? (uint32_t)(((const unsigned char *)p - arena_base) / 8u) : 0;
 }
 
-/* The second of p's atime: a use in another second than the one before
- * notes the page for the store (page_touch). */
-static inline uint32_t page_atime_s(const struct page *p)
+/* A time in nanoseconds as struct page keeps an atime: whole seconds,
+ * within 0 .. 2^32 - 1 (until 2106). A use in another second than the
+ * one before notes the page for the store (page_touch), so the store had
+ * no finer atimes to give anyway. */
+static inline uint32_t page_secs(int64_t ns)
 {
-	return (uint32_t)(p->atime_ns / 1000000000LL);
+	int64_t s = ns / 1000000000LL;
+
+	return s < 0 ? 0 : s > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)s;
 }
 
 /* Starts loading the line a chain walk reads of p. */
@@ -234,7 +237,7 @@ struct meta {
 	uint8_t ranks[(META_RANK_MAX + 1) / 8]; /* explicitly created ranks */
 
 	struct page_table by_name; /* key: (pool id, name); chains via name_next */
-	struct page_table by_id;   /* key: page id; chains via id_next */
+	struct page_table by_id;   /* key: page id; open addressing (idtable.c) */
 	struct idblock page_ids, pool_ids;
 	/* Ids of the last 1024 pages another page took the name of
 	 * (page_replaced, meta_page_replaced). */
@@ -403,7 +406,7 @@ void journal_submit(struct meta *m, struct rec *r);
 int journal_wait(struct meta *m, struct rec *r);
 /* Notes that the page's atime is to be written, within seconds, in the
  * background (no record, no wait). Caller may hold meta.lock. */
-void journal_touch(struct meta *m, uint64_t page_id);
+void journal_touch(struct meta *m, uint64_t page_id, int64_t atime_ns);
 void journal_counters(struct meta *m, uint64_t *batches, uint64_t *records);
 /* Tests only: hold every batch back / let them go; records queued. */
 void journal_hold(struct meta *m);
@@ -519,9 +522,6 @@ void table_free(struct page_table *t);
 uint32_t name_hash(uint32_t pool_id, const char *name, size_t len);
 void table_add_name(struct page_table *t, struct page *p);
 void table_del_name(struct page_table *t, struct page *p);
-void table_add_id(struct page_table *t, struct page *p);
-void table_del_id(struct page_table *t, struct page *p);
-struct page *table_find_id(const struct page_table *t, uint64_t id);
 /* The committed page named so in the pool; *pending counts writers. */
 struct page *table_find_name(const struct page_table *t, uint32_t pool_id, const char *name,
                              int *pending);
@@ -545,12 +545,22 @@ void table_prefetch_names(const struct page_table *t, uint32_t pool_id, const ch
  * heads of the pages a few steps ahead, so their misses overlap. */
 void table_prefetch_ahead(const struct page_table *by_name, const struct page_table *by_id,
                           struct page *const *pages, size_t n, size_t i);
-/* Start loading the bucket a page of name hash h (by_name) or of id (by_id)
- * goes to: the load inserts a group at a time (load.c). */
+/* Start loading the bucket a page of name hash h goes to: the load
+ * inserts a group at a time (load.c). */
 void table_prefetch_name(const struct page_table *t, uint32_t h);
-void table_prefetch_id(const struct page_table *t, uint64_t id);
 /* The first page of the bucket of name hash h, or NULL. */
 struct page *table_bucket_name(const struct page_table *t, uint32_t h);
+
+/* idtable.c: pages by id (open addressing; by_id). idtable_init sizes
+ * the table for pages pages; idtable_add aborts only when no memory was
+ * found to grow it since it was 7/8 full. idtable_probes: the buckets a
+ * lookup of each page reads, summed, and the most for one page. */
+int idtable_init(struct page_table *t, uint64_t pages);
+void idtable_add(struct page_table *t, struct page *p);
+void idtable_del(struct page_table *t, struct page *p);
+struct page *idtable_find(const struct page_table *t, uint64_t id);
+void idtable_prefetch(const struct page_table *t, uint64_t id);
+uint64_t idtable_probes(const struct page_table *t, uint64_t *longest);
 
 /* pname.c: a page's name, packed. pname_plan works out how (interning
  * its tail) and returns the bytes of packed[] it takes; pname_set writes

@@ -41,6 +41,12 @@
 #define TOUCH_FLUSH_NS (5 * 1000000000LL)
 #define TOUCH_MAX 65536
 
+/* A use of a page the store is to hear of: its id and the time. */
+struct touch {
+	uint64_t id;
+	int64_t at;
+};
+
 struct journal {
 	pthread_mutex_t lock;    /* protects the fields below */
 	pthread_cond_t work;     /* queue not empty, touches due, or stop */
@@ -50,7 +56,7 @@ struct journal {
 	int busy; /* a batch is being written (by a waiter or the thread) */
 	int stop;
 	uint64_t batches, records;
-	uint64_t *touch; /* page ids whose atime is to be written */
+	struct touch *touch; /* atimes to be written */
 	size_t ntouch, touch_cap;
 	pthread_t thread;
 };
@@ -81,14 +87,14 @@ void journal_submit(struct meta *m, struct rec *r)
 	pthread_mutex_unlock(&j->lock);
 }
 
-void journal_touch(struct meta *m, uint64_t page_id)
+void journal_touch(struct meta *m, uint64_t page_id, int64_t atime_ns)
 {
 	struct journal *j = m->journal;
 
 	pthread_mutex_lock(&j->lock);
 	if (j->ntouch == j->touch_cap) {
 		size_t cap = j->touch_cap ? j->touch_cap * 2 : 1024;
-		uint64_t *t = realloc(j->touch, cap * sizeof(*t));
+		struct touch *t = realloc(j->touch, cap * sizeof(*t));
 		if (!t) { /* recency is a hint: this one is forgotten */
 			pthread_mutex_unlock(&j->lock);
 			return;
@@ -96,7 +102,7 @@ void journal_touch(struct meta *m, uint64_t page_id)
 		j->touch = t;
 		j->touch_cap = cap;
 	}
-	j->touch[j->ntouch++] = page_id;
+	j->touch[j->ntouch++] = (struct touch){page_id, atime_ns};
 	if (j->ntouch == TOUCH_MAX)
 		pthread_cond_signal(&j->work);
 	pthread_mutex_unlock(&j->lock);
@@ -197,24 +203,29 @@ static void write_batch(struct meta *m, struct rec *batch)
 	replaced_free(batch, &rs);
 }
 
-static int cmp_id(const void *a, const void *b)
+/* By page id, then time. */
+static int cmp_touch(const void *a, const void *b)
 {
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	const struct touch *x = a, *y = b;
 
-	return x < y ? -1 : x > y;
+	if (x->id != y->id)
+		return x->id < y->id ? -1 : 1;
+	return x->at < y->at ? -1 : x->at > y->at;
 }
 
-/* Writes the atimes of the noted pages that still exist, TOUCH_CHUNK
- * rows a transaction (ids: taken from the journal, freed here). Called by
- * the writer thread only. */
+/* Writes the noted atimes of pages that still exist, the latest of each,
+ * TOUCH_CHUNK rows a transaction (ts: taken from the journal, freed here).
+ * The noted times are the clock's, to the nanosecond: memory keeps whole
+ * seconds, and the LRU a remount builds follows these. Called by the
+ * writer thread only. */
 #define TOUCH_CHUNK 4096
 
-static void write_touches(struct meta *m, uint64_t *ids, size_t n)
+static void write_touches(struct meta *m, struct touch *ts, size_t n)
 {
 	struct rec *recs = n ? calloc(n < TOUCH_CHUNK ? n : TOUCH_CHUNK, sizeof(*recs)) : NULL;
 
-	if (recs && ids)
-		qsort(ids, n, sizeof(*ids), cmp_id);
+	if (recs && ts)
+		qsort(ts, n, sizeof(*ts), cmp_touch);
 	else
 		n = 0; /* neighbouring rows share pages */
 	for (size_t i = 0; recs && i < n;) {
@@ -222,14 +233,15 @@ static void write_touches(struct meta *m, uint64_t *ids, size_t n)
 		size_t k = 0;
 		pthread_mutex_lock(&m->lock);
 		for (; i < n && k < TOUCH_CHUNK; i++) {
-			struct page *p =
-				i && ids[i] == ids[i - 1] ? NULL : table_find_id(&m->by_id, ids[i]);
+			struct page *p = i + 1 < n && ts[i + 1].id == ts[i].id
+			                         ? NULL /* a later one follows */
+			                         : idtable_find(&m->by_id, ts[i].id);
 			if (!p || !p->committed)
 				continue;
 			memset(&recs[k], 0, sizeof(recs[k]));
 			recs[k].type = REC_TOUCH;
 			recs[k].page_id = p->id;
-			recs[k].atime_ns = p->atime_ns;
+			recs[k].atime_ns = ts[i].at;
 			*tail = &recs[k++];
 			tail = &(*tail)->next;
 		}
@@ -243,7 +255,7 @@ static void write_touches(struct meta *m, uint64_t *ids, size_t n)
 		pthread_mutex_unlock(&m->journal->lock);
 	}
 	free(recs);
-	free(ids);
+	free(ts);
 }
 
 /* Writes batch, applies it to memory and marks its records done. Called
@@ -347,7 +359,7 @@ static void *writer_main(void *arg)
 				pthread_cond_timedwait(&j->work, &j->lock, &due);
 		}
 		struct rec *batch = j->head;
-		uint64_t *touch = NULL;
+		struct touch *touch = NULL;
 		size_t ntouch = 0;
 		j->head = j->tail = NULL;
 		stop = j->stop;

@@ -209,11 +209,11 @@ int meta_keys_pool(struct meta *m, int rank, const char *ns, uint32_t *pool_id)
  * more often than FUSE): at most once a minute per page. */
 static void keys_touch(struct meta *m, struct page *p, int64_t now)
 {
-	if (now / (60 * SEC) != p->atime_ns / (60 * SEC)) {
+	if (page_secs(now) / 60 != p->atime_s / 60) {
 		page_touch(m, p);
 		return;
 	}
-	p->atime_ns = now;
+	p->atime_s = page_secs(now);
 	lru_touch(page_pool(p), p);
 }
 
@@ -522,7 +522,8 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 		p->slot = (uint64_t)s;
 		p->length = pool->slot_size;
 		p->has_checksum = 0; /* summed on its first read through pagefs */
-		p->mtime_ns = p->atime_ns = now;
+		p->mtime_ns = now;
+		p->atime_s = page_secs(now);
 		p->name_hash = ka.h[i % KEYS_CHUNK];
 		done[bulk.n] = p->slot;
 		pages[bulk.n++] = p;

@@ -91,7 +91,7 @@ static struct page *build(const struct row *r)
 	p->checksum = r->checksum;
 	p->has_checksum = r->has_checksum;
 	p->mtime_ns = r->mtime_ns;
-	p->atime_ns = r->atime_ns;
+	p->atime_s = page_secs(r->atime_ns);
 	p->gen = r->gen;
 	p->name_hash = name_hash(r->pool->id, r->name, r->name_len);
 	return p;
@@ -114,7 +114,7 @@ static int link_batch(struct loader *l, struct batch *b)
 				break;
 			}
 			table_prefetch_name(&m->by_name, pg[i]->name_hash);
-			table_prefetch_id(&m->by_id, pg[i]->id);
+			idtable_prefetch(&m->by_id, pg[i]->id);
 		}
 		if (rc < 0) {
 			g = i; /* pg[0..i) built */
@@ -151,7 +151,7 @@ static int link_batch(struct loader *l, struct batch *b)
 				l->lru = e;
 				l->cap = cap;
 			}
-			l->lru[l->n++] = (struct lru_ent){p->atime_ns, p->id, p};
+			l->lru[l->n++] = (struct lru_ent){b->r[base + i].atime_ns, p->id, p};
 			page_link_loaded(m, p); /* the LRU is built once all are in */
 			if (!m->shared && p->id >= m->page_ids.next)
 				m->page_ids.next = p->id + 1;

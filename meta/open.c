@@ -425,7 +425,7 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 	uint64_t est = store_estimate(m->store);
 	if (est > (1ULL << 30))
 		est = 1ULL << 30;
-	if ((rc = table_init(&m->by_name, est)) < 0 || (rc = table_init(&m->by_id, est)) < 0)
+	if ((rc = table_init(&m->by_name, est)) < 0 || (rc = idtable_init(&m->by_id, est)) < 0)
 		goto fail;
 	if (m->store->sync && (rc = shared_ids(m, err, errlen)) < 0)
 		goto fail;
@@ -470,14 +470,9 @@ void meta_close(struct meta *m)
 	sync_stop(m);
 	journal_stop(m);
 	if (m->by_id.buckets) {
-		for (uint64_t i = 0; i < m->by_id.n; i++) {
-			struct page *p = page_at(m->by_id.buckets[i]);
-			while (p) {
-				struct page *next = page_at(p->id_next);
-				page_free(p);
-				p = next;
-			}
-		}
+		for (uint64_t i = 0; i < m->by_id.n; i++)
+			if (m->by_id.buckets[i])
+				page_free(page_at(m->by_id.buckets[i]));
 	}
 	table_free(&m->by_id);
 	table_free(&m->by_name);

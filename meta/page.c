@@ -119,7 +119,7 @@ void page_take_row(struct page *p, const struct rec *r)
 	p->checksum = r->checksum;
 	p->has_checksum = r->has_checksum != 0;
 	p->mtime_ns = r->mtime_ns;
-	p->atime_ns = r->atime_ns;
+	p->atime_s = page_secs(r->atime_ns);
 	p->verified = 0;
 }
 
@@ -129,7 +129,7 @@ void page_link_loaded(struct meta *m, struct page *p)
 
 	p->committed = 1;
 	table_add_name(&m->by_name, p);
-	table_add_id(&m->by_id, p);
+	idtable_add(&m->by_id, p);
 	pool->pages++;
 	pool->bytes += p->length;
 }
@@ -145,7 +145,7 @@ void page_unlink_committed(struct meta *m, struct page *p)
 	struct pool *pool = page_pool(p);
 
 	table_del_name(&m->by_name, p);
-	table_del_id(&m->by_id, p);
+	idtable_del(&m->by_id, p);
 	lru_remove(pool, p);
 	pool->pages--;
 	pool->bytes -= p->length;
@@ -166,7 +166,7 @@ static void fill_info(const struct page *p, struct meta_page_info *out)
 	out->version = p->version;
 	out->opened = p->opened;
 	out->mtime_ns = p->mtime_ns;
-	out->atime_ns = p->atime_ns;
+	out->atime_ns = (int64_t)p->atime_s * 1000000000LL;
 	pname_text(p, out->name);
 }
 
@@ -174,13 +174,14 @@ static void fill_info(const struct page *p, struct meta_page_info *out)
  * of the clock. */
 void page_touch(struct meta *m, struct page *p)
 {
-	uint32_t before = page_atime_s(p);
+	uint32_t before = p->atime_s;
+	int64_t now = now_ns();
 
-	p->atime_ns = now_ns();
+	p->atime_s = page_secs(now);
 	lru_touch(page_pool(p), p);
-	if (m->cfg.read_only || page_atime_s(p) == before)
+	if (m->cfg.read_only || p->atime_s == before)
 		return;
-	journal_touch(m, p->id);
+	journal_touch(m, p->id, now);
 }
 
 int meta_page_lookup(struct meta *m, uint32_t pool_id, const char *name, struct meta_page_info *out,
@@ -236,7 +237,7 @@ int meta_page_get(struct meta *m, uint64_t page_id, struct meta_page_info *out)
 	int ret = -ENOENT;
 
 	pthread_mutex_lock(&m->lock);
-	struct page *p = table_find_id(&m->by_id, page_id);
+	struct page *p = idtable_find(&m->by_id, page_id);
 	if (p) {
 		fill_info(p, out);
 		ret = 0;
@@ -480,7 +481,7 @@ static int reserve(struct meta *m, uint32_t pool_id, const char *name, uint64_t 
 		goto out;
 	}
 	if (replace_id) {
-		struct page *t = table_find_id(&m->by_id, replace_id);
+		struct page *t = idtable_find(&m->by_id, replace_id);
 		if (!t || !t->committed) {
 			rc = -ENOENT;
 			goto out;
@@ -556,7 +557,7 @@ static int reserve(struct meta *m, uint32_t pool_id, const char *name, uint64_t 
 		pend->slot = slot;
 		pend->name_hash = name_hash(pool_id, name, len);
 		table_add_name(&m->by_name, pend);
-		table_add_id(&m->by_id, pend);
+		idtable_add(&m->by_id, pend);
 		pool->pending++;
 	}
 	/* The pool's data file stays open while a reservation holds it. */
@@ -579,7 +580,7 @@ out:
 			pthread_mutex_lock(&m->lock);
 			if (pend) {
 				table_del_name(&m->by_name, pend);
-				table_del_id(&m->by_id, pend);
+				idtable_del(&m->by_id, pend);
 				pool->pending--;
 				page_free(pend);
 			}
@@ -598,10 +599,10 @@ void meta_page_abort(struct meta *m, const struct meta_resv *r)
 	pthread_mutex_lock(&m->lock);
 	struct pool *pool = pool_by_id(m, r->pool_id);
 	if (pool && !r->replace) {
-		struct page *p = table_find_id(&m->by_id, r->page_id);
+		struct page *p = idtable_find(&m->by_id, r->page_id);
 		if (p && !p->committed) {
 			table_del_name(&m->by_name, p);
-			table_del_id(&m->by_id, p);
+			idtable_del(&m->by_id, p);
 			pool->pending--;
 			page_free(p);
 		}
@@ -639,7 +640,7 @@ static int commit_once(struct meta *m, const struct meta_resv *r, uint64_t lengt
 	if (!rec)
 		return -ENOMEM;
 	pthread_mutex_lock(&m->lock);
-	p = table_find_id(&m->by_id, r->page_id);
+	p = idtable_find(&m->by_id, r->page_id);
 	if (!p || (r->replace && !p->committed)) {
 		/* Replacing a page that was removed meanwhile: like writing
 		 * to an unlinked file, the bytes go nowhere. */
@@ -698,7 +699,7 @@ int meta_page_pin(struct meta *m, uint64_t page_id, struct meta_page_info *out, 
 	int ret = -ENOENT;
 
 	pthread_mutex_lock(&m->lock);
-	struct page *p = table_find_id(&m->by_id, page_id);
+	struct page *p = idtable_find(&m->by_id, page_id);
 	if (p && p->committed) {
 		slot_pin(page_pool(p), p->slot);
 		page_touch(m, p);
@@ -719,7 +720,7 @@ int meta_page_new_version(struct meta *m, uint64_t page_id, struct meta_page_inf
 	int ret = -ENOENT;
 
 	pthread_mutex_lock(&m->lock);
-	struct page *p = table_find_id(&m->by_id, page_id);
+	struct page *p = idtable_find(&m->by_id, page_id);
 	if (p && p->committed) {
 		page_new_version(p);
 		fill_info(p, out);
@@ -745,7 +746,7 @@ void meta_page_verified(struct meta *m, uint64_t page_id, uint64_t slot, int ok)
 	struct dropped *drops = NULL;
 
 	pthread_mutex_lock(&m->lock);
-	struct page *p = table_find_id(&m->by_id, page_id);
+	struct page *p = idtable_find(&m->by_id, page_id);
 	if (!p || !p->committed || p->slot != slot) {
 		pthread_mutex_unlock(&m->lock);
 		return;
@@ -846,7 +847,7 @@ int meta_page_rename(struct meta *m, uint32_t pool_id, const char *from, const c
 void meta_page_set_checksum(struct meta *m, uint64_t page_id, uint64_t slot, uint64_t checksum)
 {
 	pthread_mutex_lock(&m->lock);
-	struct page *p = table_find_id(&m->by_id, page_id);
+	struct page *p = idtable_find(&m->by_id, page_id);
 	if (p && p->committed && p->slot == slot && !p->has_checksum && !m->cfg.read_only) {
 		struct rec *r = rec_new(REC_CHECKSUM);
 		if (r) {

@@ -346,7 +346,7 @@ static int bulk_chunk(struct pg_store *s, struct page *const *pages, size_t n)
 		                           (int64_t)p->length,
 		                           (int64_t)p->checksum,
 		                           p->mtime_ns,
-		                           p->atime_ns,
+		                           (int64_t)p->atime_s * 1000000000LL,
 		                           p->gen};
 		for (int c = 0; c < PG_BULK_COLS; c++) {
 			if (i)

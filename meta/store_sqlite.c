@@ -555,7 +555,7 @@ static int apply_bulk(struct sqlite_store *s, const struct rec *r)
 		else
 			sqlite3_bind_null(st, 6);
 		sqlite3_bind_int64(st, 7, p->mtime_ns);
-		sqlite3_bind_int64(st, 8, p->atime_ns);
+		sqlite3_bind_int64(st, 8, (int64_t)p->atime_s * 1000000000LL);
 		sqlite3_bind_int64(st, 9, p->gen);
 		rc = step_done(st);
 		if (b->progress && ((i + 1) % 65536 == 0 || i + 1 == b->n))

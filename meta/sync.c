@@ -221,7 +221,7 @@ static void add_current_names(struct meta *m, struct sync *y)
 	pthread_mutex_lock(&m->lock);
 	for (size_t i = 0; i < nb; i++) {
 		struct page *p =
-			y->ch[i].exists ? NULL : table_find_id(&m->by_id, y->ch[i].page_id);
+			y->ch[i].exists ? NULL : idtable_find(&m->by_id, y->ch[i].page_id);
 		if (!p || !p->committed)
 			continue;
 		pname_text(p, names[n]);
@@ -275,7 +275,7 @@ static void poll_feed(struct meta *m, struct sync *y)
 		 * through the feed to correct a stale row). */
 		const struct rec *r = &y->ch[i].row;
 		if (i >= batch && (table_find_name(&m->by_name, r->pool_id, r->name, NULL) ||
-		                   table_find_id(&m->by_id, r->page_id)))
+		                   idtable_find(&m->by_id, r->page_id)))
 			continue;
 		apply_remote(m, &y->ch[i], &drops);
 	}
@@ -285,7 +285,7 @@ static void poll_feed(struct meta *m, struct sync *y)
 	 * the name up again (meta_page_replaced). */
 	for (struct dropped *d = drops; d; d = d->next) {
 		struct page *now = table_find_name(&m->by_name, d->pool_id, d->name, NULL);
-		if (now && now->id != d->page_id && !table_find_id(&m->by_id, d->page_id))
+		if (now && now->id != d->page_id && !idtable_find(&m->by_id, d->page_id))
 			page_replaced_id(m, d->page_id);
 	}
 	pthread_mutex_unlock(&m->lock);

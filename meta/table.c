@@ -1,15 +1,15 @@
 /*
- * table.c - the two page hash tables of the in-memory index: by
- * (pool, name) for lookups and by id for inode numbers. Chained; buckets
- * and chains hold page references (arena.c). Keys are hashed with xxhash.
- * Callers hold meta.lock.
+ * table.c - the page hash table of the in-memory index by (pool, name),
+ * for lookups (the one by id is idtable.c). Chained; buckets and chains
+ * hold page references (arena.c). Names are hashed with xxhash. Callers
+ * hold meta.lock.
  *
  * Any number of buckets, not only powers of two: a 32-bit hash picks its
  * bucket as (hash * buckets) >> 32, a multiply instead of an AND, so the
  * tables are sized to the pages the index probably holds (the store's
  * estimate: a load factor near 0.95 after a mount) and grow by half at
- * load factor 1. With powers of two, 10
- * million pages took 2^24 buckets a table, 13.4 bytes a page for the two.
+ * load factor 1. With powers of two, 10 million pages took 2^24 buckets,
+ * 6.7 bytes a page.
  */
 #include "meta/hash.h"
 #include "meta/internal.h"
@@ -55,30 +55,9 @@ uint32_t name_hash(uint32_t pool_id, const char *name, size_t len)
 	return (uint32_t)XXH3_64bits_withSeed(name, len, pool_id);
 }
 
-/* MurmurHash3's 64-bit finalizer: every bit of id moves every bit of the
- * result, so ids that follow one another, or any stride, spread evenly
- * (one multiply's high half clustered ids of some strides: 7 pages a
- * lookup at 10 million ids 1000003 apart). */
-static uint32_t id_hash(uint64_t id)
-{
-	return (uint32_t)(meta_mix64(id) >> 32);
-}
-
-/* A page's link in the chain of the table by name (by_name) or by id,
- * and the hash that picks its bucket there. */
-static uint32_t *link_of(struct page *p, int by_name)
-{
-	return by_name ? &p->name_next : &p->id_next;
-}
-
-static uint32_t hash_of(const struct page *p, int by_name)
-{
-	return by_name ? p->name_hash : id_hash(p->id);
-}
-
 /* Rehashes into half as many buckets again; keeps the old table on
  * ENOMEM. */
-static void grow(struct page_table *t, int by_name)
+static void grow(struct page_table *t)
 {
 	struct page_table g = {.n = t->n + t->n / 2, .count = t->count};
 
@@ -90,9 +69,9 @@ static void grow(struct page_table *t, int by_name)
 		uint32_t r = t->buckets[i];
 		while (r) {
 			struct page *p = page_at(r);
-			uint32_t *link = link_of(p, by_name), next = *link;
-			uint64_t b = slot_of(&g, hash_of(p, by_name));
-			*link = g.buckets[b];
+			uint32_t next = p->name_next;
+			uint64_t b = slot_of(&g, p->name_hash);
+			p->name_next = g.buckets[b];
 			g.buckets[b] = r;
 			r = next;
 		}
@@ -101,49 +80,29 @@ static void grow(struct page_table *t, int by_name)
 	*t = g;
 }
 
-static void add(struct page_table *t, struct page *p, int by_name)
+void table_add_name(struct page_table *t, struct page *p)
 {
 	if (t->count >= t->n)
-		grow(t, by_name);
-	uint64_t b = slot_of(t, hash_of(p, by_name));
-	*link_of(p, by_name) = t->buckets[b];
+		grow(t);
+	uint64_t b = slot_of(t, p->name_hash);
+	p->name_next = t->buckets[b];
 	t->buckets[b] = page_ref(p);
 	t->count++;
 }
 
-static void del(struct page_table *t, struct page *p, int by_name)
+void table_del_name(struct page_table *t, struct page *p)
 {
 	uint32_t ref = page_ref(p);
 
-	for (uint32_t *pp = &t->buckets[slot_of(t, hash_of(p, by_name))]; *pp;
-	     pp = link_of(page_at(*pp), by_name)) {
+	for (uint32_t *pp = &t->buckets[slot_of(t, p->name_hash)]; *pp;
+	     pp = &page_at(*pp)->name_next) {
 		if (*pp == ref) {
-			*pp = *link_of(p, by_name);
-			*link_of(p, by_name) = 0;
+			*pp = p->name_next;
+			p->name_next = 0;
 			t->count--;
 			return;
 		}
 	}
-}
-
-void table_add_name(struct page_table *t, struct page *p)
-{
-	add(t, p, 1);
-}
-
-void table_del_name(struct page_table *t, struct page *p)
-{
-	del(t, p, 1);
-}
-
-void table_add_id(struct page_table *t, struct page *p)
-{
-	add(t, p, 0);
-}
-
-void table_del_id(struct page_table *t, struct page *p)
-{
-	del(t, p, 0);
 }
 
 void table_prefetch_name(const struct page_table *t, uint32_t h)
@@ -151,23 +110,9 @@ void table_prefetch_name(const struct page_table *t, uint32_t h)
 	__builtin_prefetch(&t->buckets[slot_of(t, h)], 1);
 }
 
-void table_prefetch_id(const struct page_table *t, uint64_t id)
-{
-	__builtin_prefetch(&t->buckets[slot_of(t, id_hash(id))], 1);
-}
-
 struct page *table_bucket_name(const struct page_table *t, uint32_t h)
 {
 	return page_at(t->buckets[slot_of(t, h)]);
-}
-
-struct page *table_find_id(const struct page_table *t, uint64_t id)
-{
-	for (struct page *p = page_at(t->buckets[slot_of(t, id_hash(id))]); p;
-	     p = page_at(p->id_next))
-		if (p->id == id)
-			return p;
-	return NULL;
 }
 
 /* The committed page of (h, pool_id, name) in its chain; *pending is set
@@ -301,12 +246,12 @@ void table_prefetch_ahead(const struct page_table *by_name, const struct page_ta
 		for (size_t j = 0; j < AHEAD && j < n; j++) {
 			table_prefetch_name(by_name, pages[j]->name_hash);
 			if (by_id)
-				table_prefetch_id(by_id, pages[j]->id);
+				idtable_prefetch(by_id, pages[j]->id);
 		}
 	if (i + AHEAD < n) {
 		table_prefetch_name(by_name, pages[i + AHEAD]->name_hash);
 		if (by_id)
-			table_prefetch_id(by_id, pages[i + AHEAD]->id);
+			idtable_prefetch(by_id, pages[i + AHEAD]->id);
 	}
 	struct page *head = i + AHEAD / 2 < n
 	                            ? table_bucket_name(by_name, pages[i + AHEAD / 2]->name_hash)
