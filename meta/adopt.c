@@ -29,6 +29,7 @@ int meta_adopt(struct meta *m, const struct meta_adopt_page *in, size_t n,
 {
 	struct page **pages;
 	struct pool **pools;
+	uint32_t *hash;
 	struct bulk bulk;
 	struct rec *r = NULL;
 	int64_t now = now_ns();
@@ -42,7 +43,8 @@ int meta_adopt(struct meta *m, const struct meta_adopt_page *in, size_t n,
 			return rc;
 	pages = calloc(n ? n : 1, sizeof(*pages));
 	pools = calloc(n ? n : 1, sizeof(*pools));
-	if (!pages || !pools || !(r = rec_new(REC_BULK))) {
+	hash = calloc(n ? n : 1, sizeof(*hash));
+	if (!pages || !pools || !hash || !(r = rec_new(REC_BULK))) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -97,13 +99,14 @@ int meta_adopt(struct meta *m, const struct meta_adopt_page *in, size_t n,
 		p->slot = in[i].slot;
 		p->length = pools[i]->slot_size;
 		p->has_checksum = 0; /* bytes written elsewhere: summed on first read */
-		p->mtime_ns = now;
+		page_set_mtime(p, now);
 		/* The same second: the LRU (built oldest first here) and, after
 		 * a remount, ids (taken in list order) keep the file's order. */
 		p->atime_s = page_secs(now);
-		p->name_hash = name_hash(pools[i]->id, in[i].name, p->name_len);
+		hash[i] = name_hash(pools[i]->id, in[i].name, p->name_len);
 	}
-	bulk = (struct bulk){.pages = pages, .n = n, .progress = progress, .arg = arg};
+	bulk = (struct bulk){
+		.pages = pages, .hash = hash, .n = n, .progress = progress, .arg = arg};
 	r->bulk = &bulk;
 	r->waited = 1;
 	journal_submit(m, r);
@@ -120,12 +123,14 @@ int meta_adopt(struct meta *m, const struct meta_adopt_page *in, size_t n,
 	}
 	free(pages); /* the pages now belong to the index */
 	free(pools);
+	free(hash);
 	return 0;
 fail:
 	for (i = 0; pages && i < n; i++)
 		page_free(pages[i]);
 	free(pages);
 	free(pools);
+	free(hash);
 	free(r);
 	return rc;
 }

@@ -132,7 +132,7 @@ static void apply_commit(struct meta *m, const struct rec *r, struct dropped **d
 		pool->bytes += p->length;
 		lru_touch(pool, p);
 	} else {
-		page_link_committed(m, p);
+		page_link_committed(m, p, page_name_hash(p));
 	}
 }
 
@@ -156,12 +156,11 @@ static void apply_rename(struct meta *m, const struct rec *r)
 		return;
 	}
 	/* The name lives inside the struct: move the page into a new one
-	 * (everything before the name's hash, its chain and the name). */
+	 * (everything before its chain link and the name). */
 	page_unlink_committed(m, p);
-	memcpy(q, p, offsetof(struct page, name_hash));
-	q->name_hash = name_hash(pool->id, r->name, r->name_len);
+	memcpy(q, p, offsetof(struct page, name_next));
 	page_free(p);
-	page_link_committed(m, q);
+	page_link_committed(m, q, name_hash(pool->id, r->name, r->name_len));
 }
 
 /* A chunk this node now holds: its used slots and those still in their
@@ -259,13 +258,12 @@ void apply_remote(struct meta *m, const struct store_change *c, struct dropped *
 		}
 		p->id = r->page_id;
 		page_set_pool(p, pool);
-		p->name_hash = name_hash(pool->id, r->name, r->name_len);
 		slot_mark(pool, r->slot);
 	}
 	page_take_row(p, r);
 	p->gen = r->gen;
 	if (!p->committed)
-		page_link_committed(m, p);
+		page_link_committed(m, p, name_hash(pool->id, r->name, r->name_len));
 	drops_add(drops, p);
 }
 
@@ -338,11 +336,12 @@ void apply_record(struct meta *m, const struct rec *r, struct dropped **drops)
 		/* Oldest first: each link makes the page the most recent. As
 		 * the store did, a page replaces another of its name. */
 		for (size_t i = 0; i < r->bulk->n; i++) {
-			table_prefetch_ahead(&m->by_name, &m->by_id, r->bulk->pages, r->bulk->n, i);
-			struct page *b = r->bulk->pages[i];
-			remove_other(m, r, page_pool(b), table_find_same(&m->by_name, b), b->id,
-			             drops);
-			page_link_committed(m, b);
+			const struct bulk *k = r->bulk;
+			table_prefetch_ahead(&m->by_name, &m->by_id, k->pages, k->hash, k->n, i);
+			struct page *b = k->pages[i];
+			remove_other(m, r, page_pool(b),
+			             table_find_same(&m->by_name, b, k->hash[i]), b->id, drops);
+			page_link_committed(m, b, k->hash[i]);
 			/* It appeared without a FUSE create (a key confirmed over
 			 * HTTP): the kernel may cache a miss for the name. */
 			if (m->drop_cb)

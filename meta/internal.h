@@ -33,34 +33,73 @@ struct keys;
 
 /* A page: committed (in its pool's LRU) or being written (pending).
  * Pages live in the arena (arena.c) and link to each other by 32-bit
- * references (page_at, page_ref; 0 is none). */
+ * references (page_at, page_ref; 0 is none). 54 bytes before the name
+ * (DESIGN.md "Memory"): ids in 48 bits (fs/ keeps 48 in an inode number
+ * anyway), the mtime in 48 (page_mtime), the atime in whole seconds, no
+ * hash of the name (page_name_hash computes it again where a page's own
+ * bucket is wanted) and no link for the table by id (idtable.c). */
 struct page {
-	uint64_t id;
+	uint64_t id : 48;      /* <= META_PAGE_ID_MAX */
+	uint64_t version : 16; /* in-place replacements this mount (wraps) */
 	uint64_t checksum;
-	int64_t mtime_ns;
 	uint32_t atime_s;            /* last use, in seconds (page_secs) */
 	uint32_t slot;               /* < its pool's capacity <= META_SLOTS_MAX */
 	uint32_t length;             /* <= its pool's slot size <= META_SLOT_SIZE_MAX */
 	uint32_t lru_prev, lru_next; /* pool LRU, head = most recent; committed only */
-	uint16_t version;            /* in-place replacements this mount (wraps) */
 
 	/* What a name lookup reads, last and next to each other: a chain walk
-	 * reads the hash and the link of each page, a match all of these
-	 * fields (from pool_ix on) and the name after them: 16 bytes and the
-	 * name, one or two lines (page_prefetch_lookup). */
-	uint16_t pool_ix;  /* its pool: page_pool() (pool_index.c) */
+	 * reads the link and the name of each page, a match these fields from
+	 * gen on too: 54 - 36 bytes and the name, one or two lines
+	 * (page_prefetch_lookup). */
 	uint32_t gen : 28; /* mount epoch it was made in (PAGE_GEN_MASK) */
 	uint32_t committed : 1;
 	uint32_t has_checksum : 1;
 	uint32_t verified : 1;  /* checksum verified since commit/mount */
 	uint32_t opened : 1;    /* a reader opened this version */
-	uint32_t name_hash;     /* name_hash() of the name */
+	uint64_t mtime_q : 48;  /* commit time in 2^-16 s (page_mtime) */
+	uint64_t pool_ix : 16;  /* its pool: page_pool() (pool_index.c) */
 	uint32_t name_next;     /* meta.by_name chain */
 	uint8_t name_len;       /* of the name as text (<= META_NAME_MAX) */
 	uint8_t hex_bytes : 7;  /* bytes of leading digits held packed: pname.c */
 	uint8_t name_tail : 1;  /* the rest is an interned tail's id (tails.c) */
 	unsigned char packed[]; /* the name as pname.c packs it, no NUL */
 };
+
+/* An mtime as struct page keeps it: in units of 2^-16 s (about 15 us,
+ * META_MTIME_GRAIN_NS) since 1970, 48 bits (until 2106). Commits take
+ * their time at this grain (page_mtime_grain), so the store and stat
+ * agree. */
+static inline uint64_t page_mtime_q(int64_t ns)
+{
+	if (ns <= 0)
+		return 0;
+	uint64_t s = (uint64_t)ns / 1000000000u, frac = (uint64_t)ns % 1000000000u;
+
+	if (s > UINT32_MAX)
+		return (1ULL << 48) - 1;
+	return s << 16 | (frac << 16) / 1000000000u;
+}
+
+/* Rounded up, so that page_mtime_q gives q back. */
+static inline int64_t page_mtime(const struct page *p)
+{
+	uint64_t q = p->mtime_q;
+
+	return (int64_t)((q >> 16) * 1000000000u + (((q & 0xffffu) * 1000000000u + 0xffffu) >> 16));
+}
+
+static inline void page_set_mtime(struct page *p, int64_t ns)
+{
+	p->mtime_q = page_mtime_q(ns) & ((1ULL << 48) - 1);
+}
+
+/* ns down to what struct page can keep: the time a commit records. */
+static inline int64_t page_mtime_grain(int64_t ns)
+{
+	struct page p = {.mtime_q = page_mtime_q(ns) & ((1ULL << 48) - 1)};
+
+	return page_mtime(&p);
+}
 
 /* struct page keeps 28 bits of a mount epoch (what FUSE gets as an inode
  * generation; ids are never reused, so it only has to be stable). */
@@ -111,15 +150,15 @@ static inline uint32_t page_secs(int64_t ns)
 /* Starts loading the line a chain walk reads of p. */
 static inline void page_prefetch_chain(const struct page *p)
 {
-	__builtin_prefetch(&p->name_hash);
+	__builtin_prefetch(&p->name_next);
 }
 
 /* Starts loading what a lookup of a name of len characters reads of p if
- * it matches: the fields from pool_ix on and at most len / 2 bytes of
- * packed name (one or two lines). */
+ * it matches: the fields from gen on (right after lru_next) and at most
+ * len / 2 bytes of packed name (one or two lines). */
 static inline void page_prefetch_lookup(const struct page *p, size_t len)
 {
-	__builtin_prefetch(&p->pool_ix);
+	__builtin_prefetch((const char *)(&p->lru_next + 1));
 	__builtin_prefetch((const char *)p->packed + len / 2);
 }
 
@@ -303,6 +342,7 @@ enum rec_type {
  * batch writer calls as rows reach the store. */
 struct bulk {
 	struct page **pages;
+	uint32_t *hash; /* of each page's name (name_hash) */
 	size_t n;
 	void (*progress)(void *arg, uint64_t done, uint64_t total);
 	void *arg;
@@ -518,9 +558,12 @@ int keys_refuse_fuse(struct meta *m, struct pool *pool);
 /* table.c */
 int table_init(struct page_table *t, uint64_t buckets);
 void table_free(struct page_table *t);
-/* What struct page keeps of a name's hash, and tables and batches use. */
+/* The hash of a name in the table by name (and in batches). */
 uint32_t name_hash(uint32_t pool_id, const char *name, size_t len);
-void table_add_name(struct page_table *t, struct page *p);
+/* The same for p's name, from the packed form (unpacks it: some 30 ns). */
+uint32_t page_name_hash(const struct page *p);
+/* Adds p, whose name hashes to h. */
+void table_add_name(struct page_table *t, struct page *p, uint32_t h);
 void table_del_name(struct page_table *t, struct page *p);
 /* The committed page named so in the pool; *pending counts writers. */
 struct page *table_find_name(const struct page_table *t, uint32_t pool_id, const char *name,
@@ -528,8 +571,9 @@ struct page *table_find_name(const struct page_table *t, uint32_t pool_id, const
 /* The committed page of (pool_id, name) whose name_hash is h. */
 struct page *table_find_hashed(const struct page_table *t, uint32_t h, uint32_t pool_id,
                                const char *name, size_t len);
-/* The committed page of b's name (in b's pool), b itself if committed. */
-struct page *table_find_same(const struct page_table *t, const struct page *b);
+/* The committed page of b's name (in b's pool; it hashes to h), b
+ * itself if committed. */
+struct page *table_find_same(const struct page_table *t, const struct page *b, uint32_t h);
 /* The same as table_find_name for n names at once (a NULL name finds
  * nothing); lens[i] is strlen(names[i]). */
 void table_find_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
@@ -540,11 +584,12 @@ void table_find_names(const struct page_table *t, uint32_t pool_id, const char *
  * hash (0 for a NULL name). */
 void table_prefetch_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
                           const size_t *lens, size_t n, uint32_t *hs);
-/* In a loop over pages[0..n) that looks each up by name (and, by_id not
- * NULL, inserts it by id): call at each i first. Loads buckets and chain
- * heads of the pages a few steps ahead, so their misses overlap. */
+/* In a loop over pages[0..n) (whose names hash to hs[0..n)) that looks
+ * each up by name (and, by_id not NULL, inserts it by id): call at each i
+ * first. Loads buckets and chain heads of the pages a few steps ahead, so
+ * their misses overlap. */
 void table_prefetch_ahead(const struct page_table *by_name, const struct page_table *by_id,
-                          struct page *const *pages, size_t n, size_t i);
+                          struct page *const *pages, const uint32_t *hs, size_t n, size_t i);
 /* Start loading the bucket a page of name hash h goes to: the load
  * inserts a group at a time (load.c). */
 void table_prefetch_name(const struct page_table *t, uint32_t h);
@@ -595,9 +640,10 @@ static inline void page_new_version(struct page *p)
 	p->version++;
 	p->opened = 0;
 }
-void page_link_committed(struct meta *m, struct page *p);   /* tables + LRU + counts */
-void page_link_loaded(struct meta *m, struct page *p);      /* the same, no LRU */
-void page_unlink_committed(struct meta *m, struct page *p); /* reverse; keeps slot bit */
+/* tables + LRU + counts; h: page_name_hash(p), which callers often have */
+void page_link_committed(struct meta *m, struct page *p, uint32_t h);
+void page_link_loaded(struct meta *m, struct page *p, uint32_t h); /* the same, no LRU */
+void page_unlink_committed(struct meta *m, struct page *p);        /* reverse; keeps slot bit */
 void lru_touch(struct pool *p, struct page *pg);
 void lru_push_head(struct pool *p, struct page *pg); /* as the most recent */
 /* lru_touch plus atime, persisted at most once a second per page. */

@@ -453,14 +453,16 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 	struct keys_ahead ka;
 	struct page **pages = calloc(n ? n : 1, sizeof(*pages));
 	uint64_t *done = calloc(n ? n : 1, sizeof(*done)); /* slots of pages[] */
+	uint32_t *hash = calloc(n ? n : 1, sizeof(*hash));
 	struct rec *r = rec_new(REC_BULK);
-	struct bulk bulk = {.pages = pages};
+	struct bulk bulk = {.pages = pages, .hash = hash};
 	int64_t now = now_ns();
 	int rc = 0, shared = m->shared;
 
 	*ignored = 0;
-	if (!pages || !done || !r) {
+	if (!pages || !done || !hash || !r) {
 		free(pages);
+		free(hash);
 		free(done);
 		free(r);
 		return -ENOMEM;
@@ -472,6 +474,7 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 		rc = !pool ? -ENOENT : m->cfg.read_only ? -EROFS : -ENOMEM;
 		pthread_mutex_unlock(&m->lock);
 		free(pages);
+		free(hash);
 		free(done);
 		free(r);
 		return rc;
@@ -522,9 +525,9 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 		p->slot = (uint64_t)s;
 		p->length = pool->slot_size;
 		p->has_checksum = 0; /* summed on its first read through pagefs */
-		p->mtime_ns = now;
+		page_set_mtime(p, now);
 		p->atime_s = page_secs(now);
-		p->name_hash = ka.h[i % KEYS_CHUNK];
+		hash[bulk.n] = ka.h[i % KEYS_CHUNK];
 		done[bulk.n] = p->slot;
 		pages[bulk.n++] = p;
 	}
@@ -581,6 +584,7 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 		free(r);
 	}
 	free(pages);
+	free(hash);
 	free(done);
 	return rc ? rc : drc;
 }

@@ -77,8 +77,9 @@ struct loader {
 	char lerr[1024];
 };
 
-/* The page of a checked row, or NULL when out of memory. */
-static struct page *build(const struct row *r)
+/* The page of a checked row, or NULL when out of memory; *h: its name's
+ * hash. */
+static struct page *build(const struct row *r, uint32_t *h)
 {
 	struct page *p = page_alloc(r->name, r->name_len);
 
@@ -90,10 +91,10 @@ static struct page *build(const struct row *r)
 	p->length = r->length;
 	p->checksum = r->checksum;
 	p->has_checksum = r->has_checksum;
-	p->mtime_ns = r->mtime_ns;
+	page_set_mtime(p, r->mtime_ns);
 	p->atime_s = page_secs(r->atime_ns);
 	p->gen = r->gen;
-	p->name_hash = name_hash(r->pool->id, r->name, r->name_len);
+	*h = name_hash(r->pool->id, r->name, r->name_len);
 	return p;
 }
 
@@ -103,17 +104,18 @@ static int link_batch(struct loader *l, struct batch *b)
 {
 	struct meta *m = l->m;
 	struct page *pg[LOAD_GROUP];
+	uint32_t hg[LOAD_GROUP];
 	int rc = 0;
 	size_t i = 0, g = 0;
 
 	for (size_t base = 0; base < b->n && rc == 0; base += LOAD_GROUP) {
 		g = b->n - base < LOAD_GROUP ? b->n - base : LOAD_GROUP;
 		for (i = 0; i < g; i++) {
-			if (!(pg[i] = build(&b->r[base + i]))) {
+			if (!(pg[i] = build(&b->r[base + i], &hg[i]))) {
 				rc = -ENOMEM;
 				break;
 			}
-			table_prefetch_name(&m->by_name, pg[i]->name_hash);
+			table_prefetch_name(&m->by_name, hg[i]);
 			idtable_prefetch(&m->by_id, pg[i]->id);
 		}
 		if (rc < 0) {
@@ -122,14 +124,14 @@ static int link_batch(struct loader *l, struct batch *b)
 			break;
 		}
 		for (i = 0; i < g; i++) {
-			struct page *head = table_bucket_name(&m->by_name, pg[i]->name_hash);
+			struct page *head = table_bucket_name(&m->by_name, hg[i]);
 			if (head)
 				page_prefetch_chain(head);
 		}
 		for (i = 0; i < g; i++) {
 			struct page *p = pg[i];
 			struct pool *pool = page_pool(p);
-			struct page *twin = table_find_same(&m->by_name, p);
+			struct page *twin = table_find_same(&m->by_name, p, hg[i]);
 			if (twin) {
 				char name[META_NAME_MAX + 1];
 				snprintf(l->lerr, sizeof(l->lerr),
@@ -152,7 +154,7 @@ static int link_batch(struct loader *l, struct batch *b)
 				l->cap = cap;
 			}
 			l->lru[l->n++] = (struct lru_ent){b->r[base + i].atime_ns, p->id, p};
-			page_link_loaded(m, p); /* the LRU is built once all are in */
+			page_link_loaded(m, p, hg[i]); /* the LRU is built once all are in */
 			if (!m->shared && p->id >= m->page_ids.next)
 				m->page_ids.next = p->id + 1;
 		}
@@ -248,12 +250,13 @@ static int load_page(void *arg, const struct rec *row)
 	struct meta *m = l->m;
 	struct pool *pool = pool_by_id(m, row->pool_id);
 
-	if (!pool || meta_check_name(row->name) < 0 || strlen(row->name) != row->name_len ||
+	if (!pool || !row->page_id || row->page_id > META_PAGE_ID_MAX ||
+	    meta_check_name(row->name) < 0 || strlen(row->name) != row->name_len ||
 	    row->slot >= pool->capacity || row->length > pool->slot_size ||
 	    slot_mark(pool, row->slot) < 0) {
 		snprintf(l->err, l->errlen,
-		         "index %s is inconsistent: page %llu ('%s') has a bad pool, name, slot "
-		         "or length, or shares its slot; run 'pagefs fsck --repair'",
+		         "index %s is inconsistent: page %llu ('%s') has a bad id, pool, name, "
+		         "slot or length, or shares its slot; run 'pagefs fsck --repair'",
 		         m->db_path, (unsigned long long)row->page_id, row->name);
 		return -EUCLEAN;
 	}

@@ -29,6 +29,12 @@
 /* A pool's geometry: pages keep slot and length in 32 bits each. */
 #define META_SLOT_SIZE_MAX (1ULL << 31) /* bytes per slot: 2 GiB */
 #define META_SLOTS_MAX 0xffffffffULL    /* slots per pool */
+/* Page ids (inode numbers keep 48 bits of them, and so do pages in
+ * memory): 2.8e14 pages made, 9 years of a million a second. */
+#define META_PAGE_ID_MAX ((1ULL << 48) - 1)
+/* Page mtimes are kept to 2^-16 s: a commit's is at most this much
+ * (in ns) before the moment it was taken. */
+#define META_MTIME_GRAIN_NS 15259
 
 enum meta_evict { META_EVICT_LRU = 0, META_EVICT_NONE = 1 };
 enum meta_verify { META_VERIFY_NONE = 0, META_VERIFY_FIRST = 1, META_VERIFY_ALWAYS = 2 };

@@ -24,6 +24,8 @@
 
 uint64_t id_take(struct idblock *b)
 {
+	if (!id_left(b))
+		return 0;
 	if (b->next == b->end) {
 		if (!b->spare_count)
 			return 0;
@@ -34,8 +36,12 @@ uint64_t id_take(struct idblock *b)
 	return b->next++;
 }
 
+/* Ids past META_PAGE_ID_MAX are none (a page keeps 48 bits). */
 uint64_t id_left(const struct idblock *b)
 {
+	if (b->next > META_PAGE_ID_MAX ||
+	    (b->next == b->end && b->spare_count && b->spare_first > META_PAGE_ID_MAX))
+		return 0;
 	return b->end - b->next + b->spare_count;
 }
 
@@ -47,6 +53,8 @@ int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+_Static_assert(offsetof(struct page, packed) == 54 && offsetof(struct page, name_next) == 48,
+               "struct page is laid out as DESIGN.md says: 54 bytes before the name");
 _Static_assert(sizeof(struct page) + META_NAME_MAX <= ARENA_MAX_PIECE,
                "a page with the longest name fits an arena piece");
 
@@ -118,25 +126,25 @@ void page_take_row(struct page *p, const struct rec *r)
 	p->length = r->length;
 	p->checksum = r->checksum;
 	p->has_checksum = r->has_checksum != 0;
-	p->mtime_ns = r->mtime_ns;
+	page_set_mtime(p, r->mtime_ns);
 	p->atime_s = page_secs(r->atime_ns);
 	p->verified = 0;
 }
 
-void page_link_loaded(struct meta *m, struct page *p)
+void page_link_loaded(struct meta *m, struct page *p, uint32_t h)
 {
 	struct pool *pool = page_pool(p);
 
 	p->committed = 1;
-	table_add_name(&m->by_name, p);
+	table_add_name(&m->by_name, p, h);
 	idtable_add(&m->by_id, p);
 	pool->pages++;
 	pool->bytes += p->length;
 }
 
-void page_link_committed(struct meta *m, struct page *p)
+void page_link_committed(struct meta *m, struct page *p, uint32_t h)
 {
-	page_link_loaded(m, p);
+	page_link_loaded(m, p, h);
 	lru_push_head(page_pool(p), p);
 }
 
@@ -165,7 +173,7 @@ static void fill_info(const struct page *p, struct meta_page_info *out)
 	out->committed = p->committed;
 	out->version = p->version;
 	out->opened = p->opened;
-	out->mtime_ns = p->mtime_ns;
+	out->mtime_ns = page_mtime(p);
 	out->atime_ns = (int64_t)p->atime_s * 1000000000LL;
 	pname_text(p, out->name);
 }
@@ -555,8 +563,7 @@ static int reserve(struct meta *m, uint32_t pool_id, const char *name, uint64_t 
 		page_set_pool(pend, pool);
 		pend->gen = m->epoch;
 		pend->slot = slot;
-		pend->name_hash = name_hash(pool_id, name, len);
-		table_add_name(&m->by_name, pend);
+		table_add_name(&m->by_name, pend, name_hash(pool_id, name, len));
 		idtable_add(&m->by_id, pend);
 		pool->pending++;
 	}
@@ -654,7 +661,7 @@ static int commit_once(struct meta *m, const struct meta_resv *r, uint64_t lengt
 	rec->length = length;
 	rec->checksum = checksum;
 	rec->has_checksum = 1;
-	rec->mtime_ns = rec->atime_ns = now_ns();
+	rec->mtime_ns = rec->atime_ns = page_mtime_grain(now_ns());
 	rec->gen = p->gen;
 	rec->replace = r->replace;
 	rec->name_len = p->name_len;

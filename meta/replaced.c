@@ -43,7 +43,7 @@ void rec_set_drop(struct rec *r, const struct page *p)
 	r->pool_id = page_pool(p)->id;
 	r->page_id = p->id;
 	r->drop_slot = p->slot;
-	r->drop_hash = p->name_hash;
+	r->drop_hash = page_name_hash(p);
 }
 
 /* A page whose drop is in the batch being resolved or queued behind it. */
@@ -134,7 +134,7 @@ static int name_given(struct meta *m, struct resolver *rs, const struct namer *g
 {
 	uint32_t h = given->hash;
 	uint64_t id = given->id;
-	struct page *p = given->page ? table_find_same(&m->by_name, given->page)
+	struct page *p = given->page ? table_find_same(&m->by_name, given->page, h)
 	                             : table_find_hashed(&m->by_name, h, given->pool_id,
 	                                                 given->name, given->len);
 	struct namer *k = &rs->v[rs->n];
@@ -213,12 +213,12 @@ int replaced_resolve(struct meta *m, struct rec *batch, struct resolver *rs)
 			const struct bulk *b = r->bulk;
 			at[0] = (uint32_t)rs->ncand;
 			for (size_t i = 0; i < b->n && rc == 0; i++) {
-				table_prefetch_ahead(&m->by_name, NULL, b->pages, b->n, i);
+				table_prefetch_ahead(&m->by_name, NULL, b->pages, b->hash, b->n, i);
 				const struct page *p = b->pages[i];
 				struct namer given = {
 					.id = p->id,
 					.page = p,
-					.hash = p->name_hash,
+					.hash = b->hash[i],
 					.pool_id = page_pool(p)->id,
 					.len = p->name_len,
 				};

@@ -345,7 +345,7 @@ static int bulk_chunk(struct pg_store *s, struct page *const *pages, size_t n)
 		                           (int64_t)p->slot,
 		                           (int64_t)p->length,
 		                           (int64_t)p->checksum,
-		                           p->mtime_ns,
+		                           page_mtime(p),
 		                           (int64_t)p->atime_s * 1000000000LL,
 		                           p->gen};
 		for (int c = 0; c < PG_BULK_COLS; c++) {

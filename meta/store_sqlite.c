@@ -554,7 +554,7 @@ static int apply_bulk(struct sqlite_store *s, const struct rec *r)
 			sqlite3_bind_int64(st, 6, (sqlite3_int64)p->checksum);
 		else
 			sqlite3_bind_null(st, 6);
-		sqlite3_bind_int64(st, 7, p->mtime_ns);
+		sqlite3_bind_int64(st, 7, page_mtime(p));
 		sqlite3_bind_int64(st, 8, (int64_t)p->atime_s * 1000000000LL);
 		sqlite3_bind_int64(st, 9, p->gen);
 		rc = step_done(st);

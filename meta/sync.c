@@ -220,8 +220,7 @@ static void add_current_names(struct meta *m, struct sync *y)
 	n = 0;
 	pthread_mutex_lock(&m->lock);
 	for (size_t i = 0; i < nb; i++) {
-		struct page *p =
-			y->ch[i].exists ? NULL : idtable_find(&m->by_id, y->ch[i].page_id);
+		struct page *p = y->ch[i].exists ? NULL : idtable_find(&m->by_id, y->ch[i].page_id);
 		if (!p || !p->committed)
 			continue;
 		pname_text(p, names[n]);

@@ -55,6 +55,13 @@ uint32_t name_hash(uint32_t pool_id, const char *name, size_t len)
 	return (uint32_t)XXH3_64bits_withSeed(name, len, pool_id);
 }
 
+uint32_t page_name_hash(const struct page *p)
+{
+	char text[META_NAME_MAX + 1];
+
+	return name_hash(page_pool(p)->id, pname_text(p, text), p->name_len);
+}
+
 /* Rehashes into half as many buckets again; keeps the old table on
  * ENOMEM. */
 static void grow(struct page_table *t)
@@ -70,7 +77,7 @@ static void grow(struct page_table *t)
 		while (r) {
 			struct page *p = page_at(r);
 			uint32_t next = p->name_next;
-			uint64_t b = slot_of(&g, p->name_hash);
+			uint64_t b = slot_of(&g, page_name_hash(p));
 			p->name_next = g.buckets[b];
 			g.buckets[b] = r;
 			r = next;
@@ -80,11 +87,11 @@ static void grow(struct page_table *t)
 	*t = g;
 }
 
-void table_add_name(struct page_table *t, struct page *p)
+void table_add_name(struct page_table *t, struct page *p, uint32_t h)
 {
 	if (t->count >= t->n)
 		grow(t);
-	uint64_t b = slot_of(t, p->name_hash);
+	uint64_t b = slot_of(t, h);
 	p->name_next = t->buckets[b];
 	t->buckets[b] = page_ref(p);
 	t->count++;
@@ -94,7 +101,7 @@ void table_del_name(struct page_table *t, struct page *p)
 {
 	uint32_t ref = page_ref(p);
 
-	for (uint32_t *pp = &t->buckets[slot_of(t, p->name_hash)]; *pp;
+	for (uint32_t *pp = &t->buckets[slot_of(t, page_name_hash(p))]; *pp;
 	     pp = &page_at(*pp)->name_next) {
 		if (*pp == ref) {
 			*pp = p->name_next;
@@ -115,18 +122,20 @@ struct page *table_bucket_name(const struct page_table *t, uint32_t h)
 	return page_at(t->buckets[slot_of(t, h)]);
 }
 
-/* The committed page of (h, pool_id, name) in its chain; *pending is set
- * when an uncommitted one is there too. A name has one committed page, so
- * without `pending` the walk stops at it. */
-static struct page *chain_find(struct page *p, uint32_t h, uint32_t pool_id, const char *name,
-                               size_t len, int *pending)
+/* The committed page of (pool_id, name) in the chain from p; *pending is
+ * set when an uncommitted one is there too. A name has one committed
+ * page, so without `pending` the walk stops at it. Pages hold no hash:
+ * the walk compares names (pname_eq: the length, then 32 digits at a
+ * time), then pools. */
+static struct page *chain_find(struct page *p, uint32_t pool_id, const char *name, size_t len,
+                               int *pending)
 {
 	struct page *found = NULL;
 
 	if (pending)
 		*pending = 0;
 	for (; p; p = page_at(p->name_next)) {
-		if (p->name_hash != h || page_pool(p)->id != pool_id || !pname_eq(p, name, len))
+		if (!pname_eq(p, name, len) || page_pool(p)->id != pool_id)
 			continue;
 		if (p->committed) {
 			found = p;
@@ -145,20 +154,19 @@ struct page *table_find_name(const struct page_table *t, uint32_t pool_id, const
 	size_t len = strlen(name);
 	uint32_t h = name_hash(pool_id, name, len);
 
-	return chain_find(page_at(t->buckets[slot_of(t, h)]), h, pool_id, name, len, pending);
+	return chain_find(page_at(t->buckets[slot_of(t, h)]), pool_id, name, len, pending);
 }
 
 struct page *table_find_hashed(const struct page_table *t, uint32_t h, uint32_t pool_id,
                                const char *name, size_t len)
 {
-	return chain_find(page_at(t->buckets[slot_of(t, h)]), h, pool_id, name, len, NULL);
+	return chain_find(page_at(t->buckets[slot_of(t, h)]), pool_id, name, len, NULL);
 }
 
-struct page *table_find_same(const struct page_table *t, const struct page *b)
+struct page *table_find_same(const struct page_table *t, const struct page *b, uint32_t h)
 {
-	for (struct page *p = page_at(t->buckets[slot_of(t, b->name_hash)]); p;
-	     p = page_at(p->name_next))
-		if (p->committed && p->name_hash == b->name_hash && p->pool_ix == b->pool_ix &&
+	for (struct page *p = page_at(t->buckets[slot_of(t, h)]); p; p = page_at(p->name_next))
+		if (p->committed && p->name_len == b->name_len && p->pool_ix == b->pool_ix &&
 		    pname_same(p, b))
 			return p;
 	return NULL;
@@ -198,12 +206,10 @@ static void find_block(const struct page_table *t, uint32_t pool_id, const char 
 		}
 		if (stages < 4)
 			continue;
-		if ((k = i - 2 * LEAD) < n && head[k] && head[k]->name_hash != h[k] &&
-		    head[k]->name_next)
+		if ((k = i - 2 * LEAD) < n && head[k] && head[k]->name_next)
 			page_prefetch_lookup(page_at(head[k]->name_next), lens[k]);
 		if ((k = i - 3 * LEAD) < n)
-			out[k] = head[k] ? chain_find(head[k], h[k], pool_id, names[k], lens[k],
-			                              NULL)
+			out[k] = head[k] ? chain_find(head[k], pool_id, names[k], lens[k], NULL)
 			                 : NULL;
 	}
 }
@@ -240,22 +246,21 @@ void table_prefetch_names(const struct page_table *t, uint32_t pool_id, const ch
 #define AHEAD 16
 
 void table_prefetch_ahead(const struct page_table *by_name, const struct page_table *by_id,
-                          struct page *const *pages, size_t n, size_t i)
+                          struct page *const *pages, const uint32_t *hs, size_t n, size_t i)
 {
 	if (i == 0) /* the first AHEAD buckets, then one more a step */
 		for (size_t j = 0; j < AHEAD && j < n; j++) {
-			table_prefetch_name(by_name, pages[j]->name_hash);
+			table_prefetch_name(by_name, hs[j]);
 			if (by_id)
 				idtable_prefetch(by_id, pages[j]->id);
 		}
 	if (i + AHEAD < n) {
-		table_prefetch_name(by_name, pages[i + AHEAD]->name_hash);
+		table_prefetch_name(by_name, hs[i + AHEAD]);
 		if (by_id)
 			idtable_prefetch(by_id, pages[i + AHEAD]->id);
 	}
-	struct page *head = i + AHEAD / 2 < n
-	                            ? table_bucket_name(by_name, pages[i + AHEAD / 2]->name_hash)
-	                            : NULL;
+	struct page *head =
+		i + AHEAD / 2 < n ? table_bucket_name(by_name, hs[i + AHEAD / 2]) : NULL;
 	if (head)
 		page_prefetch_chain(head);
 }

@@ -303,3 +303,47 @@ Test(pool_index, pages_find_their_pool_and_the_table_has_a_limit)
 		pool_free(pools[i]);
 	page_free(p);
 }
+
+/* struct page keeps mtimes in 2^-16 s: a commit's time (page_mtime_grain)
+ * is at most META_MTIME_GRAIN_NS before the clock's and comes back
+ * exactly from the page (so stat and the store agree, and a remount shows
+ * the same mtime); times out of range are clamped, not wrapped. */
+Test(page, mtimes_keep_their_grain_and_come_back_exactly)
+{
+	struct page *p = make(sha);
+	uint64_t x = 88172645463325252ull;
+
+	for (int i = 0; i < 200000; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		int64_t ns = (int64_t)(x % (4102444800ull * 1000000000ull)); /* to 2100 */
+		int64_t g = page_mtime_grain(ns);
+		cr_assert(g <= ns && ns - g < META_MTIME_GRAIN_NS, "%lld -> %lld", (long long)ns,
+		          (long long)g);
+		page_set_mtime(p, g);
+		cr_assert_eq(page_mtime(p), g, "%lld stored as %lld", (long long)g,
+		             (long long)page_mtime(p));
+		page_set_mtime(p, ns);
+		cr_assert_eq(page_mtime(p), g, "%lld kept as %lld, not %lld", (long long)ns,
+		             (long long)page_mtime(p), (long long)g);
+	}
+	page_set_mtime(p, -5);
+	cr_assert_eq(page_mtime(p), 0);
+	page_set_mtime(p, INT64_MAX);
+	cr_assert_geq(page_mtime(p), (int64_t)UINT32_MAX * 1000000000ll, "clamped to 2106");
+	page_free(p);
+}
+
+/* Pages keep 48 bits of an id (as inode numbers do): the ids run out
+ * there instead of wrapping onto page 0's. */
+Test(page, ids_stop_at_48_bits)
+{
+	struct idblock b = {.next = META_PAGE_ID_MAX - 1, .end = UINT64_MAX};
+	struct page *p = make(sha);
+
+	cr_assert_eq(id_take(&b), META_PAGE_ID_MAX - 1);
+	p->id = id_take(&b);
+	cr_assert_eq(p->id, META_PAGE_ID_MAX, "the last id fits a page");
+	cr_assert_eq(id_left(&b), 0);
+	cr_assert_eq(id_take(&b), 0, "no id past 48 bits");
+	page_free(p);
+}

@@ -22,6 +22,7 @@
 
 static struct pool *pool;
 static struct page *pages[PAGES];
+static uint32_t hashes[PAGES]; /* of their names */
 
 static void name_of(unsigned i, char *buf, size_t len)
 {
@@ -40,8 +41,10 @@ static void setup(void)
 		cr_assert_not_null(pages[i]);
 		pages[i]->id = 1000003ull * (i + 1); /* sparse, as ids after deletions */
 		pages[i]->committed = 1;
-		pages[i]->name_hash = name_hash(pool->id, name, strlen(name));
+		hashes[i] = name_hash(pool->id, name, strlen(name));
 		page_set_pool(pages[i], pool);
+		/* what removals and growth compute again from the packed name */
+		cr_assert_eq(page_name_hash(pages[i]), hashes[i], "hash of %s again", name);
 	}
 }
 
@@ -79,7 +82,7 @@ Test(table, grows_by_half_and_finds_every_page)
 	cr_assert_eq(by_name.n, 1024, "a table starts at 1024 buckets");
 	cr_assert_eq(by_id.n, 1024, "a table starts at 1024 buckets");
 	for (unsigned i = 0; i < PAGES; i++) {
-		table_add_name(&by_name, pages[i]);
+		table_add_name(&by_name, pages[i], hashes[i]);
 		idtable_add(&by_id, pages[i]);
 		cr_assert_leq(by_name.count, by_name.n, "load factor at most 1");
 		cr_assert_leq(by_id.count * 8, by_id.n * 7, "load factor at most 7/8 by id");
@@ -143,7 +146,7 @@ Test(table, sized_up_front_holds_without_growing)
 	uint64_t id_buckets = by_id.n;
 	cr_assert_geq(id_buckets * 4, (PAGES + 7) * 5ull, "sized for a load near 0.8 by id");
 	for (unsigned i = 0; i < PAGES; i++) {
-		table_add_name(&by_name, pages[i]);
+		table_add_name(&by_name, pages[i], hashes[i]);
 		idtable_add(&by_id, pages[i]);
 	}
 	cr_assert_eq(by_name.n, PAGES + 7, "no growth below load factor 1");
