@@ -126,6 +126,9 @@ int bench_mkdirs(const char *path);
 int bench_drop_caches(const struct bench_env *env);
 /* Resident memory of pid in KiB, or 0. */
 uint64_t bench_rss_kib(pid_t pid);
+/* The same, and its anonymous and file-backed parts (RssAnon, RssFile;
+ * NULL: not wanted). */
+uint64_t bench_rss_parts(pid_t pid, uint64_t *anon, uint64_t *file);
 /* Installs the interrupt handlers. */
 void bench_signals(void);
 double bench_now(void);

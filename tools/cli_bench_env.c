@@ -123,17 +123,31 @@ int bench_run(char *const argv[], int quiet)
 
 uint64_t bench_rss_kib(pid_t pid)
 {
+	return bench_rss_parts(pid, NULL, NULL);
+}
+
+uint64_t bench_rss_parts(pid_t pid, uint64_t *anon, uint64_t *file)
+{
 	char path[64], line[256];
-	unsigned long long kib = 0;
+	unsigned long long kib = 0, v;
 	FILE *f;
 
+	if (anon)
+		*anon = 0;
+	if (file)
+		*file = 0;
 	bench_fmt(path, sizeof(path), "/proc/%d/status", (int)pid);
 	f = fopen(path, "r");
 	if (!f)
 		return 0;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %llu", &kib) == 1)
-			break;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "VmRSS: %llu", &v) == 1)
+			kib = v;
+		else if (anon && sscanf(line, "RssAnon: %llu", &v) == 1)
+			*anon = v;
+		else if (file && sscanf(line, "RssFile: %llu", &v) == 1)
+			*file = v;
+	}
 	fclose(f);
 	return kib;
 }

@@ -297,7 +297,7 @@ int bench_scale(struct bench_env *env, const struct bench_opts *o)
 	char empty_b[PATH_MAX], b[PATH_MAX], mnt[PATH_MAX], uri[PATH_MAX + 16], db[PATH_MAX];
 	char euri[PATH_MAX + 16], log[PATH_MAX], pool[PATH_MAX + 8], dir[PATH_MAX];
 	char wal[PATH_MAX + 8];
-	uint64_t n = o->scale, base_kib, kib, k = n < SCALE_SAMPLE ? n : SCALE_SAMPLE;
+	uint64_t n = o->scale, base_kib, kib, anon, file, k = n < SCALE_SAMPLE ? n : SCALE_SAMPLE;
 	double t0, t;
 	pid_t pid = 0;
 	int ret = -1;
@@ -353,20 +353,24 @@ int bench_scale(struct bench_env *env, const struct bench_opts *o)
 		return -1;
 	env->pf_mounted = 1;
 	t = bench_now() - t0;
-	kib = bench_rss_kib(pid);
+	kib = bench_rss_parts(pid, &anon, &file);
 	printf("mount time:      %.2f s (pagefs mount until usable)\n", t);
-	printf("daemon memory:   VmRSS %llu KiB: %.1f bytes/page above the empty mount\n",
+	printf("daemon memory:   VmRSS %llu KiB: %.1f bytes/page above the empty mount (anonymous "
+	       "%llu KiB, file-backed %llu KiB)\n",
 	       (unsigned long long)kib,
-	       kib > base_kib ? (double)(kib - base_kib) * 1024.0 / (double)n : 0.0);
+	       kib > base_kib ? (double)(kib - base_kib) * 1024.0 / (double)n : 0.0,
+	       (unsigned long long)anon, (unsigned long long)file);
 	fflush(stdout);
 	if (sample(pool, n, k, 0, 12345) < 0 || sample(pool, n, k, 1, 67890) < 0)
 		goto out;
 	if (list_all(pool, n) < 0)
 		goto out;
-	kib = bench_rss_kib(pid);
-	printf("daemon memory:   VmRSS %llu KiB after the passes: %.1f bytes/page\n",
+	kib = bench_rss_parts(pid, &anon, &file);
+	printf("daemon memory:   VmRSS %llu KiB after the passes: %.1f bytes/page (anonymous "
+	       "%llu KiB, file-backed %llu KiB)\n",
 	       (unsigned long long)kib,
-	       kib > base_kib ? (double)(kib - base_kib) * 1024.0 / (double)n : 0.0);
+	       kib > base_kib ? (double)(kib - base_kib) * 1024.0 / (double)n : 0.0,
+	       (unsigned long long)anon, (unsigned long long)file);
 	ret = 0;
 out:
 	if (bench_pagefs_umount(env, mnt) < 0)
