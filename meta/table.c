@@ -176,9 +176,10 @@ struct page *table_find_same(const struct page_table *t, const struct page *b, u
  * overlap instead of following one another (a batch of 128 SGLang keys
  * spent most of its time waiting on them). Each key passes four stages,
  * LEAD keys apart: its hash and its bucket loaded; the bucket read and
- * its chain head's lookup fields and name loaded; the head checked and,
- * when the name is not its own, the second page of the chain loaded (at
- * load factor up to 1 a third of lookups reach it); the walk. LEAD was
+ * its chain head's lookup fields and name loaded; the second page of the
+ * chain loaded, if there is one (pages hold no hash that would tell
+ * whether the head is the one; at load factor up to 1 a third of lookups
+ * reach the second); the walk. LEAD was
  * chosen with tests/perf/lookup_bench.c (2, 4, 8, 12, 16 keys: 8 and 12
  * best, 2 a quarter slower). Loading past the end of a shorter name is
  * harmless. */
