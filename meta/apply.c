@@ -229,6 +229,12 @@ void apply_remote(struct meta *m, const struct store_change *c, struct dropped *
 	}
 	if (r->pool_id != pool->id || r->slot >= pool->capacity || r->length > pool->slot_size)
 		return;
+	if (r->page_id >
+	    META_PAGE_ID_MAX) { /* (a page keeps 48 bits; the sequence never gets there) */
+		log_error("page %llu of another node has an id past %llu: not loaded here",
+		          (unsigned long long)r->page_id, (unsigned long long)META_PAGE_ID_MAX);
+		return;
+	}
 	o = table_find_name(&m->by_name, pool->id, r->name, NULL);
 	if (o && o->id != r->page_id) {
 		page_replaced(m, o);

@@ -216,8 +216,10 @@ static int cmp_touch(const void *a, const void *b)
 /* Writes the noted atimes of pages that still exist, the latest of each,
  * TOUCH_CHUNK rows a transaction (ts: taken from the journal, freed here).
  * The noted times are the clock's, to the nanosecond: memory keeps whole
- * seconds, and the LRU a remount builds follows these. Called by the
- * writer thread only. */
+ * seconds, and the LRU a remount builds follows these. A page is noted at
+ * its first use in a second, so of uses in one second the store orders
+ * pages by their first (a later use in that second moved the page in
+ * memory only). Called by the writer thread only. */
 #define TOUCH_CHUNK 4096
 
 static void write_touches(struct meta *m, struct touch *ts, size_t n)
@@ -241,7 +243,7 @@ static void write_touches(struct meta *m, struct touch *ts, size_t n)
 			memset(&recs[k], 0, sizeof(recs[k]));
 			recs[k].type = REC_TOUCH;
 			recs[k].page_id = p->id;
-			recs[k].atime_ns = ts[i].at;
+			recs[k].atime_ns = ts[i].at; /* (the store never moves one back) */
 			*tail = &recs[k++];
 			tail = &(*tail)->next;
 		}

@@ -9,6 +9,7 @@
 #include "fixture.h"
 
 #include <pthread.h>
+#include <time.h>
 
 TestSuite(alloc, .init = fx_setup, .fini = fx_teardown, .timeout = 30);
 TestSuite(alloc_noevict, .init = fx_setup_noevict, .fini = fx_teardown, .timeout = 30);
@@ -420,6 +421,58 @@ Test(alloc, evictions_after_reopen_follow_the_stored_order_of_last_use)
 		             g < 0 ? "nothing" : p[g].name, p[rest[k]].name);
 		gone[g] = 1;
 		commit_ok(&r, name, 1, 1);
+	}
+}
+
+static int64_t clock_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* A page's atime as the store holds it (meta_page_iter reads rows). */
+struct stored_atime {
+	uint64_t id;
+	int64_t atime_ns;
+};
+
+static int find_atime(void *arg, const struct meta_page_info *p)
+{
+	struct stored_atime *w = arg;
+
+	if (p->id == w->id)
+		w->atime_ns = p->atime_ns;
+	return 0;
+}
+
+/* A page used in two seconds before the journal writes its atimes: the
+ * store gets the later use (the touch list keeps the latest of each
+ * page), and a rewrite after a use keeps its commit's time (the older
+ * noted use written after it does not move the stored atime back). */
+Test(alloc, the_store_keeps_the_latest_use_of_a_page)
+{
+	struct meta_page_info p[2];
+
+	put_pages(fx.pool, 2, p);
+	usleep(1100 * 1000);
+	lookup_ok(fx.pool, p[0].name); /* noted: its second moved */
+	lookup_ok(fx.pool, p[1].name);
+	usleep(1100 * 1000);
+	int64_t second = clock_ns();
+	lookup_ok(fx.pool, p[0].name); /* noted again, a second later */
+	/* p[1] rewritten in place after its use: the commit's atime stays */
+	struct meta_resv r = reserve_ok(fx.pool, p[1].name, p[1].id);
+	commit_ok(&r, p[1].name, 1, 7);
+	int64_t rewritten = lookup_ok(fx.pool, p[1].name).mtime_ns;
+	fx_reopen();
+	for (int i = 0; i < 2; i++) {
+		struct stored_atime w = {p[i].id, 0};
+		cr_assert_eq(meta_page_iter(fx.m, fx.pool, 0, find_atime, &w), 0);
+		int64_t want = i == 0 ? second : rewritten;
+		cr_assert_geq(w.atime_ns, want, "%s: stored atime %lld, want at least %lld",
+		              p[i].name, (long long)w.atime_ns, (long long)want);
 	}
 }
 
