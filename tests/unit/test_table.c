@@ -5,10 +5,12 @@
  * its own page (and leaves every other findable: open addressing shifts
  * pages back), the tables stay sized to what they hold (by name a load
  * factor between 2/3 and 1 once grown, by id between 7/12 and 7/8), ids
- * spread over the buckets whatever their stride, and a mount sizes both
- * from the store's estimate, for short and long names.
+ * spread over the buckets whatever their stride, a run of pages that
+ * wraps past the last bucket survives removals in any order, and a mount
+ * sizes both from the store's estimate, for short and long names.
  */
 #include "fixture.h"
+#include "meta/hash.h"
 #include "meta/internal.h"
 
 #include <criterion/criterion.h>
@@ -251,4 +253,58 @@ Test(table, sized_from_the_store_at_mount)
 	sized_at_mount(60000, "", 0);
 	sized_at_mount(60000, "_Qwen-Qwen3-32B_0_2.bin", 0);
 	sized_at_mount(60000, "", 1);
+}
+
+/* The bucket idtable.c gives id in a table of n buckets (its home). */
+static uint64_t home_of(uint64_t id, uint64_t n)
+{
+	return ((meta_mix64(id) >> 32) * n) >> 32;
+}
+
+/* A run of pages that wraps from the last bucket to the first: ids whose
+ * home is one of the last two buckets or the first, removed in every
+ * rotation of their order; after each removal every other is still
+ * found and the removed one is not (the backward shift across the end). */
+Test(table, removals_shift_pages_back_across_the_end)
+{
+	enum { RUN = 12 };
+	struct page_table t;
+	struct page *v[RUN];
+	uint64_t n;
+
+	cr_assert_eq(idtable_init(&t, 1), 0);
+	n = t.n;
+	table_free(&t);
+	for (unsigned i = 0, k = 0; k < RUN; i++) { /* homes n-2, n-1, 0, n-2, ... */
+		uint64_t want = (k % 3 == 0) ? n - 2 : (k % 3 == 1) ? n - 1 : 0;
+		if (home_of(pages[i]->id, n) != want) {
+			cr_assert_lt(i + 1, PAGES, "no ids of those homes among the pages");
+			continue;
+		}
+		v[k++] = pages[i];
+	}
+	for (unsigned rot = 0; rot < RUN; rot++) {
+		cr_assert_eq(idtable_init(&t, 1), 0);
+		for (unsigned k = 0; k < RUN; k++)
+			idtable_add(&t, v[k]);
+		cr_assert_eq(t.n, n, "no growth at 12 pages");
+		cr_assert_neq(t.buckets[0], 0, "the run wraps into bucket 0");
+		for (unsigned d = 0; d < RUN; d++) {
+			struct page *gone = v[(rot + d * 5) % RUN]; /* 5 is prime to 12 */
+			idtable_del(&t, gone);
+			cr_assert_null(idtable_find(&t, gone->id),
+			               "rotation %u: removed page found", rot);
+			for (unsigned e = d + 1; e < RUN; e++) {
+				struct page *left = v[(rot + e * 5) % RUN];
+				cr_assert_eq(idtable_find(&t, left->id), left,
+				             "rotation %u, %u removed: page %llu lost", rot, d + 1,
+				             (unsigned long long)left->id);
+			}
+		}
+		cr_assert_eq(t.count, 0);
+		for (uint64_t b = 0; b < t.n; b++)
+			cr_assert_eq(t.buckets[b], 0, "bucket %llu not emptied",
+			             (unsigned long long)b);
+		table_free(&t);
+	}
 }
