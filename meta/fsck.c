@@ -39,6 +39,7 @@ enum problem {
 	PR_PAGE_SLOT,
 	PR_PAGE_LENGTH,
 	PR_PAGE_NAME,
+	PR_PAGE_ID,
 	PR_SLOT_SHARED,
 	PR_NAME_SHARED,
 	PR_CHECKSUM_BAD,
@@ -62,6 +63,7 @@ static const struct {
 	[PR_PAGE_SLOT] = {"page-slot-range", "drop the page", 1},
 	[PR_PAGE_LENGTH] = {"page-length", "drop the page", 1},
 	[PR_PAGE_NAME] = {"page-name", "drop the page", 1},
+	[PR_PAGE_ID] = {"page-id", "drop the page", 1},
 	[PR_SLOT_SHARED] = {"slot-shared", "keep the one page whose bytes match its checksum", 1},
 	[PR_NAME_SHARED] = {"name-shared", "keep the row with the highest id, drop the others", 1},
 	[PR_CHECKSUM_BAD] = {"checksum-bad", "drop the page", 1},
@@ -303,6 +305,11 @@ static void pass_pages(struct fsck *f)
 		} else if (meta_check_name(r->name) < 0 || strlen(r->name) != r->name_len) {
 			report(f, PR_PAGE_NAME, "page %llu of pool %u/%s has an invalid name",
 			       (unsigned long long)r->page_id, p->row.rank, p->row.ns);
+			drop_page(f, pg);
+		} else if (!r->page_id || r->page_id > META_PAGE_ID_MAX) {
+			report(f, PR_PAGE_ID, "page '%s' of pool %u/%s has id %llu, out of 1..%llu",
+			       r->name, p->row.rank, p->row.ns, (unsigned long long)r->page_id,
+			       (unsigned long long)META_PAGE_ID_MAX);
 			drop_page(f, pg);
 		} else if (r->slot >= p->row.capacity) {
 			report(f, PR_PAGE_SLOT,

@@ -265,6 +265,17 @@ def test_page_with_an_invalid_name_is_dropped(pages, bad):
     pages.serves(keep=["p0", "p1", "p2", "q0", "q1"], gone=["p3"])
 
 
+def test_page_with_an_id_past_48_bits_is_dropped(pages):
+    """Pages keep 48 bits of their id, as inode numbers do: a row past that
+    (none can be made) is refused at mount, and fsck names and drops it."""
+    edit(pages.m, ("UPDATE pages SET id=? WHERE id=?", (1 << 48, pid_of(pages.m, "p1"))))
+    r = pages.m.attempt()
+    assert r.returncode == 1 and "pagefs fsck" in r.stdout + r.stderr, \
+        f"mount must refuse an index with a page id past 48 bits, naming fsck: {describe(r)}"
+    pages.break_and_check("page-id", expect_in_msg=("p1", str(1 << 48)))
+    pages.serves(keep=["p0", "p2", "p3", "q0", "q1"], gone=["p1"])
+
+
 def _drop_unique_slot(m):
     """Rebuilds the pages table without UNIQUE(pool, slot), as an older or
     damaged index could be, so two rows can name one slot."""
