@@ -14,10 +14,8 @@
 #include "meta/internal.h"
 #include "meta/log.h"
 
-#include <errno.h>
 #include <stdlib.h>
 
-#define BUCKETS_MIN 1024ULL
 /* Page references are 32 bits, so no more pages exist than that. */
 #define BUCKETS_MAX (1ULL << 32)
 
@@ -31,18 +29,7 @@ static uint64_t home(const struct page_table *t, uint64_t id)
 
 int idtable_init(struct page_table *t, uint64_t pages)
 {
-	uint64_t n = pages + pages / 4 + pages / 64;
-
-	if (n < BUCKETS_MIN)
-		n = BUCKETS_MIN;
-	if (n > BUCKETS_MAX)
-		n = BUCKETS_MAX;
-	t->buckets = calloc(n, sizeof(*t->buckets));
-	if (!t->buckets)
-		return -ENOMEM;
-	t->n = n;
-	t->count = 0;
-	return 0;
+	return table_init(t, pages + pages / 4 + pages / 64); /* (clamped as by name) */
 }
 
 /* Puts ref (of a page not in t) into its first empty bucket. */
