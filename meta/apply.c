@@ -254,6 +254,11 @@ void apply_remote(struct meta *m, const struct store_change *c, struct dropped *
 			slot_put(pool, p->slot);
 			slot_mark(pool, r->slot);
 			page_new_version(p);
+			/* The writer's version, unless this node is past it
+			 * already (its own new versions: the numbers it gave
+			 * out are not given again to other bytes). */
+			if ((int16_t)(r->version - p->version) > 0)
+				p->version = r->version;
 		}
 		pool->bytes += r->length;
 	} else {
@@ -263,6 +268,7 @@ void apply_remote(struct meta *m, const struct store_change *c, struct dropped *
 			return;
 		}
 		p->id = r->page_id;
+		p->version = r->version;
 		page_set_pool(p, pool);
 		slot_mark(pool, r->slot);
 	}

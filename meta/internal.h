@@ -40,7 +40,7 @@ struct keys;
  * bucket is wanted) and no link for the table by id (idtable.c). */
 struct page {
 	uint64_t id : 48;      /* <= META_PAGE_ID_MAX */
-	uint64_t version : 16; /* in-place replacements this mount (wraps) */
+	uint64_t version : 16; /* in-place replacements (wraps); kept: gen_column */
 	uint64_t checksum;
 	uint32_t atime_s;            /* last use, in seconds (page_secs) */
 	uint32_t slot;               /* < its pool's capacity <= META_SLOTS_MAX */
@@ -99,6 +99,25 @@ static inline int64_t page_mtime_grain(int64_t ns)
 	struct page p = {.mtime_q = page_mtime_q(ns) & ((1ULL << 48) - 1)};
 
 	return page_mtime(&p);
+}
+
+/* The stores' gen column holds the mount epoch in its low 32 bits and
+ * the page's version above them, so that a rewritten page keeps its
+ * inode number across a remount (an index from before keeps version 0;
+ * a binary from before reads the low 32 bits only). */
+static inline int64_t gen_column(uint32_t gen, uint16_t version)
+{
+	return (int64_t)gen | (int64_t)version << 32;
+}
+
+static inline uint32_t gen_of_column(int64_t col)
+{
+	return (uint32_t)col;
+}
+
+static inline uint16_t version_of_column(int64_t col)
+{
+	return (uint16_t)((uint64_t)col >> 32);
 }
 
 /* struct page keeps 28 bits of a mount epoch (what FUSE gets as an inode
@@ -372,6 +391,7 @@ struct rec {
 	int has_checksum;
 	int64_t mtime_ns, atime_ns;
 	uint32_t gen;
+	uint16_t version; /* the page's version once this commit is applied */
 	/* REC_COMMIT of a committed page (O_TRUNC): its row, if still there,
 	 * keeps the name it has by then (a rename may come first); the store
 	 * then sets in_place and puts that name in name */

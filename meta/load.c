@@ -45,6 +45,7 @@ struct row {
 	int64_t mtime_ns, atime_ns;
 	struct pool *pool;
 	uint32_t gen;
+	uint16_t version;
 	uint8_t has_checksum, name_len;
 	char name[META_NAME_MAX + 1];
 };
@@ -94,6 +95,7 @@ static struct page *build(const struct row *r, uint32_t *h)
 	page_set_mtime(p, r->mtime_ns);
 	p->atime_s = page_secs(r->atime_ns);
 	p->gen = r->gen;
+	p->version = r->version;
 	*h = name_hash(r->pool->id, r->name, r->name_len);
 	return p;
 }
@@ -274,6 +276,7 @@ static int load_page(void *arg, const struct rec *row)
 	r->atime_ns = row->atime_ns;
 	r->pool = pool;
 	r->gen = row->gen;
+	r->version = row->version;
 	r->name_len = (uint8_t)row->name_len;
 	memcpy(r->name, row->name, row->name_len + 1u);
 	return b->n == LOAD_BATCH ? hand_over(l) : 0;

@@ -84,9 +84,10 @@ struct meta_page_info {
 	uint64_t length;
 	uint64_t checksum; /* XXH3-64 of the bytes; valid if has_checksum */
 	int has_checksum;
-	int committed;    /* 0: still being written by its creator */
-	uint32_t version; /* in-place replacements (O_TRUNC) this mount */
-	int opened;       /* a reader opened this version before this open */
+	int committed; /* 0: still being written by its creator */
+	uint32_t
+		version; /* in-place replacements (O_TRUNC), kept across remounts (wraps at 2^16) */
+	int opened;      /* a reader opened this version before this open */
 	int64_t mtime_ns; /* commit time */
 	int64_t atime_ns; /* last use */
 	char name[META_NAME_MAX + 1];

@@ -663,6 +663,8 @@ static int commit_once(struct meta *m, const struct meta_resv *r, uint64_t lengt
 	rec->has_checksum = 1;
 	rec->mtime_ns = rec->atime_ns = page_mtime_grain(now_ns());
 	rec->gen = p->gen;
+	/* apply_commit makes a replacement the next version */
+	rec->version = p->committed ? (uint16_t)(p->version + 1) : p->version;
 	rec->replace = r->replace;
 	rec->name_len = p->name_len;
 	pname_text(p, rec->name);

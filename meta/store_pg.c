@@ -47,9 +47,10 @@ static const char *const stmt_sql[PG_STMT_COUNT] = {
 			  " pagefs_pools WHERE id=$2::bigint AND capacity>0)"
 			  " ON CONFLICT(id) DO UPDATE SET"
 			  " name=excluded.name, slot=excluded.slot, length=excluded.length,"
-			  " checksum=excluded.checksum, mtime=excluded.mtime, atime=excluded.atime",
+			  " checksum=excluded.checksum, mtime=excluded.mtime, atime=excluded.atime,"
+			  " gen=excluded.gen",
 	[PG_COMMIT_SET] = "UPDATE pagefs_pages SET slot=$2, length=$3, checksum=$4, mtime=$5,"
-			  " atime=$6 WHERE id=$1 RETURNING name",
+			  " atime=$6, gen=$7 WHERE id=$1 RETURNING name",
 	[PG_DELETE] = "DELETE FROM pagefs_pages WHERE id=$1",
 	[PG_RENAME_DEL] = "DELETE FROM pagefs_pages WHERE pool=$1 AND name=$2 AND id<>$3"
 			  " AND EXISTS(SELECT 1 FROM pagefs_pages WHERE id=$3)",

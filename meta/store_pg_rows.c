@@ -98,7 +98,8 @@ static int load_page(void *arg, const PGresult *res)
 	row->checksum = row->has_checksum ? (uint64_t)pg_col_i64(res, 0, 5) : 0;
 	row->mtime_ns = pg_col_i64(res, 0, 6);
 	row->atime_ns = pg_col_i64(res, 0, 7);
-	row->gen = (uint32_t)pg_col_i64(res, 0, 8);
+	row->gen = gen_of_column(pg_col_i64(res, 0, 8));
+	row->version = version_of_column(pg_col_i64(res, 0, 8));
 	return l->cb->page(l->cb->arg, row);
 }
 
@@ -141,7 +142,8 @@ int pg_load(struct store *base, const struct store_load_cb *cb, char *err, size_
 
 /* ---- records ---- */
 
-/* What a commit changes: slot, length, checksum, mtime, atime. */
+/* What a commit changes: slot, length, checksum, mtime, atime, gen (the
+ * epoch and the version: gen_column). */
 static void args_version(struct pg_args *a, const struct rec *r)
 {
 	pg_arg_i64(a, (int64_t)r->slot);
@@ -152,6 +154,7 @@ static void args_version(struct pg_args *a, const struct rec *r)
 		pg_arg_null(a);
 	pg_arg_i64(a, r->mtime_ns);
 	pg_arg_i64(a, r->atime_ns);
+	pg_arg_i64(a, gen_column(r->gen, r->version));
 }
 
 static void args_page(struct pg_args *a, const struct rec *r)
@@ -159,8 +162,7 @@ static void args_page(struct pg_args *a, const struct rec *r)
 	pg_arg_i64(a, (int64_t)r->page_id);
 	pg_arg_i64(a, r->pool_id);
 	pg_arg_bytes(a, r->name, r->name_len);
-	args_version(a, r);
-	pg_arg_i64(a, r->gen);
+	args_version(a, r); /* $4 .. $9 */
 }
 
 /* Runs a statement whose zero rows mean the pool is gone: -ENOENT. */
@@ -347,7 +349,7 @@ static int bulk_chunk(struct pg_store *s, struct page *const *pages, size_t n)
 		                           (int64_t)p->checksum,
 		                           page_mtime(p),
 		                           (int64_t)p->atime_s * 1000000000LL,
-		                           p->gen};
+		                           gen_column(p->gen, p->version)};
 		for (int c = 0; c < PG_BULK_COLS; c++) {
 			if (i)
 				tb_str(&col[c], ",");
@@ -868,7 +870,8 @@ static int iter_chunk(struct pg_store *s, uint32_t pool_id, uint64_t *after, met
 		info.checksum = info.has_checksum ? (uint64_t)pg_col_i64(res, i, 4) : 0;
 		info.mtime_ns = pg_col_i64(res, i, 5);
 		info.atime_ns = pg_col_i64(res, i, 6);
-		info.gen = (uint32_t)pg_col_i64(res, i, 7);
+		info.gen = gen_of_column(pg_col_i64(res, i, 7));
+		info.version = version_of_column(pg_col_i64(res, i, 7));
 		info.committed = 1;
 		ret = cb(arg, &info);
 	}

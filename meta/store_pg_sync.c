@@ -81,7 +81,8 @@ static int page_row(PGresult *res, int i, int first, struct store_change *c)
 	r->checksum = r->has_checksum ? (uint64_t)pg_col_i64(res, i, first + 5) : 0;
 	r->mtime_ns = pg_col_i64(res, i, first + 6);
 	r->atime_ns = pg_col_i64(res, i, first + 7);
-	r->gen = (uint32_t)pg_col_i64(res, i, first + 8);
+	r->gen = gen_of_column(pg_col_i64(res, i, first + 8));
+	r->version = version_of_column(pg_col_i64(res, i, first + 8));
 	return 0;
 }
 

@@ -58,9 +58,10 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_COMMIT_PUT] = "INSERT INTO pages(id,pool,name,slot,length,checksum,mtime,atime,gen)"
 			  " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9) ON CONFLICT(id) DO UPDATE SET"
 			  " name=excluded.name, slot=excluded.slot, length=excluded.length,"
-			  " checksum=excluded.checksum, mtime=excluded.mtime, atime=excluded.atime",
-	[ST_COMMIT_SET] = "UPDATE pages SET slot=?2, length=?3, checksum=?4, mtime=?5, atime=?6"
-			  " WHERE id=?1 RETURNING name",
+			  " checksum=excluded.checksum, mtime=excluded.mtime, atime=excluded.atime,"
+			  " gen=excluded.gen",
+	[ST_COMMIT_SET] = "UPDATE pages SET slot=?2, length=?3, checksum=?4, mtime=?5, atime=?6,"
+			  " gen=?7 WHERE id=?1 RETURNING name",
 	[ST_DELETE] = "DELETE FROM pages WHERE id=?1",
 	[ST_RENAME] = "UPDATE pages SET name=?2 WHERE id=?1",
 	[ST_TOUCH] = "UPDATE pages SET atime=?2 WHERE id=?1 AND atime<?2",
@@ -431,7 +432,8 @@ static int sq_load(struct store *base, const struct store_load_cb *cb, char *err
 		row->checksum = (uint64_t)sqlite3_column_int64(st, 5);
 		row->mtime_ns = sqlite3_column_int64(st, 6);
 		row->atime_ns = sqlite3_column_int64(st, 7);
-		row->gen = (uint32_t)sqlite3_column_int64(st, 8);
+		row->gen = gen_of_column(sqlite3_column_int64(st, 8));
+		row->version = version_of_column(sqlite3_column_int64(st, 8));
 		ret = cb->page(cb->arg, row);
 	}
 	sqlite3_finalize(st);
@@ -470,8 +472,8 @@ static void sq_rollback(struct store *base)
 	pthread_mutex_unlock(&s->db_lock);
 }
 
-/* What a commit changes: slot, length, checksum, mtime, atime, bound
- * from parameter `at` on. */
+/* What a commit changes: slot, length, checksum, mtime, atime, gen (the
+ * epoch and the version: gen_column), bound from parameter `at` on. */
 static void bind_version(sqlite3_stmt *st, int at, const struct rec *r)
 {
 	sqlite3_bind_int64(st, at, (sqlite3_int64)r->slot);
@@ -482,6 +484,7 @@ static void bind_version(sqlite3_stmt *st, int at, const struct rec *r)
 		sqlite3_bind_null(st, at + 2);
 	sqlite3_bind_int64(st, at + 3, r->mtime_ns);
 	sqlite3_bind_int64(st, at + 4, r->atime_ns);
+	sqlite3_bind_int64(st, at + 5, gen_column(r->gen, r->version));
 }
 
 static void bind_page(sqlite3_stmt *st, const struct rec *r)
@@ -489,8 +492,7 @@ static void bind_page(sqlite3_stmt *st, const struct rec *r)
 	sqlite3_bind_int64(st, 1, (sqlite3_int64)r->page_id);
 	sqlite3_bind_int64(st, 2, r->pool_id);
 	sqlite3_bind_blob(st, 3, r->name, r->name_len, SQLITE_STATIC);
-	bind_version(st, 4, r);
-	sqlite3_bind_int64(st, 9, r->gen);
+	bind_version(st, 4, r); /* ?4 .. ?9 */
 }
 
 /* Deletes the rows ids[0 .. n) that still have (pool, name): the rows a
@@ -556,7 +558,7 @@ static int apply_bulk(struct sqlite_store *s, const struct rec *r)
 			sqlite3_bind_null(st, 6);
 		sqlite3_bind_int64(st, 7, page_mtime(p));
 		sqlite3_bind_int64(st, 8, (int64_t)p->atime_s * 1000000000LL);
-		sqlite3_bind_int64(st, 9, p->gen);
+		sqlite3_bind_int64(st, 9, gen_column(p->gen, p->version));
 		rc = step_done(st);
 		if (b->progress && ((i + 1) % 65536 == 0 || i + 1 == b->n))
 			b->progress(b->arg, i + 1, b->n);
@@ -719,7 +721,8 @@ static int sq_iter_pages(struct store *base, uint32_t pool_id, uint64_t after, m
 		info.checksum = (uint64_t)sqlite3_column_int64(st, 4);
 		info.mtime_ns = sqlite3_column_int64(st, 5);
 		info.atime_ns = sqlite3_column_int64(st, 6);
-		info.gen = (uint32_t)sqlite3_column_int64(st, 7);
+		info.gen = gen_of_column(sqlite3_column_int64(st, 7));
+		info.version = version_of_column(sqlite3_column_int64(st, 7));
 		info.committed = 1;
 		ret = cb(arg, &info);
 		rc = SQLITE_OK;

@@ -44,6 +44,34 @@ def test_pages_survive_umount_and_mount_with_names_bytes_sizes_and_inodes(mount)
         assert_bytes_equal(read_page(p), d, str(p))
 
 
+def test_a_rewritten_page_keeps_its_inode_number_across_remount(mount):
+    """An O_TRUNC rewrite gives the page a new inode number (each version of
+    the bytes has its own); the index keeps the version, so the number is
+    the same after a remount (it went back to the first version's, found
+    by a probe). A shell's `echo x > page` commits twice (its fd is
+    dup'ed and closed twice), and renames keep the number too."""
+    m = mount("--page-size", "64K", "--capacity", "4M")
+    pool = m.pool(0, "kv")
+    write_page(pool / "once", b"1")
+    for i in range(3):
+        write_page(pool / "thrice", bytes([i]) * 100)
+    subprocess.run(["bash", "-c", f"echo x > {pool / 'shell'}"], check=True, timeout=30)
+    write_page(pool / "moved", b"m")
+    write_page(pool / "moved", b"mm")
+    os.rename(pool / "moved", pool / "moved2")
+    before = {n: os.stat(pool / n).st_ino for n in ("once", "thrice", "shell", "moved2")}
+    assert before["thrice"] >> 48 != before["once"] >> 48, \
+        f"a rewrite gives a new version in the inode number: {before}"
+    m.umount()
+    m.start()
+    after = {n: os.stat(pool / n).st_ino for n in before}
+    assert after == before, f"inode numbers changed across remount: {before} -> {after}"
+    assert read_page(pool / "thrice") == bytes([2]) * 100
+    write_page(pool / "thrice", b"again")
+    assert os.stat(pool / "thrice").st_ino not in before.values(), \
+        "the rewrite after the remount takes a version not given out before"
+
+
 def test_fsck_reports_clean_after_a_clean_umount(mount):
     m = mount("--page-size", "64K", "--capacity", "1M")
     pool = m.pool(0, "kv")
