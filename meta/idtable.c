@@ -16,9 +16,6 @@
 
 #include <stdlib.h>
 
-/* Page references are 32 bits, so no more pages exist than that. */
-#define BUCKETS_MAX (1ULL << 32)
-
 /* MurmurHash3's 64-bit finalizer: every bit of id moves every bit of the
  * result, so ids that follow one another, or any stride, spread evenly
  * (one multiply's high half clustered ids of some strides). */
@@ -46,11 +43,9 @@ static void place(struct page_table *t, uint32_t ref, uint64_t id)
  * ENOMEM (it still works, only fuller). */
 static void grow(struct page_table *t)
 {
-	struct page_table g = {.n = t->n + t->n / 2, .count = t->count};
+	struct page_table g;
 
-	if (g.n > BUCKETS_MAX)
-		g.n = BUCKETS_MAX;
-	if (g.n == t->n || !(g.buckets = calloc(g.n, sizeof(*g.buckets))))
+	if (table_grown(t, &g) < 0)
 		return;
 	for (uint64_t i = 0; i < t->n; i++)
 		if (t->buckets[i])

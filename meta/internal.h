@@ -80,25 +80,26 @@ static inline uint64_t page_mtime_q(int64_t ns)
 	return s << 16 | (frac << 16) / 1000000000u;
 }
 
-/* Rounded up, so that page_mtime_q gives q back. */
+/* The ns of q, rounded up, so that page_mtime_q gives q back. */
+static inline int64_t page_mtime_ns(uint64_t q)
+{
+	return (int64_t)((q >> 16) * 1000000000u + (((q & 0xffffu) * 1000000000u + 0xffffu) >> 16));
+}
+
 static inline int64_t page_mtime(const struct page *p)
 {
-	uint64_t q = p->mtime_q;
-
-	return (int64_t)((q >> 16) * 1000000000u + (((q & 0xffffu) * 1000000000u + 0xffffu) >> 16));
+	return page_mtime_ns(p->mtime_q);
 }
 
 static inline void page_set_mtime(struct page *p, int64_t ns)
 {
-	p->mtime_q = page_mtime_q(ns) & ((1ULL << 48) - 1);
+	p->mtime_q = page_mtime_q(ns);
 }
 
 /* ns down to what struct page can keep: the time a commit records. */
 static inline int64_t page_mtime_grain(int64_t ns)
 {
-	struct page p = {.mtime_q = page_mtime_q(ns) & ((1ULL << 48) - 1)};
-
-	return page_mtime(&p);
+	return page_mtime_ns(page_mtime_q(ns));
 }
 
 /* The stores' gen column holds the mount epoch in its low 32 bits and
@@ -578,6 +579,9 @@ int keys_refuse_fuse(struct meta *m, struct pool *pool);
 /* table.c */
 int table_init(struct page_table *t, uint64_t buckets);
 void table_free(struct page_table *t);
+/* g: an empty table of half as many buckets again as t (at most 2^32),
+ * t's count; 0, or -1 when t is at its largest or out of memory. */
+int table_grown(const struct page_table *t, struct page_table *g);
 /* The hash of a name in the table by name (and in batches). */
 uint32_t name_hash(uint32_t pool_id, const char *name, size_t len);
 /* The same for p's name, from the packed form (unpacks it: some 30 ns). */

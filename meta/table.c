@@ -62,15 +62,21 @@ uint32_t page_name_hash(const struct page *p)
 	return name_hash(page_pool(p)->id, pname_text(p, text), p->name_len);
 }
 
+int table_grown(const struct page_table *t, struct page_table *g)
+{
+	*g = (struct page_table){.n = t->n + t->n / 2, .count = t->count};
+	if (g->n > BUCKETS_MAX)
+		g->n = BUCKETS_MAX;
+	return g->n > t->n && (g->buckets = calloc(g->n, sizeof(*g->buckets))) ? 0 : -1;
+}
+
 /* Rehashes into half as many buckets again; keeps the old table on
  * ENOMEM. */
 static void grow(struct page_table *t)
 {
-	struct page_table g = {.n = t->n + t->n / 2, .count = t->count};
+	struct page_table g;
 
-	if (g.n > BUCKETS_MAX)
-		g.n = BUCKETS_MAX;
-	if (g.n == t->n || !(g.buckets = calloc(g.n, sizeof(*g.buckets))))
+	if (table_grown(t, &g) < 0)
 		return;
 	for (uint64_t i = 0; i < t->n; i++) {
 		uint32_t r = t->buckets[i];
