@@ -46,6 +46,12 @@ struct pagefs_mount_opts {
 int pagefs_serve(const struct pagefs_mount_opts *o,
                  void (*ready)(void *arg, int err, const char *msg), void *arg);
 
+/* The largest write request the kernel may send a pagefs daemon, and
+ * the largest read (fs_main.c: what a pipe can splice, from
+ * /proc/sys/fs/pipe-max-size). */
+#define FS_MAX_WRITE (1U << 20)
+unsigned fs_max_read(void);
+
 /* fs_watch.c. The FUSE connection number of the mount at mp (a canonical
  * path), read from /proc/self/mountinfo so that nothing under mp is
  * touched: 0, -ENOENT (no FUSE mount there) or -EPERM (not pagefs's). */

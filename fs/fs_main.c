@@ -68,7 +68,6 @@
 #include "fs/fs_inval.h"
 #include "meta/log.h"
 
-#define FS_MAX_WRITE (1U << 20)
 #define FS_DEFAULT_THREADS 16
 
 /*
@@ -80,7 +79,7 @@
  * is the largest power of two up to FS_MAX_WRITE that leaves 64 KiB of
  * headroom in a pipe of that size.
  */
-static unsigned fs_max_read(void)
+unsigned fs_max_read(void)
 {
 	static unsigned cached; /* the mount option and init must agree */
 	unsigned long long max = 1 << 20;

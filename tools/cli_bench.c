@@ -45,6 +45,7 @@ static void usage(FILE *out)
 	        "       pagefs bench --scale N [--backing DIR] [--meta URI]\n"
 	        "       pagefs bench --mounts LIST --meta postgres://... [--clients N] [--pages "
 	        "N]\n"
+	        "       pagefs bench --floors [--backing DIR] [--sizes LIST] [--json FILE]\n"
 	        "\n"
 	        "Runs the same KV-cache page workloads (write, read cold and hot, exists,\n"
 	        "list, delete) against raw pread/pwrite, a plain directory, libfuse's\n"
@@ -83,6 +84,9 @@ static void usage(FILE *out)
 	        "  -L, --fill HOW        --scale fills with adopt (one store transaction,\n"
 	        "                        as import-json; default) or commit (a reserve and\n"
 	        "                        commit per page from 128 threads: group commit)\n"
+	        "  -f, --floors          measure what no FUSE daemon goes below here (a\n"
+	        "                        round trip, a page's copy) and print the highest\n"
+	        "                        ratio to raw each pagefs contender can reach\n"
 	        "  -h, --help            this text\n");
 }
 
@@ -161,6 +165,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{"repeat", required_argument, NULL, 'R'},
 		{"mounts", required_argument, NULL, 'M'},
 		{"workloads", required_argument, NULL, 'W'},
+		{"floors", no_argument, NULL, 'f'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -169,9 +174,12 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 
 	memset(o, 0, sizeof(*o));
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "qb:Fj:p:s:c:m:S:L:P:C:K:R:M:W:h", longopts, NULL)) !=
+	while ((c = getopt_long(argc, argv, "qb:Fj:p:s:c:m:S:L:P:C:K:R:M:W:fh", longopts, NULL)) !=
 	       -1) {
 		switch (c) {
+		case 'f':
+			o->floors = 1;
+			break;
 		case 'q':
 			o->quick = 1;
 			break;
@@ -303,6 +311,10 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		return cli_usage_error(BENCH_CMD, "--scale runs alone: drop --json/--plot/--quick");
 	if (o->nmounts && (o->scale || o->plot))
 		return cli_usage_error(BENCH_CMD, "--mounts runs alone: drop --scale/--plot");
+	if (o->floors && (o->scale || o->nmounts || o->plot || o->backing_fuse))
+		return cli_usage_error(
+			BENCH_CMD,
+			"--floors runs alone: drop --scale/--mounts/--plot/--backing-fuse");
 	if (!o->nsizes) {
 		o->sizes[0] = 64ULL << 10;
 		o->sizes[1] = 1ULL << 20;
@@ -581,12 +593,14 @@ int cli_bench_main(int argc, char **argv)
 	if (ret != 0)
 		return ret < 0 ? CLI_OK : ret;
 	bench_signals();
-	if (bench_env_setup(&env, &o, o.scale == 0 && o.nmounts == 0) < 0) {
+	if (bench_env_setup(&env, &o, o.scale == 0 && o.nmounts == 0 && !o.floors) < 0) {
 		bench_env_cleanup(&env);
 		return CLI_FAIL;
 	}
-	if (o.scale || o.nmounts) {
-		ret = o.scale ? bench_scale(&env, &o) : bench_multi(&env, &o);
+	if (o.scale || o.nmounts || o.floors) {
+		ret = o.scale     ? bench_scale(&env, &o)
+		      : o.nmounts ? bench_multi(&env, &o)
+		                  : bench_floors(&env, &o);
 		bench_env_cleanup(&env);
 		return ret < 0 ? CLI_FAIL : CLI_OK;
 	}

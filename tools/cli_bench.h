@@ -8,6 +8,7 @@
  *   cli_bench_out.c   progress lines, the summary table, JSON, gnuplot
  *   cli_bench_scale.c --scale N: a pool of N pages, mount time, memory
  *   cli_bench_multi.c --mounts LIST: commits/s of N daemons on one index
+ *   cli_bench_floor.c --floors: round trips and copies, the ratios they allow
  *
  * Everything the bench mounts or creates lives under one temporary
  * directory and is removed on every exit path, Ctrl-C included.
@@ -51,6 +52,7 @@ struct bench_opts {
 	long mounts[BENCH_MAX_LIST]; /* --mounts: daemons on one index, per run */
 	int nmounts;
 	unsigned workloads; /* --workloads: bit w reports workload w (0: all) */
+	int floors;         /* --floors: what no FUSE daemon goes below */
 };
 
 /* Set by SIGINT/SIGTERM/SIGHUP: every loop gives up and cleans up. */
@@ -153,5 +155,8 @@ int bench_scale(struct bench_env *env, const struct bench_opts *o);
 
 /* cli_bench_multi.c */
 int bench_multi(struct bench_env *env, const struct bench_opts *o);
+
+/* cli_bench_floor.c */
+int bench_floors(struct bench_env *env, const struct bench_opts *o);
 
 #endif

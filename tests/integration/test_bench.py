@@ -72,6 +72,38 @@ def test_bench_scale_reports_mount_time_memory_latency_and_index_size(tmp_path):
     assert not _mounts_under(tmp_path), "bench --scale left mounts behind"
 
 
+@needs_root
+@pytest.mark.timeout_s(120)
+def test_bench_floors_reports_round_trips_copies_and_the_ratios_they_leave(tmp_path):
+    """--floors: the round trips and copies no FUSE daemon goes below, and
+    each pagefs contender's highest ratio to raw computed from them."""
+    out = tmp_path / "floors.json"
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    r = run_pagefs("bench", "--floors", "--sizes", "64K,1M", "--json", out, timeout=100, env=env)
+    assert r.returncode == 0, f"bench --floors failed: {describe(r)}"
+    recs = json.loads(out.read_text())
+    assert [rec["page_size"] for rec in recs] == [65536, 1 << 20], recs
+    for rec in recs:
+        assert rec["workload"] == "floor", rec
+        for k in ("pipe_rt_us", "fuse_rt_us", "open_us", "pread_us", "cold_pread_us",
+                  "pwrite_us"):
+            assert rec[k] > 0, (k, rec)
+        for k in ("max_direct_read", "max_read_hot", "max_read_cold", "max_write"):
+            assert 0 < rec[k] < 1, (k, rec)
+        pread, trip, opened_us = rec["pread_us"], rec["fuse_rt_us"], rec["open_us"]
+        assert rec["max_direct_read"] == pytest.approx(pread / (pread + opened_us + trip),
+                                                       rel=0.02), rec
+        # a read through the mount asks at least once after its open: never
+        # above a direct read, which asks for the offset once
+        assert rec["max_read_hot"] <= rec["max_direct_read"], rec
+    assert recs[0]["fuse_rt_us"] == recs[1]["fuse_rt_us"], "one round trip measured per run"
+    for what in ("FUSE round trip through pagefs", "| 64K |", "| 1M |"):
+        assert what in r.stdout, f"--floors output lacks {what!r}: {describe(r)}"
+    assert not _mounts_under(tmp_path), "bench --floors left mounts behind"
+    assert not any(p.name.startswith("pagefs-bench.") for p in tmp_path.iterdir()), \
+        "bench --floors left its temporary directory behind"
+
+
 def test_bench_rejects_a_bad_option_with_exit_2():
     r = run_pagefs("bench", "--sizes", "12Q")
     assert r.returncode == 2, describe(r)
@@ -79,6 +111,8 @@ def test_bench_rejects_a_bad_option_with_exit_2():
     r = run_pagefs("bench", "--workloads", "write,sideways")
     assert r.returncode == 2, describe(r)
     assert "sideways" in r.stdout + r.stderr
+    r = run_pagefs("bench", "--floors", "--scale", "10")
+    assert r.returncode == 2 and "--floors runs alone" in r.stderr, describe(r)
 
 
 def test_bench_refuses_result_files_it_could_not_write_before_running(tmp_path):
