@@ -140,6 +140,10 @@ double bench_now(void);
 void bench_page_name(uint64_t i, int miss, char *buf, size_t len);
 /* Runs one measurement with job->clients forked clients. 0, or -1. */
 int bench_measure(const struct bench_job *job, struct bench_result *out);
+/* CLOCK_MONOTONIC in ns, for latencies. */
+uint64_t bench_now_ns(void);
+/* Sorts n latencies in ns, for bench_percentile_us. */
+void bench_sort_ns(uint64_t *ns, uint64_t n);
 /* p-th percentile (0..100) of n sorted latencies in ns, in us. */
 double bench_percentile_us(uint64_t *ns, uint64_t n, double p);
 

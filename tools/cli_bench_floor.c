@@ -55,24 +55,9 @@ struct floor_row {
 	double direct, read_hot, read_cold, write;
 };
 
-static uint64_t ns_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 static double median_us(uint64_t *ns, uint64_t n)
 {
-	qsort(ns, n, sizeof(*ns), cmp_u64);
+	bench_sort_ns(ns, n);
 	return bench_percentile_us(ns, n, 50);
 }
 
@@ -106,10 +91,10 @@ static double pipe_round_trip(uint64_t *lat)
 	if (pid > 0) {
 		int i;
 		for (i = 0; i < FLOOR_TRIPS && !bench_interrupted; i++) {
-			uint64_t t0 = ns_now();
+			uint64_t t0 = bench_now_ns();
 			if (write(there[1], &b, 1) != 1 || read(back[0], &b, 1) != 1)
 				break;
-			lat[i] = ns_now() - t0;
+			lat[i] = bench_now_ns() - t0;
 		}
 		if (i == FLOOR_TRIPS)
 			us = median_us(lat, FLOOR_TRIPS);
@@ -131,21 +116,21 @@ static int fuse_round_trips(const char *path, uint64_t *lat, double *fuse_us, do
 	if (fd < 0)
 		return failed("open", path);
 	for (int i = 0; i < FLOOR_TRIPS; i++) {
-		uint64_t t0 = ns_now();
+		uint64_t t0 = bench_now_ns();
 		if (fgetxattr(fd, "user.pagefs.offset", val, sizeof(val)) <= 0) {
 			close(fd);
 			return failed("getxattr user.pagefs.offset", path);
 		}
-		lat[i] = ns_now() - t0;
+		lat[i] = bench_now_ns() - t0;
 	}
 	close(fd);
 	*fuse_us = median_us(lat, FLOOR_TRIPS);
 	for (int i = 0; i < FLOOR_TRIPS; i++) {
-		uint64_t t0 = ns_now();
+		uint64_t t0 = bench_now_ns();
 		if ((fd = open(path, O_RDONLY)) < 0)
 			return failed("open", path);
 		close(fd);
-		lat[i] = ns_now() - t0;
+		lat[i] = bench_now_ns() - t0;
 	}
 	*open_us = median_us(lat, FLOOR_TRIPS);
 	return 0;
@@ -173,14 +158,14 @@ static int copies(const struct bench_env *env, const char *path, uint64_t size, 
 			break;
 		}
 		for (uint64_t i = 0; i < n; i++) {
-			uint64_t t0 = ns_now();
+			uint64_t t0 = bench_now_ns();
 			ssize_t got = pass ? pread(fd, buf, size, (off_t)(i * size))
 			                   : pwrite(fd, buf, size, (off_t)(i * size));
 			if (got != (ssize_t)size) {
 				failed(pass ? "pread" : "pwrite", path);
 				goto out;
 			}
-			lat[i] = ns_now() - t0;
+			lat[i] = bench_now_ns() - t0;
 		}
 		*to[pass] = median_us(lat, n);
 	}
@@ -300,7 +285,7 @@ int bench_floors(struct bench_env *env, const struct bench_opts *o)
 		fprintf(stderr, "pagefs bench: out of memory\n");
 		goto out;
 	}
-	printf("pagefs bench --floors: round trips, then copies of %d page sizes\n", o->nsizes);
+	printf("pagefs bench --floors: round trips, then the copy of each page size\n");
 	if ((pipe_us = pipe_round_trip(lat)) < 0) {
 		fprintf(stderr, "pagefs bench: the pipe round trip failed: %s\n", strerror(errno));
 		goto out;

@@ -204,21 +204,6 @@ static int fill(const char *uri, const char *backing, uint64_t n, int by_commit)
 	return bench_interrupted ? -1 : 0;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static uint64_t ns_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 /* stat (open = 0) or open+close (open = 1) of k random existing pages. */
 static int sample(const char *pool, uint64_t n, uint64_t k, int open_close, uint64_t seed)
 {
@@ -236,7 +221,7 @@ static int sample(const char *pool, uint64_t n, uint64_t k, int open_close, uint
 		i = (seed >> 11) % n;
 		bench_page_name(i, 0, name, sizeof(name));
 		bench_fmt(path, sizeof(path), "%s/%s", pool, name);
-		t0 = ns_now();
+		t0 = bench_now_ns();
 		if (open_close) {
 			int fd = open(path, O_RDONLY);
 			ret = fd;
@@ -245,7 +230,7 @@ static int sample(const char *pool, uint64_t n, uint64_t k, int open_close, uint
 		} else {
 			ret = stat(path, &st);
 		}
-		lat[j] = ns_now() - t0;
+		lat[j] = bench_now_ns() - t0;
 		if (ret < 0) {
 			fprintf(stderr, "pagefs bench: %s %s: %s\n", open_close ? "open" : "stat",
 			        path, strerror(errno));
@@ -253,7 +238,7 @@ static int sample(const char *pool, uint64_t n, uint64_t k, int open_close, uint
 			return -1;
 		}
 	}
-	qsort(lat, k, sizeof(*lat), cmp_u64);
+	bench_sort_ns(lat, k);
 	printf("%-16s p50 %.1f us, p99 %.1f us (%llu random pages, fresh mount)\n",
 	       open_close ? "open+close:" : "stat:", bench_percentile_us(lat, k, 50),
 	       bench_percentile_us(lat, k, 99), (unsigned long long)k);

@@ -61,7 +61,7 @@ void bench_page_name(uint64_t i, int miss, char *buf, size_t len)
 	          (unsigned long long)meta_mix64(k + 0x3000000003ULL));
 }
 
-static uint64_t now_ns(void)
+uint64_t bench_now_ns(void)
 {
 	struct timespec ts;
 
@@ -138,7 +138,7 @@ static int op_write(struct client *c, uint64_t i)
 	bench_page_name(i, 0, name, sizeof(name));
 	bench_fmt(path, sizeof(path), "%s/%s", j->dir, name);
 	bench_fmt(tmp, sizeof(tmp), "%s.tmp.%d.%d.%016llx%016llx", path, (int)getpid(),
-	          (int)gettid(), (unsigned long long)meta_mix64(now_ns()),
+	          (int)gettid(), (unsigned long long)meta_mix64(bench_now_ns()),
 	          (unsigned long long)meta_mix64(i ^ 0x5555));
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	if (fd < 0)
@@ -210,7 +210,7 @@ static int op_read(struct client *c, uint64_t i)
 static int record(struct client *c, uint64_t t0)
 {
 	if (c->slot->n < c->cap)
-		c->lat[c->slot->n++] = now_ns() - t0;
+		c->lat[c->slot->n++] = bench_now_ns() - t0;
 	return 0;
 }
 
@@ -219,7 +219,7 @@ static int run_list(struct client *c)
 	const struct bench_job *j = c->job;
 
 	for (int r = 0; r < LIST_REPS; r++) {
-		uint64_t t0 = now_ns(), n = 0;
+		uint64_t t0 = bench_now_ns(), n = 0;
 		DIR *d = opendir(j->dir);
 		struct dirent *de;
 
@@ -252,7 +252,7 @@ static int run_exists(struct client *c, long idx)
 
 	for (uint64_t i = (uint64_t)idx; i < j->pages; i += (uint64_t)j->clients) {
 		for (int miss = 0; miss <= 1; miss++) {
-			uint64_t t0 = now_ns();
+			uint64_t t0 = bench_now_ns();
 			int ret;
 
 			bench_page_name(i, miss, name, sizeof(name));
@@ -277,7 +277,7 @@ static int run_pages(struct client *c, long idx)
 	const struct bench_job *j = c->job;
 
 	for (uint64_t i = (uint64_t)idx; i < j->pages; i += (uint64_t)j->clients) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = bench_now_ns();
 		int ret = 0;
 
 		switch (j->workload) {
@@ -369,6 +369,11 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+void bench_sort_ns(uint64_t *ns, uint64_t n)
+{
+	qsort(ns, n, sizeof(*ns), cmp_u64);
+}
+
 int bench_measure(const struct bench_job *job, struct bench_result *out)
 {
 	long n = job->clients;
@@ -458,7 +463,7 @@ int bench_measure(const struct bench_job *job, struct bench_result *out)
 			memcpy(all + total, s + 1, s->n * sizeof(uint64_t));
 			total += s->n;
 		}
-		qsort(all, total, sizeof(*all), cmp_u64);
+		bench_sort_ns(all, total);
 		out->p50_us = bench_percentile_us(all, total, 50);
 		out->p99_us = bench_percentile_us(all, total, 99);
 		free(all);
