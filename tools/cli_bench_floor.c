@@ -259,13 +259,32 @@ static int mount_with_page(struct bench_env *env, const struct bench_opts *o, ch
 	if (bench_pagefs_mount(env, backing, env->pf_mnt, uri, log, &env->pf_pid) < 0)
 		return -1;
 	env->pf_mounted = 1;
-	bench_fmt(pool, sizeof(pool), "%s/0/kv", env->pf_mnt);
-	bench_fmt(page, len, "%s/floor", pool);
+	bench_fmt(pool, sizeof(pool), "%s/0/floor", env->pf_mnt);
+	bench_fmt(page, len, "%s/p", pool);
 	if (bench_mkdirs(pool) < 0)
 		return failed("mkdir", pool);
 	fd = open(page, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	if (fd < 0 || write(fd, "floor", 5) != 5 || close(fd) < 0)
 		return failed("write", page);
+	return 0;
+}
+
+/* Removes what mount_with_page made, so that an index given with --meta
+ * is left as it was (the pool's data file lives in our temporary
+ * directory). 0, or -1 (printed). */
+static int unmake_page(const struct bench_env *env)
+{
+	char pool[PATH_MAX], rank[PATH_MAX], page[PATH_MAX];
+
+	bench_fmt(rank, sizeof(rank), "%s/0", env->pf_mnt);
+	bench_fmt(pool, sizeof(pool), "%s/floor", rank);
+	bench_fmt(page, sizeof(page), "%s/p", pool);
+	if (unlink(page) < 0 && errno != ENOENT)
+		return failed("unlink", page);
+	if (rmdir(pool) < 0 && errno != ENOENT)
+		return failed("rmdir", pool);
+	if (rmdir(rank) < 0 && errno != ENOENT && errno != ENOTEMPTY)
+		return failed("rmdir", rank); /* other pools of an index given with --meta */
 	return 0;
 }
 
@@ -305,6 +324,8 @@ int bench_floors(struct bench_env *env, const struct bench_opts *o)
 	print(env, rows, o->nsizes, pipe_us, fuse_us, open_us);
 	ret = o->json ? write_json(o->json, rows, o->nsizes, pipe_us, fuse_us, open_us) : 0;
 out:
+	if (env->pf_mounted && unmake_page(env) < 0)
+		ret = -1;
 	if (env->pf_mounted && bench_pagefs_umount(env, env->pf_mnt) < 0)
 		fprintf(stderr, "pagefs bench: could not unmount %s\n", env->pf_mnt);
 	env->pf_mounted = 0;
