@@ -112,6 +112,10 @@ void bench_env_cleanup(struct bench_env *env);
 int bench_pagefs_mount(const struct bench_env *env, const char *backing, const char *mnt,
                        const char *uri, const char *log, pid_t *pid);
 int bench_pagefs_umount(const struct bench_env *env, const char *mnt);
+/* Prints the last BENCH_LOG_LINES lines of a daemon's log to stderr: the
+ * bench's temporary directory, where logs live, goes at exit. */
+#define BENCH_LOG_LINES 20
+void bench_print_log(const char *log);
 /* A fresh index for one pagefs mount (or several: --mounts), tag naming
  * it: --meta postgres://... gets a new schema in that database (dropped at
  * cleanup), --meta sqlite:PATH is used as given, no --meta gives a file

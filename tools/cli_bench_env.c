@@ -270,6 +270,24 @@ static void umount_passthrough(const char *mnt, pid_t *pid)
 	*pid = 0;
 }
 
+void bench_print_log(const char *log)
+{
+	char lines[BENCH_LOG_LINES][512];
+	int n = 0;
+	FILE *f = fopen(log, "r");
+
+	if (!f)
+		return;
+	while (fgets(lines[n % BENCH_LOG_LINES], sizeof(lines[0]), f))
+		n++;
+	fclose(f);
+	if (n > 0)
+		fprintf(stderr,
+		        "pagefs bench: the end of the daemon's log (%s, removed at exit):\n", log);
+	for (int i = n > BENCH_LOG_LINES ? n - BENCH_LOG_LINES : 0; i < n; i++)
+		fprintf(stderr, "  | %s", lines[i % BENCH_LOG_LINES]);
+}
+
 int bench_pagefs_mount(const struct bench_env *env, const char *backing, const char *mnt,
                        const char *uri, const char *log, pid_t *pid)
 {
@@ -292,7 +310,8 @@ int bench_pagefs_mount(const struct bench_env *env, const char *backing, const c
 	if (bench_mkdirs(backing) < 0 || bench_mkdirs(mnt) < 0)
 		return -1;
 	if (bench_run(argv, 0) != 0) {
-		fprintf(stderr, "pagefs bench: pagefs mount %s failed (log: %s)\n", mnt, log);
+		fprintf(stderr, "pagefs bench: pagefs mount %s failed\n", mnt);
+		bench_print_log(log);
 		return -1;
 	}
 	if (cli_mount_pid(mnt, pid) < 0)

@@ -169,9 +169,13 @@ static int one_run(struct bench_env *env, const struct bench_opts *o, int n, str
 		}
 	}
 	rc = run_writers(mnts, n, clients, pages, size, row);
-	if (rc < 0)
-		fprintf(stderr, "pagefs bench: a writer failed with %d mounts (logs in %s)\n", n,
-		        env->tmp);
+	if (rc < 0) {
+		fprintf(stderr, "pagefs bench: a writer failed with %d mounts\n", n);
+		for (int m = 0; m < n; m++) {
+			bench_fmt(log, sizeof(log), "%s/pagefs-multi-%d-%d.log", env->tmp, n, m);
+			bench_print_log(log);
+		}
+	}
 out:
 	for (int m = mounted - 1; m >= 0; m--)
 		if (bench_pagefs_umount(env, mnts[m]) < 0)
