@@ -35,7 +35,9 @@
  * reader opened while a writer of the page is open reads direct, and an
  * open(O_TRUNC) through an inode with a cached reader first moves the
  * page to a new version (a new inode) and answers ESTALE, so the kernel
- * looks the name up again and retries the open on the new inode.
+ * looks the name up again and retries the open on the new inode; readers
+ * opened until that retry arrives read direct (fs_handles_expect_writer),
+ * or the kernel's one retry could meet a new cached reader too.
  * Readers open with noflush: their flush would do nothing, and each
  * close() would wait for it. Direct readers cannot mmap() MAP_SHARED
  * (ENODEV; MAP_PRIVATE reads through the page cache); cached ones can.
@@ -175,6 +177,7 @@ static void open_replace(fuse_req_t req, struct fs_mount *fs, fuse_ino_t ino,
 		ret = new_writer(req, fs, ino, &r, &pool, p->name, 1, &h);
 	if (ret == -EBUSY) {
 		/* A cached reader holds ino: retry on a new one (gone: a miss). */
+		fs_handles_expect_writer(&fs->handles, p->id); /* before readers see the move */
 		if (meta_page_new_version(fs->meta, p->id, &moved) == 0)
 			fs_inval_entry(fs->inval, fs_ino_pool(moved.pool_id), moved.name);
 		ret = -ESTALE;

@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static size_t bucket(uint64_t page_id)
 {
@@ -206,14 +207,71 @@ struct fs_handle *fs_handles_find_reader(struct fs_handles *t, uint64_t page_id,
 	return find(t, FS_READER, page_id, ino);
 }
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* The entry expecting a writer of page_id, or NULL; forgets expired ones
+ * on the way. */
+static struct fs_expect *expected_locked(struct fs_handles *t, uint64_t page_id)
+{
+	struct fs_expect *found = NULL;
+	uint64_t now;
+
+	if (t->nexpect == 0)
+		return NULL;
+	now = now_ns();
+	for (int i = 0; i < FS_EXPECT_MAX; i++) {
+		struct fs_expect *e = &t->expect[i];
+		if (e->until_ns && e->until_ns <= now) {
+			e->until_ns = 0;
+			t->nexpect--;
+		}
+		if (e->until_ns && e->page_id == page_id)
+			found = e;
+	}
+	return found;
+}
+
+void fs_handles_expect_writer(struct fs_handles *t, uint64_t page_id)
+{
+	struct fs_expect *e;
+
+	pthread_mutex_lock(&t->lock);
+	e = expected_locked(t, page_id);
+	for (int i = 0; !e && i < FS_EXPECT_MAX; i++)
+		if (!t->expect[i].until_ns) {
+			e = &t->expect[i];
+			t->nexpect++;
+		}
+	if (!e) /* all taken: the one that ends first makes room */
+		for (int i = 0; i < FS_EXPECT_MAX; i++)
+			if (!e || t->expect[i].until_ns < e->until_ns)
+				e = &t->expect[i];
+	e->page_id = page_id;
+	e->until_ns = now_ns() + FS_EXPECT_NS;
+	pthread_mutex_unlock(&t->lock);
+}
+
 int fs_handles_add_checked(struct fs_handles *t, struct fs_handle *h)
 {
+	struct fs_expect *e;
+
 	pthread_mutex_lock(&t->lock);
-	if (h->kind == FS_READER && h->cached && find_locked(t, FS_WRITER, h->page_id, 0, 0))
+	e = expected_locked(t, h->page_id);
+	if (h->kind == FS_READER && h->cached && (e || find_locked(t, FS_WRITER, h->page_id, 0, 0)))
 		h->cached = 0;
 	if (h->kind == FS_WRITER && find_locked(t, FS_READER, h->page_id, h->ino, 1)) {
 		pthread_mutex_unlock(&t->lock);
 		return -EBUSY;
+	}
+	if (h->kind == FS_WRITER && e) { /* here: listed, the usual rule takes over */
+		e->until_ns = 0;
+		t->nexpect--;
 	}
 	link_locked(t, h);
 	pthread_mutex_unlock(&t->lock);

@@ -102,12 +102,23 @@ struct fs_handle {
 
 #define FS_HANDLE_BUCKETS 1024
 
+/* Pages whose writer the kernel is about to retry (fs_handles_expect_writer). */
+#define FS_EXPECT_MAX 64
+#define FS_EXPECT_NS 1000000000ULL /* how long a writer is expected */
+
+struct fs_expect {
+	uint64_t page_id;
+	uint64_t until_ns; /* CLOCK_MONOTONIC; 0: a free entry */
+};
+
 struct fs_handles {
 	pthread_mutex_t lock;        /* a leaf: never held with a handle lock or across meta_* */
 	_Atomic uint64_t kept;       /* bytes readers keep (FS_KEEP_TOTAL at most) */
 	_Atomic uint64_t kept_reads; /* reads answered from kept bytes */
 	struct fs_handle *all;       /* every open handle */
 	struct fs_handle *by_page[FS_HANDLE_BUCKETS]; /* handles by page_id */
+	struct fs_expect expect[FS_EXPECT_MAX];       /* writers on their way */
+	int nexpect;                                  /* entries in use */
 };
 
 /* fs_handle.c */
@@ -137,6 +148,15 @@ void fs_handles_add(struct fs_handles *t, struct fs_handle *h);
  * through its inode h->ino. 0 or -EBUSY; one decision under the table lock.
  */
 int fs_handles_add_checked(struct fs_handles *t, struct fs_handle *h);
+/*
+ * A writer of page_id is on its way: its open(O_TRUNC) met a cached
+ * reader, the page moved to a new inode and the kernel will retry the
+ * open there (fs_file.c, open_replace). Until that writer is listed, or
+ * FS_EXPECT_NS pass, readers of the page are listed uncached, so that
+ * one opened in between through the new inode does not turn the retry
+ * away as well (it did, for 4 rewrites in 10 under two busy readers).
+ */
+void fs_handles_expect_writer(struct fs_handles *t, uint64_t page_id);
 /* Unlists h; the caller still owns its reference. No-op if not listed. */
 void fs_handles_remove(struct fs_handles *t, struct fs_handle *h);
 /* Unlists and returns any listed handle, with the table's view of it
