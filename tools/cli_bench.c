@@ -46,6 +46,7 @@ static void usage(FILE *out)
 	        "       pagefs bench --mounts LIST --meta postgres://... [--clients N] [--pages "
 	        "N]\n"
 	        "       pagefs bench --floors [--backing DIR] [--sizes LIST] [--json FILE]\n"
+	        "                             [--meta URI] [--pf-cache MODE]\n"
 	        "\n"
 	        "Runs the same KV-cache page workloads (write, read cold and hot, exists,\n"
 	        "list, delete) against raw pread/pwrite, a plain directory, libfuse's\n"
@@ -300,6 +301,9 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		char dir[PATH_MAX];
 		if (!outs[i])
 			continue;
+		if (!outs[i][0])
+			return cli_usage_error(BENCH_CMD, "%s: an empty file name",
+			                       i ? "--plot" : "--json");
 		cli_dirname(outs[i], dir, sizeof(dir));
 		int is_dir = stat(outs[i], &st) == 0 && S_ISDIR(st.st_mode);
 		if (is_dir || access(dir, W_OK) < 0)
@@ -311,10 +315,10 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		return cli_usage_error(BENCH_CMD, "--scale runs alone: drop --json/--plot/--quick");
 	if (o->nmounts && (o->scale || o->plot))
 		return cli_usage_error(BENCH_CMD, "--mounts runs alone: drop --scale/--plot");
-	if (o->floors && (o->scale || o->nmounts || o->plot || o->backing_fuse))
-		return cli_usage_error(
-			BENCH_CMD,
-			"--floors runs alone: drop --scale/--mounts/--plot/--backing-fuse");
+	if (o->floors && (o->scale || o->nmounts || o->plot || o->backing_fuse || o->quick ||
+	                  o->nclients || o->pages || o->repeat || o->workloads || o->pt_cache))
+		return cli_usage_error(BENCH_CMD, "--floors runs alone: it takes only --backing, "
+		                                  "--sizes, --json, --meta and --pf-cache");
 	if (!o->nsizes) {
 		o->sizes[0] = 64ULL << 10;
 		o->sizes[1] = 1ULL << 20;

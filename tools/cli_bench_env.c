@@ -391,11 +391,13 @@ int bench_env_setup(struct bench_env *env, const struct bench_opts *o, int need_
 	if (n <= 0)
 		return -1;
 	env->self[n] = '\0';
-	bench_fmt(env->tmp, sizeof(env->tmp), "%s/pagefs-bench.XXXXXX",
-	          getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	const char *tmpdir = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
+	bench_fmt(env->tmp, sizeof(env->tmp), "%s/pagefs-bench.XXXXXX", tmpdir);
 	if (!mkdtemp(env->tmp)) {
-		fprintf(stderr, "pagefs bench: cannot create a temporary directory: %s\n",
-		        strerror(errno));
+		fprintf(stderr,
+		        "pagefs bench: cannot create a temporary directory in %s: %s (it goes "
+		        "under $TMPDIR, else /tmp)\n",
+		        tmpdir, strerror(errno));
 		env->tmp[0] = '\0';
 		return -1;
 	}

@@ -117,8 +117,11 @@ def test_bench_rejects_a_bad_option_with_exit_2():
     r = run_pagefs("bench", "--workloads", "write,sideways")
     assert r.returncode == 2, describe(r)
     assert "sideways" in r.stdout + r.stderr
-    r = run_pagefs("bench", "--floors", "--scale", "10")
-    assert r.returncode == 2 and "--floors runs alone" in r.stderr, describe(r)
+    for extra in (("--scale", "10"), ("--clients", "2"), ("--quick",)):
+        r = run_pagefs("bench", "--floors", *extra)
+        assert r.returncode == 2 and "--floors runs alone" in r.stderr, describe(r)
+    r = run_pagefs("bench", "--floors", "--json", "")
+    assert r.returncode == 2 and "--json: an empty file name" in r.stderr, describe(r)
 
 
 def test_bench_refuses_result_files_it_could_not_write_before_running(tmp_path):
