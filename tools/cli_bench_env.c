@@ -391,7 +391,9 @@ int bench_env_setup(struct bench_env *env, const struct bench_opts *o, int need_
 	if (n <= 0)
 		return -1;
 	env->self[n] = '\0';
-	const char *tmpdir = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
+	const char *tmpdir = getenv("TMPDIR");
+	if (!tmpdir || !tmpdir[0])
+		tmpdir = "/tmp";
 	bench_fmt(env->tmp, sizeof(env->tmp), "%s/pagefs-bench.XXXXXX", tmpdir);
 	if (!mkdtemp(env->tmp)) {
 		fprintf(stderr,
