@@ -129,7 +129,7 @@ static void watch(pid_t daemon, const char *path)
 pid_t fs_watch_start(const char *mountpoint)
 {
 	char path[96];
-	unsigned conn;
+	unsigned conn = 0; /* set whenever fs_fuse_conn returns 0 (fopen sets errno) */
 	pid_t daemon = getpid(), pid;
 
 	if (fs_fuse_conn(mountpoint, &conn) < 0) {
