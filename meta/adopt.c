@@ -41,7 +41,9 @@ int meta_adopt(struct meta *m, const struct meta_adopt_page *in, size_t n,
 	for (i = 0; i < n; i++)
 		if ((rc = meta_check_name(in[i].name)) < 0)
 			return rc;
+	// NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers, sizeof(*p) meant
 	pages = calloc(n ? n : 1, sizeof(*pages));
+	// NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers, sizeof(*p) meant
 	pools = calloc(n ? n : 1, sizeof(*pools));
 	hash = calloc(n ? n : 1, sizeof(*hash));
 	if (!pages || !pools || !hash || !(r = rec_new(REC_BULK))) {

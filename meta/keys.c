@@ -451,6 +451,7 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 	struct drop_list dl = {0};
 	struct dropped *drops = NULL;
 	struct keys_ahead ka;
+	// NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers, sizeof(*p) meant
 	struct page **pages = calloc(n ? n : 1, sizeof(*pages));
 	uint64_t *done = calloc(n ? n : 1, sizeof(*done)); /* slots of pages[] */
 	uint32_t *hash = calloc(n ? n : 1, sizeof(*hash));

@@ -24,6 +24,7 @@ int keys_drop_page(struct meta *m, struct page *p, struct drop_list *dl, struct 
 
 	if (dl->n == dl->cap) {
 		size_t n = dl->cap ? dl->cap * 2 : 16;
+		// NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers, sizeof(*p) meant
 		struct rec **v = realloc(dl->recs, n * sizeof(*v));
 		if (!v)
 			return -ENOMEM;

@@ -133,17 +133,21 @@ struct kpool *kpool_get(struct meta *m, struct pool *pool)
 	kp = kpool_find(m, pool);
 	if (kp && kp->capacity < pool->capacity) {
 		uint64_t had = resv_chunks(kp->capacity), need = resv_chunks(pool->capacity);
+		// NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers, sizeof(*p) meant
 		struct resv **r = realloc(kp->resv, need * sizeof(*r));
 		if (!r)
 			return NULL;
+		// NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers, sizeof(*p) meant
 		memset(r + had, 0, (need - had) * sizeof(*r));
 		kp->resv = r;
 		kp->capacity = pool->capacity;
 	}
 	if (kp)
 		return kp;
-	if (!(kp = calloc(1, sizeof(*kp))) ||
-	    !(kp->resv = calloc(resv_chunks(pool->capacity), sizeof(*kp->resv)))) {
+	if (!(kp = calloc(1, sizeof(*kp))))
+		return NULL;
+	// NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers, sizeof(*p) meant
+	if (!(kp->resv = calloc(resv_chunks(pool->capacity), sizeof(*kp->resv)))) {
 		free(kp);
 		return NULL;
 	}

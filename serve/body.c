@@ -362,6 +362,7 @@ static int close_container(void *ctx)
 	struct frame f = t->open[--t->depth];
 	size_t n = t->top - f.from;
 	yajl_val v = f.owner;
+	// NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers, sizeof(*p) meant
 	yajl_val *vals = arena(t, (n ? n : 1) * sizeof(*vals));
 
 	if (!vals)
