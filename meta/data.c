@@ -54,8 +54,8 @@ int data_open(const char *path, uint64_t size, int read_only, int *fd, int *made
 		e = errno;
 	else if (!S_ISREG(st.st_mode))
 		e = EINVAL;
-	else if (!read_only && (uint64_t)st.st_size < size && ftruncate(f, (off_t)size) < 0)
-		e = errno;
+	else if (!read_only && (uint64_t)st.st_size < size)
+		e = ftruncate(f, (off_t)size) < 0 ? errno : 0;
 	if (e) {
 		close(f);
 		if (created)
