@@ -89,7 +89,7 @@ int meta_adopt(struct meta *m, const struct meta_adopt_page *in, size_t n,
 		else
 			marked++;
 	}
-	if (rc < 0) {
+	if (rc != 0) { /* (0 only if every pools[i] was found and its slot marked) */
 		release_slots(in, pools, marked);
 		pthread_mutex_unlock(&m->lock);
 		goto fail;
