@@ -225,7 +225,7 @@ void *keys_evictor_main(void *arg)
 		}
 		struct timespec ts;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_nsec += 100 * 1000 * 1000;
+		ts.tv_nsec += 100L * 1000 * 1000;
 		if (ts.tv_nsec >= SEC) {
 			ts.tv_sec++;
 			ts.tv_nsec -= SEC;

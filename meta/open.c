@@ -177,7 +177,7 @@ static int check_owner(struct meta *m, char *err, size_t errlen)
 		unsigned char raw[16];
 		if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
 			return -EIO;
-		for (int i = 0; i < 16; i++)
+		for (size_t i = 0; i < sizeof(raw); i++)
 			snprintf(mine + 2 * i, 3, "%02x", raw[i]);
 		if ((rc = store_set_setting(m->store, "index_id", mine)) < 0 ||
 		    (rc = store_set_setting(m->store, "backing", m->backing)) < 0) {

@@ -555,7 +555,7 @@ static int pg_begin(struct store *base)
  * for up to PG_RESOLVE_MS. 0 committed, -EIO otherwise. */
 static int resolve_commit(struct pg_store *s)
 {
-	struct timespec pause = {0, 100 * 1000 * 1000};
+	struct timespec pause = {0, 100L * 1000 * 1000};
 
 	s->doubt_xid = s->xid;
 	for (int waited = 0; waited < PG_RESOLVE_MS; waited += 100) {
