@@ -93,6 +93,8 @@ int keys_drops_finish(struct meta *m, struct drop_list *dl, struct dropped *drop
 static void evict(struct meta *m, struct pool *pool, uint64_t n, struct drop_list *dl,
                   struct dropped **drops)
 {
+	if (pool->shared && !pool->chunk_slots)
+		return; /* (never: pool_chunk_slots is at least 1; chunks_handover checks too) */
 	uint64_t total =
 		pool->shared ? (pool->capacity + pool->chunk_slots - 1) / pool->chunk_slots : 0;
 	uint8_t *held = total ? calloc((size_t)(total + 7) / 8, 1) : NULL;
