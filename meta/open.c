@@ -236,7 +236,7 @@ int pool_from_row(struct meta *m, const struct store_pool_row *row, int defer, s
 		return -EINVAL;
 	}
 	if (p->slot_size == 0 || meta_check_ns(p->ns) < 0 ||
-	    (rc = data_path(m, p->rank, p->ns, path, sizeof(path))) < 0 ||
+	    data_path(m, p->rank, p->ns, path, sizeof(path)) < 0 ||
 	    !(p->data_path = strdup(path))) {
 		snprintf(err, errlen, "index %s has a malformed pool (id %u); run 'pagefs fsck'",
 		         m->db_path, row->id);
