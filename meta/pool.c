@@ -68,10 +68,12 @@ int pool_reap(struct meta *m, struct pool *p)
 	return 1;
 }
 
-void pool_retire(struct meta *m, struct pool *p, struct dropped **drops)
+/* pool_retire but for the reap: p stays allocated. 0 if it was retired
+ * already (nothing done). */
+static int retire_pages(struct meta *m, struct pool *p, struct dropped **drops)
 {
 	if (p->removed)
-		return;
+		return 0;
 	p->removed = 1;
 	/* No page row names the pool any more (commits check its row): pages
 	 * still in the mirror are removals the feed has not brought yet. */
@@ -83,7 +85,13 @@ void pool_retire(struct meta *m, struct pool *p, struct dropped **drops)
 			drops_add(drops, pg);
 		page_free(pg);
 	}
-	pool_reap(m, p);
+	return 1;
+}
+
+void pool_retire(struct meta *m, struct pool *p, struct dropped **drops)
+{
+	if (retire_pages(m, p, drops))
+		pool_reap(m, p);
 }
 
 void dirs_add(struct gone_dir **list, int rank, const char *ns)
@@ -554,7 +562,7 @@ static int remove_shared(struct meta *m, struct pool *p)
 		return rc == -EAGAIN ? -EBUSY : rc;
 	}
 	pthread_mutex_lock(&m->lock);
-	pool_retire(m, p, &drops);
+	retire_pages(m, p, &drops); /* not reaped: p->removing holds it until the end */
 	pthread_mutex_unlock(&m->lock);
 	drops_notify(m, drops);
 	/* No commit or lease lands in the pool now: its file may go. */
