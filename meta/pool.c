@@ -607,11 +607,11 @@ int pool_remove(struct meta *m, uint32_t pool_id, int keep_file)
 		pthread_mutex_unlock(&m->lock);
 		return p ? -ENOTEMPTY : -ENOENT;
 	}
-	p->keep_file = (uint8_t)(keep_file != 0);
 	if (p->removing) {
 		pthread_mutex_unlock(&m->lock);
 		return -EBUSY; /* another rmdir of it is running here */
 	}
+	p->keep_file = (uint8_t)(keep_file != 0);
 	if (m->shared)
 		return remove_shared(m, p);
 	pool_unlink(m, p);
