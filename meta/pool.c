@@ -485,12 +485,11 @@ int meta_pool_set(struct meta *m, uint32_t pool_id, uint64_t slot_size, uint64_t
 	if (new_cap == 0 || capacity_bytes % slot_size != 0 ||
 	    meta_check_geometry(slot_size, new_cap) < 0)
 		rc = -EINVAL;
-	else if (slot_size != old_size && (p->pages || p->pending || p->nused))
+	else if ((slot_size != old_size && (p->pages || p->pending || p->nused)) ||
+	         new_cap < slot_top(p) ||
+	         /* nodes lease chunks of this size: it cannot change */
+	         (p->shared && pool_chunk_slots(new_cap) != p->chunk_slots))
 		rc = -EBUSY;
-	else if (new_cap < slot_top(p))
-		rc = -EBUSY;
-	else if (p->shared && pool_chunk_slots(new_cap) != p->chunk_slots)
-		rc = -EBUSY; /* nodes lease chunks of this size: it cannot change */
 	else if (new_cap * slot_size > old_cap * old_size &&
 	         ftruncate(p->fd, (off_t)(new_cap * slot_size)) < 0)
 		rc = -errno;
