@@ -122,8 +122,11 @@ void bench_print_log(const char *log);
  * under env->tmp. 0 or -1 (printed). */
 int bench_index_uri(struct bench_env *env, const struct bench_opts *o, const char *tag, char *out,
                     size_t len);
-/* Runs argv (argv[0] a path), waits; the exit status, or -1. */
+/* Runs argv (argv[0] a path, or a name looked up in PATH), waits; the
+ * exit status, or -1. quiet: its output goes to /dev/null. */
 int bench_run(char *const argv[], int quiet);
+/* bench_run, its stderr to the file errlog (no shell in between). */
+int bench_run_log(char *const argv[], const char *errlog);
 /* snprintf that reports truncation: 0, or -1 (buf then holds a prefix). */
 int bench_fmt(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Creates every directory of path. 0 or -1. */

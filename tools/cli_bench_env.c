@@ -95,7 +95,9 @@ int bench_mkdirs(const char *path)
 	return 0;
 }
 
-int bench_run(char *const argv[], int quiet)
+/* bench_run and bench_run_log: stdout (if out) and stderr (if err) go to
+ * those files; argv[0] is looked up in PATH unless it is a path. */
+static int run(char *const argv[], const char *out, const char *err)
 {
 	int status;
 	pid_t pid = fork();
@@ -104,14 +106,15 @@ int bench_run(char *const argv[], int quiet)
 		return -1;
 	if (pid == 0) {
 		signal(SIGINT, SIG_IGN); /* the bench cleans up after us */
-		if (quiet) {
-			int fd = open("/dev/null", O_WRONLY);
+		const char *to[3] = {NULL, out, err};
+		for (int i = 1; i <= 2; i++) {
+			int fd = to[i] ? open(to[i], O_WRONLY | O_CREAT | O_TRUNC, 0644) : -1;
 			if (fd >= 0) {
-				dup2(fd, 1);
-				dup2(fd, 2);
+				dup2(fd, i);
+				close(fd);
 			}
 		}
-		execv(argv[0], argv);
+		execvp(argv[0], argv);
 		fprintf(stderr, "pagefs bench: cannot run %s: %s\n", argv[0], strerror(errno));
 		_exit(127);
 	}
@@ -119,6 +122,16 @@ int bench_run(char *const argv[], int quiet)
 		if (errno != EINTR)
 			return -1;
 	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+int bench_run(char *const argv[], int quiet)
+{
+	return run(argv, quiet ? "/dev/null" : NULL, quiet ? "/dev/null" : NULL);
+}
+
+int bench_run_log(char *const argv[], const char *errlog)
+{
+	return run(argv, NULL, errlog);
 }
 
 uint64_t bench_rss_kib(pid_t pid)
@@ -199,7 +212,7 @@ static int wait_mounted(pid_t pid, const char *mnt)
 
 static int build_passthrough(struct bench_env *env)
 {
-	char cmd[3 * PATH_MAX];
+	char log[PATH_MAX];
 
 	if (access(PT_SOURCE, R_OK) < 0) {
 		fprintf(stderr,
@@ -208,11 +221,16 @@ static int build_passthrough(struct bench_env *env)
 		return -1;
 	}
 	bench_fmt(env->pt_bin, sizeof(env->pt_bin), "%s/passthrough_ll", env->tmp);
-	bench_fmt(cmd, sizeof(cmd),
-	          "cc -O2 -w -o '%s' " PT_SOURCE
-	          " $(pkg-config --cflags --libs fuse3) 2>'%s/cc.log'",
-	          env->pt_bin, env->tmp);
-	if (system(cmd) != 0) {
+	bench_fmt(log, sizeof(log), "%s/cc.log", env->tmp);
+	/* The paths reach the shell as $1 and $2, never as script text. */
+	char *argv[] = {"/bin/sh",
+	                "-c",
+	                "exec cc -O2 -w -o \"$1\" \"$2\" $(pkg-config --cflags --libs fuse3)",
+	                "sh",
+	                env->pt_bin,
+	                PT_SOURCE,
+	                NULL};
+	if (bench_run_log(argv, log) != 0) {
 		fprintf(stderr, "pagefs bench: building passthrough_ll failed (see %s/cc.log)\n",
 		        env->tmp);
 		return -1;

@@ -216,9 +216,10 @@ int bench_write_plot(const char *path, const struct bench_env *env, const struct
 	        path, cl, cl == 1 ? "" : "s", env->backing_desc, C_COUNT + 1, dat);
 	fclose(f);
 	{
-		char cmd[2 * PATH_MAX];
-		bench_fmt(cmd, sizeof(cmd), "gnuplot '%s' 2>'%s/gnuplot.log'", gp, env->tmp);
-		if (system(cmd) != 0) {
+		char log[PATH_MAX];
+		char *argv[] = {"gnuplot", gp, NULL};
+		bench_fmt(log, sizeof(log), "%s/gnuplot.log", env->tmp);
+		if (bench_run_log(argv, log) != 0) {
 			fprintf(stderr,
 			        "pagefs bench: gnuplot failed drawing %s (is gnuplot-nox "
 			        "installed? "
