@@ -432,7 +432,6 @@ int bench_measure(const struct bench_job *job, struct bench_result *out)
 			failed = 1;
 	}
 	t1 = bench_now();
-	started = 0;
 
 	memset(out, 0, sizeof(*out));
 	out->workload = job->workload;
