@@ -140,15 +140,15 @@ uint64_t bench_rss_kib(pid_t pid);
 uint64_t bench_rss_parts(pid_t pid, uint64_t *anon, uint64_t *file);
 /* Installs the interrupt handlers. */
 void bench_signals(void);
+/* CLOCK_MONOTONIC in seconds, and in ns for latencies. */
 double bench_now(void);
+uint64_t bench_now_ns(void);
 
 /* cli_bench_work.c */
 /* Name of page i (a SGLang-style key plus ".bin"); miss != 0: never written. */
 void bench_page_name(uint64_t i, int miss, char *buf, size_t len);
 /* Runs one measurement with job->clients forked clients. 0, or -1. */
 int bench_measure(const struct bench_job *job, struct bench_result *out);
-/* CLOCK_MONOTONIC in ns, for latencies. */
-uint64_t bench_now_ns(void);
 /* Sorts n latencies in ns, for bench_percentile_us. */
 void bench_sort_ns(uint64_t *ns, uint64_t n);
 /* p-th percentile (0..100) of n sorted latencies in ns, in us. */

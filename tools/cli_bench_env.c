@@ -69,12 +69,17 @@ int bench_fmt(char *buf, size_t len, const char *fmt, ...)
 	return n < 0 || (size_t)n >= len ? -1 : 0;
 }
 
-double bench_now(void)
+uint64_t bench_now_ns(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+double bench_now(void)
+{
+	return (double)bench_now_ns() / 1e9;
 }
 
 int bench_mkdirs(const char *path)

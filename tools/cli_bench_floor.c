@@ -41,7 +41,6 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
-#include <time.h>
 #include <unistd.h>
 
 #define FLOOR_TRIPS 4000
@@ -76,8 +75,13 @@ static double pipe_round_trip(uint64_t *lat)
 	pid_t pid;
 	double us = -1;
 
-	if (pipe(there) < 0 || pipe(back) < 0)
+	if (pipe(there) < 0)
 		return -1;
+	if (pipe(back) < 0) {
+		close(there[0]);
+		close(there[1]);
+		return -1;
+	}
 	pid = fork();
 	if (pid == 0) {
 		close(there[1]);

@@ -36,7 +36,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
-#include <time.h>
 #include <unistd.h>
 
 #define LIST_REPS 3
@@ -59,14 +58,6 @@ void bench_page_name(uint64_t i, int miss, char *buf, size_t len)
 	          (unsigned long long)meta_mix64(k + 0x1000000001ULL),
 	          (unsigned long long)meta_mix64(k + 0x2000000002ULL),
 	          (unsigned long long)meta_mix64(k + 0x3000000003ULL));
-}
-
-uint64_t bench_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
 static int fail(struct client_slot *s, const char *what, const char *path)
