@@ -36,6 +36,23 @@ def test_write_into_a_full_pool_evicts_the_least_recently_used_page(mount):
     assert counter(m.stats(), "evictions") == 1
 
 
+def test_a_stat_that_reaches_the_daemon_refreshes_recency(mount):
+    """SPEC: stats refresh a page's recency. The kernel answers a stat from
+    its cache for --entry-timeout seconds (README Decisions: such a stat is
+    not a use); with 0 every stat reaches the daemon."""
+    m = mount(*SMALL, "--entry-timeout", "0")
+    pool = m.pool(0, "kv")
+    fill(pool, 16)
+    os.stat(pool / "p00")  # the kernel would cache this one
+    for i in range(1, 16):
+        read_page(pool / f"p{i:02d}")  # p00 is now the least recently used
+    assert os.stat(pool / "p00").st_size == len(page_bytes(0))  # and now the most recent
+    write_page(pool / "p16", page_bytes(16))
+    listed = set(os.listdir(pool))
+    assert "p00" in listed, "p00 was stat'ed after p01 was read; it must not be evicted"
+    assert "p01" not in listed, f"p01 was the least recently used page: {sorted(listed)}"
+
+
 def test_page_open_for_reading_is_never_evicted(mount):
     m = mount(*SMALL)
     pool = m.pool(0, "kv")

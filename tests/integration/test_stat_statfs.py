@@ -29,6 +29,25 @@ def test_st_ino_of_pages_is_stable_across_unmount_and_mount(mount):
     assert dents == inos, f"readdir inode numbers {dents} != stat {inos}"
 
 
+def test_times_cannot_be_set_and_setting_them_is_not_an_error(mount):
+    """README Decisions "Times cannot be set": touch and utimensat succeed
+    and change nothing; st_mtime stays the commit time."""
+    m = mount(*SMALL)
+    pool = m.pool(0, "kv")
+    write_page(pool / "p", b"x" * 100)
+    before = os.stat(pool / "p")
+    os.utime(pool / "p", ns=(10**9, 2 * 10**9))
+    os.utime(pool, ns=(10**9, 2 * 10**9))
+    r = subprocess.run(["touch", "-d", "2001-01-01", str(pool / "p")], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, describe(r)
+    m.remount()  # what the daemon holds, not what the kernel cached
+    after = os.stat(pool / "p")
+    assert after.st_mtime_ns == before.st_mtime_ns, "utime changed a page's mtime"
+    assert after.st_mtime_ns > 2 * 10**9 and os.stat(pool).st_mtime_ns > 2 * 10**9
+    assert after.st_size == 100
+
+
 def test_statfs_total_is_the_sum_of_pool_capacities_and_free_counts_slots(mount):
     m = mount(*SMALL)
     kv = m.pool(0, "kv")
