@@ -73,7 +73,7 @@ static int reserve(void)
 		               -1, 0);
 		if (a == MAP_FAILED)
 			continue;
-		/* As the heap (README, Decisions): fewer first-touch faults
+		/* As the heap (docs/DECISIONS.md): fewer first-touch faults
 		 * while an index loads, fewer TLB misses on lookups; and as
 		 * for the heap, PAGEFS_HUGE_HEAP=0 turns it off. */
 		const char *huge = getenv("PAGEFS_HUGE_HEAP");

@@ -21,7 +21,7 @@
  * the record it found if that is still in force. A slot freed into the
  * quarantine is recorded the same way (until the quarantine ends), not
  * waited for: a client that looked its page up may read it after a
- * restart too. A shared index does not do this (README).
+ * restart too. A shared index does not do this (docs/DECISIONS.md).
  *
  * Locks: meta.lock held on entry and return; dropped while a record is
  * waited for.

@@ -8,9 +8,9 @@
  * first touch of fresh memory is much of the cost, the packed name, its
  * hash) and puts them into the two hash tables and the LRU array. The
  * scan hands rows over in batches through two buffers, so on two cores
- * the halves run side by side. (The scan built the pages itself until the
- * tenth session: it was then busy all the time and the linker a fifth of
- * it, a mount left most of a core idle.) The linker works a group at a
+ * the halves run side by side. (A scan that built the pages itself would
+ * be busy all the time and the linker a fifth of it: a mount would leave
+ * most of a core idle.) The linker works a group at a
  * time so that the cache misses of a group's buckets and chains overlap
  * instead of following one another.
  *

@@ -418,9 +418,9 @@ static int take_shared(struct meta *m, uint32_t pool_id, uint64_t skip, uint64_t
 		if (pool->ngrace && now_ms() - since < 1000) {
 			/* Slots freed here come back once every node has seen
 			 * them go (a few heartbeats): waited for before a live
-			 * page is evicted. A writer rewriting a few names as
-			 * fast as it can kept the grace periods full and evicted
-			 * pages of a nearly empty pool (found by a probe). */
+			 * page is evicted. Else a writer rewriting a few names
+			 * as fast as it can keeps the grace periods full and
+			 * evicts pages of a nearly empty pool. */
 			nap(m, 20);
 			continue;
 		}
@@ -686,8 +686,8 @@ int meta_page_commit(struct meta *m, const struct meta_resv *r, uint64_t length,
 	/* On a shared index another node may commit or rename onto the same
 	 * name in the same instant: the store refuses the second row
 	 * (UNIQUE(pool, name), -EEXIST). That row is visible then, and a
-	 * next try replaces it, as a later write would (found by a probe:
-	 * close() and rename() failed with EEXIST). */
+	 * next try replaces it, as a later write would (close() and rename()
+	 * must not fail with EEXIST). */
 	for (int tries = 0;; tries++) {
 		rc = commit_once(m, r, length, checksum);
 		if (rc != -EEXIST || !m->shared || r->replace || tries + 1 >= COLLISION_TRIES)

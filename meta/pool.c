@@ -398,7 +398,7 @@ int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_siz
 	 * another node initializing the pool at the same moment took the
 	 * slot size from the size of this node's new file (as of an SGLang
 	 * file found with no pool), and its row could win: a pool of a slot
-	 * size neither asked for (found by a probe). Once the row is in,
+	 * size neither asked for. Once the row is in,
 	 * whoever sees the file sees the pool. (A mount makes a missing file
 	 * of a pool without pages.) */
 	int made = 0, drc = 0;

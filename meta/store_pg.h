@@ -72,8 +72,8 @@ struct pg_store {
 #define PG_WANT_FRESH "interval '3 seconds'"
 /* (key, node id): held by a node's sync session. The key is the schema's:
  * two indexes in two schemas of one database have nodes of one id (their
- * node locks were one lock, and the second index's mount waited for the
- * first's node forever; found by a probe). */
+ * node locks must not be one lock, or the second index's mount would
+ * wait for the first's node forever). */
 #define PG_NODE_LOCK_KEY "hashtext('pagefs-node:' || coalesce(current_schema(), ''))"
 /* A pool's removal lock (one bigint key: the schema's hash, pool id):
  * commits and leases take it shared, a removal exclusively (pool.c). */

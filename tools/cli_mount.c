@@ -651,7 +651,7 @@ static int cli_mount_reap(pid_t child)
 /*
  * 1 if the daemon has been sent SIGKILL (pending on it, or its leader a
  * zombie) but has not exited: a thread of it can be stuck in the kernel
- * (README, Decisions), keeping the report pipe open for ever.
+ * (docs/DECISIONS.md), keeping the report pipe open for ever.
  */
 static int cli_mount_killed(pid_t child)
 {
