@@ -73,7 +73,7 @@ def test_every_relative_link_in_the_readme_and_docs_reaches_a_file():
 
 HISTORY = re.compile(
     r"\b(?:(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|"
-    r"twelfth|thirteenth|\d+(?:st|nd|rd|th)|this|last|next|that|earlier|previous)"
+    r"twelfth|thirteenth|\d+(?:st|nd|rd|th)|this|last|earlier|previous)"
     r"(?:'s)? session|session's (?:first|last|final) binary|found (?:it )?by a probe)\b",
     re.IGNORECASE)
 
