@@ -10,6 +10,9 @@ prose, or a run with its command, machine and date, whose figures come from
 one of:
   - "matrix": a file `pagefs bench --json FILE` wrote (docs/bench.json);
     the table, its units and its ratios are computed here;
+  - "floors": the files of one or more runs of `pagefs bench --floors
+    --json FILE`, side by side ("run 1, run 2" in each cell);
+  - "multi": the files `pagefs bench --mounts LIST --json FILE` wrote;
   - "table": figures a command printed as text (pagefs bench --scale,
     --floors and --mounts tables, tests/perf/http_bench.sh, the soak),
     kept as columns and rows.
@@ -100,6 +103,52 @@ def matrix(root, path):
     return out
 
 
+def cells_of_runs(runs, get, form):
+    """One cell holding every run's figure: '10.9, 10.2'."""
+    return ", ".join(form(get(r)) for r in runs)
+
+
+def floors(root, paths):
+    runs = [json.loads((root / p).read_text()) for p in paths]
+    sizes = [r["page_size"] for r in runs[0]]
+    for recs in runs:
+        if [r["page_size"] for r in recs] != sizes:
+            raise SystemExit(f"bench_report: floors runs {paths} measured different sizes")
+    one = [recs[0] for recs in runs]
+    us = lambda x: f"{x:.1f} us"
+    out = table(["", "round trip"], [
+        ["between two processes (pipes)", cells_of_runs(one, lambda r: r["pipe_rt_us"], us)],
+        ["FUSE request through pagefs", cells_of_runs(one, lambda r: r["fuse_rt_us"], us)],
+        ["`open` + `close` of a page through pagefs",
+         cells_of_runs(one, lambda r: r["open_us"], us)]])
+    rows = []
+    for i, size in enumerate(sizes):
+        at = [recs[i] for recs in runs]
+        row = [size_name(size)]
+        for key in ("pread_us", "cold_pread_us", "pwrite_us"):
+            row.append(cells_of_runs(at, lambda r, k=key: r[k], fmt))
+        for key in ("max_direct_read", "max_read_hot", "max_read_cold", "max_write"):
+            row.append(cells_of_runs(at, lambda r, k=key: r[k], lambda x: f"{x:.2f}"))
+        rows.append(row)
+    out += [""] + table(["page", "`pread` us", "`pread` after `drop_caches` us", "`pwrite` us",
+                         "pagefs-direct read, at most", "read-hot, at most",
+                         "read-cold, at most", "write, at most"], rows)
+    out += ["", "Ceilings are ratios to `raw`; a cell holds each run's figure in turn."]
+    return out
+
+
+def multi(root, paths):
+    rows = []
+    for p in paths:
+        for r in json.loads((root / p).read_text()):
+            rows.append([r["engine"], size_name(r["page_size"]), str(r["mounts"]),
+                         str(r["clients"]), str(r["pages"]), f"{r['seconds']:.2f}",
+                         f"{r['commits_per_s']:.0f}", f"{r['commits_per_s'] / r['mounts']:.0f}",
+                         f"{r['records_per_txn']:.1f}"])
+    return table(["index", "page", "mounts", "writers", "pages", "seconds", "commits/s",
+                  "per mount", "records/txn"], rows, text_columns=2)
+
+
 def section(root, sec, machines):
     out = [f"## {sec['heading']}", ""] if sec.get("level", 2) == 2 else [
         f"### {sec['heading']}", ""]
@@ -108,6 +157,10 @@ def section(root, sec, machines):
     kind = sec.get("kind", "prose")
     if kind == "matrix":
         out += matrix(root, sec["file"]) + [""]
+    elif kind == "floors":
+        out += floors(root, sec["files"]) + [""]
+    elif kind == "multi":
+        out += multi(root, sec["files"]) + [""]
     elif kind == "table":
         out += table(sec["columns"], sec["rows"], sec.get("text_columns", 1)) + [""]
     elif kind != "prose":
@@ -121,8 +174,10 @@ def section(root, sec, machines):
         out += ["    " + c for c in cmds]
         out.append("")
         where = machines[sec["machine"]]
-        source = (f"Figures from [{sec['file']}]({pathlib.PurePath(sec['file']).name}), "
-                  f"written by the command." if kind == "matrix" else
+        files = [sec["file"]] if "file" in sec else sec.get("files", [])
+        links = ", ".join(f"[{f}]({pathlib.PurePath(f).relative_to('docs').as_posix()})"
+                          for f in files)
+        source = (f"Figures from {links}, written by the command." if files else
                   "Figures as the command printed them." if kind == "table" else "")
         line = f"Machine: {where}. Date: {sec['date']}."
         if sec.get("conditions"):

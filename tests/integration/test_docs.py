@@ -84,3 +84,46 @@ def test_no_page_tells_the_history_of_the_work():
             for n, line in enumerate(page.read_text().splitlines(), 1)
             if HISTORY.search(line)]
     assert not told, "\n".join(told)
+
+
+# What `pagefs bench --floors --json` and `--mounts --json` write
+# (tools/cli_bench_floor.c, tools/cli_bench_multi.c), byte for byte.
+FLOORS_RUN = ('[{{"workload": "floor", "page_size": 65536, "pipe_rt_us": {pipe}, '
+              '"fuse_rt_us": 29.40, "open_us": 64.80, "pread_us": {pread}, '
+              '"cold_pread_us": 11.00, "pwrite_us": 16.90, "max_direct_read": 0.1000, '
+              '"max_read_hot": 0.0990, "max_read_cold": 0.0980, "max_write": 0.1200}},\n'
+              ' {{"workload": "floor", "page_size": 1048576, "pipe_rt_us": {pipe}, '
+              '"fuse_rt_us": 29.40, "open_us": 64.80, "pread_us": 74.10, '
+              '"cold_pread_us": 75.00, "pwrite_us": 221.50, "max_direct_read": 0.4400, '
+              '"max_read_hot": 0.3700, "max_read_cold": 0.3600, "max_write": 0.5400}}]\n')
+MULTI_RUN = ('[{"workload": "multi-write", "engine": "postgres", "page_size": 65536, '
+             '"mounts": 1, "clients": 2, "pages": 3000, "seconds": 1.784, '
+             '"commits_per_s": 1682.0, "records_per_txn": 1.00},\n'
+             ' {"workload": "multi-write", "engine": "postgres", "page_size": 65536, '
+             '"mounts": 2, "clients": 4, "pages": 6000, "seconds": 2.833, '
+             '"commits_per_s": 2118.0, "records_per_txn": 1.02}]\n')
+
+
+def test_floors_and_mounts_json_of_the_bench_become_tables(tmp_path):
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    bench = tmp_path / "docs" / "bench"
+    (bench / "floors-1.json").write_text(FLOORS_RUN.format(pipe="25.30", pread="10.90"))
+    (bench / "floors-2.json").write_text(FLOORS_RUN.format(pipe="25.40", pread="10.20"))
+    (bench / "mounts.json").write_text(MULTI_RUN)
+    runs = json.loads((bench / "runs.json").read_text())
+    common = {"machine": "vm", "date": "2026-12-02"}
+    runs["sections"] += [
+        {"heading": "Floors from JSON", "kind": "floors", "command": "pagefs bench --floors",
+         "files": ["docs/bench/floors-1.json", "docs/bench/floors-2.json"], **common},
+        {"heading": "Mounts from JSON", "kind": "multi", "command": "pagefs bench --mounts 1,2",
+         "files": ["docs/bench/mounts.json"], **common}]
+    (bench / "runs.json").write_text(json.dumps(runs))
+    r = run_report("--root", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    page = (tmp_path / "docs" / "BENCHMARKS.md").read_text()
+    for row in ("| between two processes (pipes) | 25.3 us, 25.4 us |",
+                "| 64K | 10.9, 10.2 | 11.0, 11.0 | 16.9, 16.9 | 0.10, 0.10 |",
+                "| postgres | 64K | 1 | 2 | 3000 | 1.78 | 1682 | 1682 | 1.0 |",
+                "| postgres | 64K | 2 | 4 | 6000 | 2.83 | 2118 | 1059 | 1.0 |",
+                "[docs/bench/floors-1.json](bench/floors-1.json)"):
+        assert row in page, f"{row!r} not in the page"
