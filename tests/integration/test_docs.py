@@ -58,16 +58,28 @@ def test_every_script_and_document_the_readme_names_exists():
     assert not missing(named), "README names paths that do not exist"
 
 
-def test_every_relative_link_in_the_readme_and_docs_reaches_a_file():
+def anchors(page):
+    """The anchors GitHub makes of a Markdown page's headings."""
+    out = set()
+    for heading in re.findall(r"^#+ (.+)$", page.read_text(), re.MULTILINE):
+        out.add(re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-"))
+    return out
+
+
+def test_every_relative_link_in_the_readme_and_docs_reaches_a_file_and_heading():
     bad = []
     for page in PAGES:
-        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", page.read_text()):
             if re.match(r"[a-z]+:", target):
                 continue
-            path = (page.parent / target).resolve()
+            path = (page.parent / target).resolve() if target else page
             rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else target
-            if not path.exists() and rel not in ADDED_BY_OTHER_BRANCHES:
-                bad.append(f"{page.relative_to(ROOT)}: {target}")
+            if rel in ADDED_BY_OTHER_BRANCHES and not path.exists():
+                continue
+            if not path.exists():
+                bad.append(f"{page.relative_to(ROOT)}: {target} does not exist")
+            elif anchor and path.suffix == ".md" and anchor not in anchors(path):
+                bad.append(f"{page.relative_to(ROOT)}: {target}#{anchor} names no heading")
     assert not bad, bad
 
 
