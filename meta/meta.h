@@ -2,13 +2,13 @@
  * meta.h - the pagefs index engine: pools, pages, slots, pins and the
  * durable record of all of them.
  *
- * This is the only interface fs/ and tools/ use to reach the index. It
- * knows nothing of FUSE: callers get plain structs and 0 or a negative
- * errno. The engine keeps every pool and page in memory (lookups, stats
- * and pins never touch the store) and records changes through one writer
- * thread that group-commits them to the store (SQLite today; the store is
- * chosen by the URI scheme so a shared PostgreSQL engine can sit behind
- * the same calls later). See docs/DESIGN.md for the protocol.
+ * This is the only interface fs/, serve/ and tools/ use to reach the
+ * index. It knows nothing of FUSE or HTTP: callers get plain structs and
+ * 0 or a negative errno. The engine keeps every pool and page in memory
+ * (lookups, stats and pins never touch the store) and records changes
+ * through one writer thread that group-commits them to the store, SQLite
+ * or PostgreSQL as the URI's scheme says (PostgreSQL also lets several
+ * daemons share one index). See docs/DESIGN.md for the protocol.
  *
  * Visibility rule: a mutation (commit, unlink, rename, pool change) is
  * applied to memory by the journal only after the store made it
