@@ -15,6 +15,7 @@ PACKAGES=(
 	attr gnuplot-nox
 	faketime # test_http_protocol.py: a daemon on a clock the test moves
 	clang valgrind # scripts/soak.sh: libFuzzer targets, valgrind memcheck
+	prometheus # promtool check metrics, and a real server scraping a mount (test_metrics.py)
 )
 
 # One dpkg-query for all: "name ii " per installed package.

@@ -14,6 +14,7 @@
 #include "tools/cli_common.h"
 
 #include "fs/fs.h"
+#include "fs/fs_metrics.h"
 #include "meta/log.h"
 #include "meta/meta.h"
 #include "serve/serve.h"
@@ -62,6 +63,7 @@ enum {
 	OPT_ENTRY_TIMEOUT,
 	OPT_KERNEL_CACHE,
 	OPT_HTTP,
+	OPT_METRICS,
 };
 
 static const struct option mount_longopts[] = {
@@ -80,6 +82,7 @@ static const struct option mount_longopts[] = {
 	{"entry-timeout", required_argument, NULL, OPT_ENTRY_TIMEOUT},
 	{"kernel-cache", required_argument, NULL, OPT_KERNEL_CACHE},
 	{"http", required_argument, NULL, OPT_HTTP},
+	{"metrics", required_argument, NULL, OPT_METRICS},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -119,6 +122,9 @@ static void cli_mount_usage(FILE *out)
 	        "                             (direct I/O, the default), from a page's second\n"
 	        "                             open on (reread), or from the first (always)\n"
 	        "      --http ADDR:PORT       also serve SGLang's 3FS metadata protocol\n"
+	        "                             (and /metrics, /health, /ready)\n"
+	        "      --metrics [ADDR:]PORT  serve /metrics (Prometheus), /health and /ready\n"
+	        "                             (ADDR defaults to 127.0.0.1)\n"
 	        "  -f, --foreground           do not daemonize\n"
 	        "      --debug                print every FUSE request (implies -f)\n"
 	        "  -h, --help                 show this help\n"
@@ -146,6 +152,23 @@ static int cli_mount_parse_o(struct cli_mount_config *cfg, const char *arg)
 	}
 	free(copy);
 	return ret;
+}
+
+/* --metrics [ADDR:]PORT (a bare number is a port on 127.0.0.1). */
+static int cli_mount_parse_metrics(struct cli_mount_config *cfg, const char *arg)
+{
+	char addr[64];
+	int port;
+
+	snprintf(cfg->metrics, sizeof(cfg->metrics), "%s%s",
+	         arg[0] && strspn(arg, "0123456789") == strlen(arg) ? ":" : "", arg);
+	if (strlen(arg) >= sizeof(cfg->metrics) - 1 || !strchr(cfg->metrics, ':') ||
+	    serve_parse_listen(cfg->metrics, addr, sizeof(addr), &port) < 0)
+		return cli_usage_error(CMD,
+		                       "--metrics '%s' is not [IPV4ADDR:]PORT (e.g. 9101 or "
+		                       "127.0.0.1:9101)",
+		                       arg);
+	return 0;
 }
 
 /* Makes `path` absolute against the current directory (no symlinks resolved:
@@ -437,6 +460,10 @@ int cli_mount_parse(int argc, char **argv, struct cli_mount_config *cfg)
 			cfg->http = optarg;
 			break;
 		}
+		case OPT_METRICS:
+			if ((ret = cli_mount_parse_metrics(cfg, optarg)) != 0)
+				return ret;
+			break;
 		case ':':
 			return cli_usage_error(CMD, "option '%s' needs a value", argv[optind - 1]);
 		default:
@@ -564,21 +591,56 @@ static void cli_mount_ready(void *arg, int err, const char *msg)
 		cli_mount_detach();
 }
 
-/* --http: the mini_3fs_metadata_server protocol from the mounted index. */
-static struct serve *cli_http_server;
+/* --http (the mini_3fs_metadata_server protocol and the operator's
+ * routes) and --metrics (the operator's routes only) from the mounted
+ * index; both add the FUSE side's metrics and readiness. */
+static struct serve *cli_http_server, *cli_metrics_server;
 
-static int cli_http_start(void *arg, struct meta *m, char *msg, size_t msglen)
+static void cli_ops_metrics(void *arg, FILE *out)
 {
+	(void)arg;
+	fs_metrics_write(out);
+}
+
+static int cli_ops_ready(void *arg, char *why, size_t len)
+{
+	(void)arg;
+	return fs_metrics_ready(why, len);
+}
+
+static int cli_listener_start(struct meta *m, const char *listen, int ops_only, struct serve **out,
+                              char *msg, size_t msglen)
+{
+	struct serve_ops ops = {cli_ops_metrics, cli_ops_ready, NULL, ops_only};
 	char addr[64];
 	int port, bound;
 
-	if (serve_parse_listen(arg, addr, sizeof(addr), &port) < 0) {
-		snprintf(msg, msglen, "--http '%s' is not IPV4ADDR:PORT", (const char *)arg);
+	if (serve_parse_listen(listen, addr, sizeof(addr), &port) < 0) {
+		snprintf(msg, msglen, "'%s' is not IPV4ADDR:PORT", listen);
 		return -EINVAL;
 	}
-	int rc = serve_start(m, addr, port, 2, &cli_http_server, &bound, msg, msglen);
-	if (rc == 0)
-		log_info("serving the 3FS metadata protocol on http://%s:%d", addr, bound);
+	int rc = serve_start_ops(m, addr, port, 2, &ops, out, &bound, msg, msglen);
+	if (rc == 0 && ops_only)
+		log_info("serving /metrics, /health and /ready on http://%s:%d", addr, bound);
+	else if (rc == 0)
+		log_info("serving the 3FS metadata protocol (and /metrics) on http://%s:%d", addr,
+		         bound);
+	return rc;
+}
+
+static int cli_http_start(void *arg, struct meta *m, char *msg, size_t msglen)
+{
+	const struct cli_mount_config *cfg = arg;
+	int rc = 0;
+
+	if (cfg->http)
+		rc = cli_listener_start(m, cfg->http, 0, &cli_http_server, msg, msglen);
+	if (rc == 0 && cfg->metrics[0])
+		rc = cli_listener_start(m, cfg->metrics, 1, &cli_metrics_server, msg, msglen);
+	if (rc < 0) {
+		serve_stop(cli_http_server);
+		cli_http_server = NULL;
+	}
 	return rc;
 }
 
@@ -586,7 +648,8 @@ static void cli_http_stop(void *arg)
 {
 	(void)arg;
 	serve_stop(cli_http_server);
-	cli_http_server = NULL;
+	serve_stop(cli_metrics_server);
+	cli_http_server = cli_metrics_server = NULL;
 }
 
 static void cli_mount_fill_opts(const struct cli_mount_config *cfg, struct pagefs_mount_opts *o)
@@ -608,10 +671,10 @@ static void cli_mount_fill_opts(const struct cli_mount_config *cfg, struct pagef
 	o->debug = cfg->debug;
 	o->entry_timeout = cfg->entry_timeout;
 	o->kernel_cache = (enum pagefs_kernel_cache)cfg->kernel_cache;
-	if (cfg->http) {
+	if (cfg->http || cfg->metrics[0]) {
 		o->on_meta = cli_http_start;
 		o->on_close = cli_http_stop;
-		o->hook_arg = (void *)cfg->http;
+		o->hook_arg = (void *)cfg;
 	}
 }
 

@@ -32,6 +32,7 @@ struct cli_mount_config {
 	double entry_timeout;
 	int kernel_cache; /* enum pagefs_kernel_cache */
 	const char *http; /* --http ADDR:PORT: serve the 3FS metadata protocol too */
+	char metrics[80]; /* --metrics ADDR:PORT: /metrics, /health, /ready only ("": none) */
 };
 
 /*
