@@ -241,3 +241,25 @@ def test_a_prometheus_server_scrapes_a_live_mount_and_answers_a_pool_page_count(
             proc.wait(10)
         log.close()
     m.umount()
+
+
+def test_the_grafana_dashboard_uses_only_metric_names_a_mount_exports(mount):
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    dash = json.load(open(os.path.join(root, "docs", "grafana-pagefs.json")))
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    used = set(re.findall(r"\bpagefs_[a-z_]+", " ".join(exprs)))
+    assert len(used) >= 15, used
+    port = MC.free_port()
+    m = mount("--page-size", "64K", "--capacity", "1M", "--metrics", str(port))
+    H.write_page(m.pool(0, "kv") / "a", b"a")
+    families = set(re.findall(r"^# TYPE (\S+) (\S+)", scrape(port).text, re.M))
+    names = {n for n, _ in families}
+    hists = {n for n, t in families if t == "histogram"}
+    pg_only = open(os.path.join(root, "meta", "metrics.c")).read()
+    for u in sorted(used):
+        base = re.sub(r"_(bucket|count|sum)$", "", u)
+        if u.startswith("pagefs_pg_"):
+            assert f'"{u}"' in pg_only, f"{u}: not a shared-index metric of meta/metrics.c"
+            continue
+        assert u in names or (base in hists and base != u), f"the dashboard uses {u}, not exported"
+    m.umount()
