@@ -306,6 +306,7 @@ int pagefs_serve(const struct pagefs_mount_opts *o,
 		ready(arg, -EIO, "cannot install signal handlers");
 		goto out_session;
 	}
+	log_reopen_on_sighup(); /* SIGHUP: logrotate, not an unmount */
 	if (fuse_session_mount(fs.se, o->mountpoint) != 0) {
 		snprintf(msg, sizeof(msg),
 		         "cannot mount on %s: is /dev/fuse available and fusermount3 installed, "

@@ -119,8 +119,9 @@ static void cli_mount_usage(FILE *out)
 	        "                             (rw, defaults, noauto, nofail, _netdev, x-systemd.*\n"
 	        "                             ...), which are ignored\n"
 	        "      --log-level LEVEL      error, warn, info (default) or debug\n"
-	        "      --log-file PATH        append the log to PATH (without it the log goes to\n"
-	        "                             stderr, which a daemon closes once mounted)\n"
+	        "      --log-file PATH|syslog append the log to PATH (reopened on SIGHUP, for\n"
+	        "                             logrotate) or send it to syslog; without it the log\n"
+	        "                             goes to stderr, which a daemon closes once mounted\n"
 	        "      --entry-timeout SECS   how long the kernel caches names (3600)\n"
 	        "      --kernel-cache never|reread|always\n"
 	        "                             when readers use the kernel's page cache: never\n"
@@ -606,8 +607,10 @@ int cli_mount_parse(int argc, char **argv, struct cli_mount_config *cfg)
 	}
 	if ((ret = cli_check_page_count(CMD, cfg->page_size, cfg->capacity)) != 0)
 		return ret;
-	if (cfg->log_file_arg &&
-	    cli_mount_absolute(cfg->log_file_arg, cfg->log_file, sizeof(cfg->log_file)) < 0)
+	if (cfg->log_file_arg && strcmp(cfg->log_file_arg, "syslog") == 0)
+		snprintf(cfg->log_file, sizeof(cfg->log_file), "syslog");
+	else if (cfg->log_file_arg &&
+	         cli_mount_absolute(cfg->log_file_arg, cfg->log_file, sizeof(cfg->log_file)) < 0)
 		return cli_usage_error(CMD, "--log-file path '%s' is too long", cfg->log_file_arg);
 
 	ret = cli_mount_check_backing(cfg, argv[optind]);
@@ -622,7 +625,7 @@ int cli_mount_parse(int argc, char **argv, struct cli_mount_config *cfg)
 		return cli_usage_error(CMD,
 		                       "--meta '%s' lies inside MOUNTPOINT '%s': keep it outside",
 		                       cfg->meta_uri + 7, cfg->mountpoint);
-	if (cfg->log_file[0] && cli_mount_inside(cfg, cfg->log_file))
+	if (cfg->log_file[0] == '/' && cli_mount_inside(cfg, cfg->log_file))
 		return cli_usage_error(
 			CMD, "--log-file '%s' lies inside MOUNTPOINT '%s': keep it outside",
 			cfg->log_file, cfg->mountpoint);
