@@ -8,7 +8,7 @@ set -euo pipefail
 
 PACKAGES=(
 	gcc libc6-dev make cmake pkg-config
-	libfuse3-dev fuse3 libsqlite3-dev libpq-dev libxxhash-dev libjansson-dev libyajl-dev libmicrohttpd-dev libcriterion-dev
+	libfuse3-dev fuse3 libsqlite3-dev libpq-dev libxxhash-dev libjansson-dev libyajl-dev libmicrohttpd-dev libcriterion-dev libsystemd-dev
 	postgresql-15 postgresql-client-15
 	python3 python3-pytest python3-requests
 	clang-format clang-tidy

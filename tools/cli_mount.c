@@ -33,6 +33,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #define CMD "mount"
@@ -685,6 +686,12 @@ static void cli_mount_ready(void *arg, int err, const char *msg)
 	ctx->called = 1;
 	if (!msg || !*msg)
 		msg = err ? strerror(-err) : "";
+	/* systemd (Type=notify, pagefs@.service): the mount is usable now */
+	if (!err)
+		sd_notifyf(0, "READY=1\nSTATUS=serving %s on %s", ctx->cfg->backing,
+		           ctx->cfg->mountpoint);
+	else
+		sd_notifyf(0, "STATUS=mount failed: %s", msg);
 	if (ctx->foreground) {
 		if (err)
 			cli_fail(CMD, "%s", msg);
@@ -801,6 +808,7 @@ static int cli_mount_serve(const struct cli_mount_config *cfg, int pipe_fd)
 
 	cli_mount_fill_opts(cfg, &o);
 	ret = pagefs_serve(&o, cli_mount_ready, &ctx);
+	sd_notify(0, "STOPPING=1");
 	if (!ctx.called) /* a broken promise of fs/; still tell the parent */
 		cli_mount_ready(&ctx, -EIO, "the filesystem stopped before it was mounted");
 	return ret ? CLI_FAIL : CLI_OK;

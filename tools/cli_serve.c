@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <systemd/sd-daemon.h>
 
 #define CMD "serve-meta"
 
@@ -30,7 +31,7 @@ static void serve_usage(FILE *f)
 	        "usage: pagefs serve-meta --backing DIR [--meta URI] [--listen ADDR:PORT]\n"
 	        "                         [--page-size SIZE] [--prefix NAME] [--threads N]\n"
 	        "                         [--reserve-timeout SEC] [--headroom PCT]\n"
-	        "                         [--log-level LEVEL] [--log-file PATH|syslog]\n"
+	        "                         [--log-level LEVEL] [--log-file PATH|syslog] [--help]\n"
 	        "Serves SGLang's mini_3fs_metadata_server protocol (HiCacheHF3FS) from the\n"
 	        "index. --listen defaults to 127.0.0.1:%d (port 0: any free port; the\n"
 	        "address is printed). Unconfirmed reservations return after\n"
@@ -135,10 +136,12 @@ int cli_serve_main(int argc, char **argv)
 	printf("pagefs serve-meta: listening on http://%s:%d (index %s)\n", addr, bound, meta_name);
 	fflush(stdout);
 	log_info("serve-meta listening on http://%s:%d (index %s)", addr, bound, meta_name);
+	sd_notifyf(0, "READY=1\nSTATUS=serving http://%s:%d", addr, bound);
 	while (sigwait(&set, &sig) == 0 && sig == SIGHUP)
 		if ((r = log_reopen()) < 0)
 			log_error("SIGHUP: cannot reopen the log file: %s", strerror(-r));
 	log_info("serve-meta stopping (signal %d)", sig);
+	sd_notify(0, "STOPPING=1");
 	serve_stop(sv);
 	meta_close(m);
 	return CLI_OK;
