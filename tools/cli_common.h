@@ -36,6 +36,8 @@ int cli_fstab_main(int argc, char **argv);
 extern int cli_mount_sloppy;
 int cli_umount_main(int argc, char **argv);
 int cli_status_main(int argc, char **argv);
+/* `pagefs status --url`: a daemon's pools from its /metrics (cli_status_url.c) */
+int cli_status_url(const char *url, int json);
 int cli_pool_main(int argc, char **argv);
 int cli_fsck_main(int argc, char **argv);
 int cli_import_main(int argc, char **argv);

@@ -263,3 +263,41 @@ def test_the_grafana_dashboard_uses_only_metric_names_a_mount_exports(mount):
             continue
         assert u in names or (base in hists and base != u), f"the dashboard uses {u}, not exported"
     m.umount()
+
+
+def test_pagefs_status_url_shows_the_pools_of_a_serve_meta_daemon(tmp_path):
+    srv = MC.Server(str(tmp_path))
+    try:
+        srv.client.initialize(4, 8, "mamba")
+        r = H.run_pagefs("status", "--url", srv.url)
+        assert r.returncode == 0, H.describe(r)
+        assert '{"status":"ready"}' in r.stdout
+        row = [l.split() for l in r.stdout.splitlines() if l.split()[:2] == ["4", "mamba"]]
+        assert row and row[0][6] == "8", r.stdout  # FREE: all 8 slots
+        j = json.loads(H.run_pagefs("status", "--json", "--url", srv.url).stdout)
+        assert j["ready"] == {"status": "ready"}
+        assert [(p["rank"], p["namespace"], p["free_slots"]) for p in j["pools"]] == [(4, "mamba", 8)]
+    finally:
+        srv.stop()
+    r = H.run_pagefs("status", "--url", srv.url)
+    assert r.returncode == 1 and "cannot connect" in r.stderr, H.describe(r)
+    r = H.run_pagefs("status", "--url", "nonsense")
+    assert r.returncode == 2 and "--url 'nonsense'" in r.stderr, H.describe(r)
+
+
+def test_the_alert_rules_of_the_operations_guide_pass_promtool_and_use_exported_names(tmp_path):
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    doc = open(os.path.join(root, "docs", "OPERATIONS.md")).read()
+    block = re.search(r"\n    groups:\n(.*?)\n\n", doc, re.S)
+    assert block, "no alert rules block in docs/OPERATIONS.md"
+    rules = tmp_path / "rules.yml"
+    rules.write_text("\n".join(l[4:] for l in ("    groups:\n" + block.group(1)).splitlines()) + "\n")
+    r = subprocess.run([PROMTOOL, "check", "rules", str(rules)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "SUCCESS: 10 rules found" in r.stdout, r.stdout
+    exported = open(os.path.join(root, "meta", "metrics.c")).read() + \
+        open(os.path.join(root, "fs", "fs_metrics.c")).read()
+    for name in set(re.findall(r"\bpagefs_[a-z_]+", rules.read_text())):
+        base = re.sub(r"_(bucket|count|sum)$", "", name)
+        assert f'"{base}' in exported, f"the rules use {name}, which pagefs does not export"

@@ -3,10 +3,13 @@
 
 Mounts pagefs with --metrics, runs CLIENTS processes doing SGLang's small
 page cycle (create + one 64 KiB write + close, then stat) for SECONDS per
-round, and alternates rounds without a scraper and with one that scrapes
-/metrics back to back (far harsher than Prometheus's one scrape per 15 s).
-Prints the median pages/s of each and their ratio, and the median scrape
-time. Rounds alternate so that the load of a shared machine falls on both.
+round, and rotates three kinds of round: no scraper, one scrape a second
+(already 15 times Prometheus's default interval), and scrapes back to back
+(a whole core spent on /metrics). Prints the median pages/s of each, their
+ratios to no scraper, the daemon's median time per FUSE request (its own
+histograms: the data path without the clients' share of the CPU) and the
+median scrape time. Rounds rotate so that
+the load of a shared machine falls on all three.
 
 Usage (root): tests/perf/metrics_cost.py [BUILD_DIR] [SECONDS] [ROUNDS] [CLIENTS]
 """
@@ -46,7 +49,22 @@ def client(pool, cid, secs, out):
     out.put(n)
 
 
+def fuse_time(port):
+    """(seconds, requests) the daemon spent on FUSE requests so far."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+    secs = reqs = 0.0
+    for line in text.splitlines():
+        if line.startswith("pagefs_fuse_request_duration_seconds_sum"):
+            secs += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("pagefs_fuse_request_duration_seconds_count"):
+            reqs += float(line.rsplit(" ", 1)[1])
+    return secs, reqs
+
+
 def round_(pool, port, scrape):
+    """scrape: None, or the pause between scrapes in seconds. Returns
+    pages/s, the scrape times, and the daemon's mean time per request."""
+    t0 = fuse_time(port)
     stop, times = threading.Event(), []
 
     def scraper():
@@ -54,8 +72,10 @@ def round_(pool, port, scrape):
             t = time.monotonic()
             urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read()
             times.append(time.monotonic() - t)
+            if scrape:
+                stop.wait(scrape)
 
-    th = threading.Thread(target=scraper) if scrape else None
+    th = threading.Thread(target=scraper) if scrape is not None else None
     if th:
         th.start()
     q = mp.Queue()
@@ -68,7 +88,8 @@ def round_(pool, port, scrape):
     stop.set()
     if th:
         th.join()
-    return total / SECS, times
+    t1 = fuse_time(port)
+    return total / SECS, times, (t1[0] - t0[0]) / max(t1[1] - t0[1], 1)
 
 
 def main():
@@ -84,20 +105,25 @@ def main():
     try:
         pool = os.path.join(mnt, "0", "kv")
         os.makedirs(pool)
-        plain, scraped, scrape_times = [], [], []
+        kinds = [("no scraper", None), ("one scrape a second", 1.0),
+                 ("scrapes back to back", 0.0)]
+        rates, scrape_times = {k: [] for k, _ in kinds}, []
+        per_req = {k: [] for k, _ in kinds}
         for r in range(ROUNDS):
-            for scrape in ((False, True) if r % 2 == 0 else (True, False)):
-                rate, times = round_(pool, port, scrape)
-                (scraped if scrape else plain).append(rate)
+            for i in range(len(kinds)):
+                name, pause = kinds[(i + r) % len(kinds)]
+                rate, times, mean = round_(pool, port, pause)
+                rates[name].append(rate)
+                per_req[name].append(mean)
                 scrape_times += times
-        a, b = statistics.median(plain), statistics.median(scraped)
+        base = statistics.median(rates["no scraper"])
         print(f"clients {CLIENTS}, {SECS:g} s x {ROUNDS} rounds each, 64 KiB pages "
               "(create+write+close+stat)")
-        print(f"  no scraper:              {a:9.0f} pages/s  (rounds: "
-              + ", ".join(f"{x:.0f}" for x in plain) + ")")
-        print(f"  scraping back to back:   {b:9.0f} pages/s  (rounds: "
-              + ", ".join(f"{x:.0f}" for x in scraped) + ")")
-        print(f"  ratio scraped/plain:     {b / a:9.3f}")
+        for name, _ in kinds:
+            med = statistics.median(rates[name])
+            print(f"  {name:22s} {med:9.0f} pages/s  ratio {med / base:5.3f}  daemon "
+                  f"{statistics.median(per_req[name]) * 1e6:6.1f} us/request  (rounds: "
+                  + ", ".join(f"{x:.0f}" for x in rates[name]) + ")")
         print(f"  scrapes: {len(scrape_times)}, median {statistics.median(scrape_times) * 1e3:.2f} ms")
     finally:
         subprocess.run([pagefs, "umount", mnt], check=False)
