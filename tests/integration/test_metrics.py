@@ -1,6 +1,7 @@
 """GET /metrics, /health and /ready (issue 25): on `mount --metrics`, on
 the `--http` listener and on `serve-meta`; the text passes `promtool check
 metrics`, and a real Prometheus server scrapes a live mount."""
+import errno
 import json
 import os
 import re
@@ -301,3 +302,52 @@ def test_the_alert_rules_of_the_operations_guide_pass_promtool_and_use_exported_
     for name in set(re.findall(r"\bpagefs_[a-z_]+", rules.read_text())):
         base = re.sub(r"_(bucket|count|sum)$", "", name)
         assert f'"{base}' in exported, f"the rules use {name}, which pagefs does not export"
+
+
+@pytest.mark.engines
+def test_the_index_engine_reports_group_commits_and_a_shared_index_its_nodes_and_lease(mount,
+                                                                                   engine):
+    port = MC.free_port()
+    m = mount("--page-size", "64K", "--capacity", "1M", "--metrics", str(port))
+    for i in range(4):
+        H.write_page(m.pool(0, "kv") / f"p{i}", b"s" * 100)
+    s = samples(scrape(port).text)
+    assert s["pagefs_pool_pages" + pool(0, "kv")] == 4
+    assert s["pagefs_store_commit_records_sum"] >= 4, "every commit is a record of a batch"
+    assert s["pagefs_store_commit_duration_seconds_count"] >= 1
+    assert s["pagefs_store_shared"] == (1 if engine == "postgres" else 0)
+    if engine == "postgres":
+        # heartbeats run every second or so: the lease age stays small
+        assert H.wait_until(lambda: samples(scrape(port).text).get("pagefs_pg_nodes") == 1,
+                            timeout=10)
+        s = samples(scrape(port).text)
+        assert s["pagefs_pg_fenced"] == 0
+        assert 0 < s["pagefs_pg_lease_age_seconds"] < 10, s["pagefs_pg_lease_age_seconds"]
+        assert 0 < s["pagefs_pg_feed_lag_seconds"] < 10, s["pagefs_pg_feed_lag_seconds"]
+    else:
+        assert "pagefs_pg_nodes" not in s
+    assert scrape(port, "/ready").json() == {"status": "ready"}
+    m.umount()
+
+
+def test_an_index_that_fails_its_writes_makes_ready_503_and_counts_errors_until_it_answers(
+        mount):
+    from test_fault_injection import Faulty
+    port = MC.free_port()
+    f = Faulty(mount, "--page-size", "64K", "--capacity", "1M", "--metrics", str(port))
+    H.write_page(f.pool / "ok", b"o" * 10)
+    assert scrape(port, "/ready").status_code == 200
+    f.set(f"pwrite {errno.EIO} index.db")
+    with pytest.raises(OSError):
+        H.write_page(f.pool / "fails", b"f" * 10)
+    assert f.hits() > 0, "the fault did not reach the index"
+    rd = scrape(port, "/ready")
+    assert rd.status_code == 503, rd.text
+    assert rd.json()["status"] == "unavailable"
+    assert "index transaction failed" in rd.json()["reason"], rd.json()
+    assert samples(scrape(port).text)["pagefs_store_errors_total"] >= 1
+    assert scrape(port, "/health").status_code == 200, "the process still answers"
+    f.set()
+    H.write_page(f.pool / "again", b"a" * 10)
+    assert scrape(port, "/ready").json() == {"status": "ready"}
+    f.m.umount()
