@@ -38,7 +38,7 @@ struct pagefs_mount_opts {
 
 /*
  * Opens the index, mounts, and serves requests until the filesystem is
- * unmounted or a SIGTERM/SIGINT/SIGHUP arrives. `ready` is called exactly
+ * unmounted or a SIGTERM/SIGINT arrives (SIGHUP reopens the log file). `ready` is called exactly
  * once: with err 0 once the mount is in place, or with a negative errno and
  * a message naming the fix if setup failed (then pagefs_serve returns 1).
  * Returns 0 after a clean unmount, 1 on failure.

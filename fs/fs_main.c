@@ -66,6 +66,7 @@
 
 #include "fs/fs_inode.h"
 #include "fs/fs_inval.h"
+#include "fs/fs_metrics.h"
 #include "meta/log.h"
 
 #define FS_DEFAULT_THREADS 16
@@ -292,7 +293,8 @@ int pagefs_serve(const struct pagefs_mount_opts *o,
 	canon = realpath(o->mountpoint, NULL);
 	ret = build_args(o, &args);
 	if (ret == 0) {
-		fs.se = fuse_session_new(&args, &pagefs_ops, sizeof(pagefs_ops), &fs);
+		fs.se = fuse_session_new(&args, fs_metrics_ops(&pagefs_ops), sizeof(pagefs_ops),
+		                         &fs);
 		if (!fs.se)
 			ret = -EINVAL;
 	}
@@ -304,6 +306,7 @@ int pagefs_serve(const struct pagefs_mount_opts *o,
 		ready(arg, -EIO, "cannot install signal handlers");
 		goto out_session;
 	}
+	log_reopen_on_sighup(); /* SIGHUP: logrotate, not an unmount */
 	if (fuse_session_mount(fs.se, o->mountpoint) != 0) {
 		snprintf(msg, sizeof(msg),
 		         "cannot mount on %s: is /dev/fuse available and fusermount3 installed, "
@@ -326,9 +329,11 @@ int pagefs_serve(const struct pagefs_mount_opts *o,
 		meta_uri_display(o->meta.uri, meta_name, sizeof(meta_name));
 	log_info("serving %s (index %s) on %s", o->meta.backing ? o->meta.backing : "?", meta_name,
 	         o->mountpoint);
+	fs_metrics_phase(FS_PHASE_SERVING);
 	ready(arg, 0, NULL);
 
 	status = serve(&fs);
+	fs_metrics_phase(FS_PHASE_STOPPING);
 	stuck = fs_inval_stop(fs.inval) < 0;
 	log_info("unmounting %s", o->mountpoint);
 out_unmount:

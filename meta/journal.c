@@ -23,8 +23,10 @@
  * Before writing a batch to SQLite, the writer finds the rows its records
  * replace (replaced.c).
  */
+#include "meta/hist.h"
 #include "meta/internal.h"
 #include "meta/log.h"
+#include "meta/metrics.h"
 #include "meta/store.h"
 
 #include <errno.h>
@@ -161,12 +163,15 @@ static int write_run(struct meta *m, struct rec *batch, int last)
 	}
 	if (rc == 0)
 		rc = store_commit(m->store);
+	if (rc == 0)
+		metrics_store_error(0); /* the index answers again */
 	if (rc == -EDEADLK && !last) {
 		store_rollback(m->store);
 		return -EDEADLK;
 	}
 	if (rc < 0) {
 		log_error("index transaction failed: %s", strerror(-rc));
+		metrics_store_error(rc);
 		/* (the SQLite store's begin took its db_lock, even if it failed) */
 		store_rollback(m->store);
 		for (struct rec *r = batch; r; r = r->next)
@@ -183,6 +188,7 @@ static int write_run(struct meta *m, struct rec *batch, int last)
 static void write_batch(struct meta *m, struct rec *batch)
 {
 	struct resolver rs = {0};
+	uint64_t t0 = hist_now_ns(), n = 0;
 	int rc = m->shared ? 0 : replaced_resolve(m, batch, &rs);
 
 	if (rc < 0) {
@@ -201,6 +207,10 @@ static void write_batch(struct meta *m, struct rec *batch)
 		rc = 0;
 	}
 	replaced_free(batch, &rs);
+	for (struct rec *r = batch; r; r = r->next)
+		n++;
+	if (rc == 0)
+		metrics_commit(n, hist_now_ns() - t0);
 }
 
 /* By page id, then time. */

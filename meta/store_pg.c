@@ -24,6 +24,7 @@
  */
 #include "meta/store_pg.h"
 #include "meta/log.h"
+#include "meta/metrics.h"
 
 #include <endian.h>
 #include <errno.h>
@@ -336,6 +337,7 @@ static int reconnect(struct pg_store *s)
 		}
 	}
 	log_warn("index %s: reconnected to PostgreSQL", s->display);
+	metrics_reconnect();
 	if (s->doubt_xid) {
 		rc = xid_outcome(s, s->doubt_xid);
 		if (rc == 1) {

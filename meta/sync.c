@@ -17,6 +17,7 @@
  */
 #include "meta/internal.h"
 #include "meta/log.h"
+#include "meta/metrics.h"
 #include "meta/store.h"
 
 #include <errno.h>
@@ -259,6 +260,7 @@ static void poll_feed(struct meta *m, struct sync *y)
 		y->reload_again = y->pools_changed;
 		return; /* the same changes come again at the next poll */
 	}
+	metrics_feed();
 	if (y->pools_changed)
 		y->reload_again = reload_pools(m);
 	if (!y->nch)
@@ -338,6 +340,7 @@ static void heartbeat(struct meta *m)
 	free(pins);
 	if (rc < 0)
 		return;
+	metrics_heartbeat();
 	pthread_mutex_lock(&m->lock);
 	m->live_nodes = peers.live;
 	if (peers.fenced && !m->fenced) {

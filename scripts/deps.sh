@@ -8,13 +8,14 @@ set -euo pipefail
 
 PACKAGES=(
 	gcc libc6-dev make cmake pkg-config
-	libfuse3-dev fuse3 libsqlite3-dev libpq-dev libxxhash-dev libjansson-dev libyajl-dev libmicrohttpd-dev libcriterion-dev
+	libfuse3-dev fuse3 libsqlite3-dev libpq-dev libxxhash-dev libjansson-dev libyajl-dev libmicrohttpd-dev libcriterion-dev libsystemd-dev
 	postgresql-15 postgresql-client-15
 	python3 python3-pytest python3-requests
 	clang-format clang-tidy
 	attr gnuplot-nox
 	faketime # test_http_protocol.py: a daemon on a clock the test moves
 	clang valgrind # scripts/soak.sh: libFuzzer targets, valgrind memcheck
+	prometheus # promtool check metrics, and a real server scraping a mount (test_metrics.py)
 )
 
 # One dpkg-query for all: "name ii " per installed package.

@@ -9,6 +9,10 @@
 #   4. the pytest integration suite (tests/integration) against the ASan
 #      binary, then the plain one (PAGEFS_BIN); the suite fails a test when
 #      a pagefs process (the daemon included) writes a sanitizer report
+#   4b. the package (scripts/package_test.sh): cpack -G DEB from build/,
+#      apt-get install ./pagefs_*.deb, pagefs --version, mount -t fuse.pagefs
+#      from the installed files, apt-get remove (about 10 s; PAGEFS_PACKAGE=0
+#      skips it)
 #   5. clang-format --dry-run -Werror over fs/ meta/ serve/ tools/ tests/unit/
 #   6. clang-tidy (.clang-tidy) over the .c files of fs/ meta/ serve/ tools/,
 #      when clang-tidy is installed (PAGEFS_TIDY=0 skips it; PAGEFS_TIDY=1
@@ -262,6 +266,19 @@ else
 			run_integration "$dir" "$skip"
 		fi
 	done
+fi
+
+# ---- 4b. the package ----
+
+if [[ ${PAGEFS_PACKAGE:-1} != 0 ]]; then
+	section "package (cpack -G DEB, apt-get install, mount, remove)"
+	if [[ " ${BUILDS[*]} " != *" build "* ]]; then
+		record "package" 0 1 0 "build/ failed"
+	elif bash scripts/package_test.sh build 2>&1 | tee "$WORK/package.log"; then
+		record "package" 1 0 0 "scripts/package_test.sh"
+	else
+		record "package" 0 1 0 "scripts/package_test.sh: see $WORK/package.log"
+	fi
 fi
 
 # ---- 5. formatting, 6. clang-tidy ----

@@ -16,6 +16,7 @@ struct out {
 	char *buf;
 	size_t len, cap;
 	int oom;
+	const char *type; /* Content-Type; NULL: application/json */
 };
 
 /* Room for n more bytes, allocated now. */

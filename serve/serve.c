@@ -21,6 +21,7 @@
  * SERVE_MAX_BODY or a batch over SERVE_MAX_KEYS keys gets 413.
  */
 #include "serve/serve.h"
+#include "meta/hist.h"
 #include "meta/log.h"
 
 #include "serve/body.h"
@@ -37,6 +38,7 @@
 struct serve {
 	struct MHD_Daemon *d;
 	struct meta *m;
+	struct serve_ops ops;
 };
 
 /* serve_set_fast_path: set by tests, never while a server runs. */
@@ -55,6 +57,7 @@ struct body {
 	char *buf;
 	size_t len, cap;
 	int too_big;
+	uint64_t t0; /* hist_now_ns() at the request's start */
 };
 
 /* {"detail": "text"} with a status. */
@@ -579,6 +582,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		if (!(b = calloc(1, sizeof(*b))))
 			return MHD_NO;
 		*con_cls = b;
+		b->t0 = hist_now_ns();
 		/* the body's buffer at once, at the size the client announced (a
 		 * hint only: a body grows its buffer past it, up to the limit) */
 		const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
@@ -610,7 +614,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		b->len += n;
 		return MHD_YES;
 	}
-	handle(sv->m, url, method, b->buf, b->len, b->too_big, &o);
+	if (!serve_ops_answer(sv->m, &sv->ops, url, method, &o)) {
+		if (sv->ops.ops_only)
+			out_detail(&o, 404,
+			           "Not Found: this listener serves /metrics, /health and /ready");
+		else
+			handle(sv->m, url, method, b->buf, b->len, b->too_big, &o);
+	}
+	serve_ops_observe(url, hist_now_ns() - b->t0);
 	if (o.oom) {
 		free(o.buf);
 		return MHD_NO;
@@ -622,7 +633,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		o.buf = NULL;
 		if (resp)
 			MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
-			                        "application/json");
+			                        o.type ? o.type : "application/json");
 	}
 	free(o.buf);
 	if (!resp)
@@ -657,7 +668,9 @@ int serve_request(struct meta *m, const char *url, const char *method, const cha
 		return -ENOMEM;
 	if (copy)
 		memcpy(copy, body, len);
-	handle(m, url, method, copy, len > SERVE_MAX_BODY ? 0 : len, len > SERVE_MAX_BODY, &o);
+	if (!serve_ops_answer(m, NULL, url, method, &o))
+		handle(m, url, method, copy, len > SERVE_MAX_BODY ? 0 : len, len > SERVE_MAX_BODY,
+		       &o);
 	free(copy);
 	if (o.oom) {
 		free(o.buf);
@@ -705,6 +718,13 @@ int serve_parse_listen(const char *s, char *addr, size_t addrlen, int *port)
 int serve_start(struct meta *m, const char *addr, int port, int threads, struct serve **out,
                 int *bound, char *err, size_t errlen)
 {
+	return serve_start_ops(m, addr, port, threads, NULL, out, bound, err, errlen);
+}
+
+int serve_start_ops(struct meta *m, const char *addr, int port, int threads,
+                    const struct serve_ops *ops, struct serve **out, int *bound, char *err,
+                    size_t errlen)
+{
 	struct sockaddr_in sa = {0};
 	struct serve *sv = calloc(1, sizeof(*sv));
 
@@ -720,6 +740,8 @@ int serve_start(struct meta *m, const char *addr, int port, int threads, struct 
 		return -EINVAL;
 	}
 	sv->m = m;
+	if (ops)
+		sv->ops = *ops;
 	sv->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, (uint16_t)port,
 	                         NULL, NULL, on_request, sv, MHD_OPTION_SOCK_ADDR, &sa,
 	                         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(threads > 0 ? threads : 2),
@@ -730,8 +752,8 @@ int serve_start(struct meta *m, const char *addr, int port, int threads, struct 
 		free(sv);
 		snprintf(err, errlen,
 		         "cannot listen on %s:%d (in use, or not an address of this host); choose "
-		         "another with --listen/--http ADDR:PORT",
-		         addr, port);
+		         "another with %s ADDR:PORT",
+		         addr, port, ops && ops->ops_only ? "--metrics" : "--listen/--http");
 		return -EADDRINUSE;
 	}
 	const union MHD_DaemonInfo *di = MHD_get_daemon_info(sv->d, MHD_DAEMON_INFO_BIND_PORT);

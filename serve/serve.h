@@ -11,6 +11,8 @@
 #include "meta/meta.h"
 
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
 
 struct serve; /* opaque: one listening server */
 
@@ -43,6 +45,33 @@ int serve_request(struct meta *m, const char *url, const char *method, const cha
 /* Whether key-list bodies take the fast path (serve/flat.h; on by
  * default). Tests turn it off to compare the replies of both paths. */
 void serve_set_fast_path(int on);
+/*
+ * The operator's routes on a listener (serve/ops.c): GET /metrics (the
+ * Prometheus text format: the engine's families, then what metrics adds,
+ * then the listener's HTTP latency by route), GET /health (200 while the
+ * process answers) and GET /ready (200, or 503 with the reason: the
+ * engine's meta_metrics_ready, then ready's). All hooks may be NULL.
+ */
+struct serve_ops {
+	void (*metrics)(void *arg, FILE *out);
+	int (*ready)(void *arg, char *why, size_t len); /* 0: ready */
+	void *arg;
+	int ops_only; /* 1: no 3FS protocol routes (mount --metrics) */
+};
+
+/* serve_start with the operator's routes configured by ops (copied; NULL:
+ * the defaults, protocol routes on). */
+int serve_start_ops(struct meta *m, const char *addr, int port, int threads,
+                    const struct serve_ops *ops, struct serve **out, int *bound, char *err,
+                    size_t errlen);
+/* Answers GET /metrics, /health or /ready into o: 1 if url is one of
+ * them, else 0 (serve/ops.c). */
+struct out;
+int serve_ops_answer(struct meta *m, const struct serve_ops *ops, const char *url,
+                     const char *method, struct out *o);
+/* Records one request's time for route url (pagefs_http_request_duration_seconds). */
+void serve_ops_observe(const char *url, uint64_t ns);
+
 /* Stops accepting, finishes requests in flight, frees the server. */
 void serve_stop(struct serve *s);
 

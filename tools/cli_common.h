@@ -31,8 +31,13 @@ enum cli_exit { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 /* Command entry points: argv[0] is the command name ("mount", ...). Each
  * returns an enum cli_exit value. */
 int cli_mount_main(int argc, char **argv);
+/* mount.fuse.pagefs (cli_fstab.c); cli_mount_sloppy: -s, unknown -o options only warn */
+int cli_fstab_main(int argc, char **argv);
+extern int cli_mount_sloppy;
 int cli_umount_main(int argc, char **argv);
 int cli_status_main(int argc, char **argv);
+/* `pagefs status --url`: a daemon's pools from its /metrics (cli_status_url.c) */
+int cli_status_url(const char *url, int json);
 int cli_pool_main(int argc, char **argv);
 int cli_fsck_main(int argc, char **argv);
 int cli_import_main(int argc, char **argv);

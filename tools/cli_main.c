@@ -119,7 +119,10 @@ static int run(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-	int rc = run(argc, argv);
+	const char *base = strrchr(argv[0], '/');
+	/* installed as mount.fuse.pagefs too: mount(8)'s helper */
+	int rc = strncmp(base ? base + 1 : argv[0], "mount.", 6) == 0 ? cli_fstab_main(argc, argv)
+	                                                              : run(argc, argv);
 
 	/* Output that could not be written (a full disk, a device that
 	 * refuses it) is a failure: exit 0 would say the report is there. */

@@ -14,6 +14,7 @@
 #include "tools/cli_common.h"
 
 #include "fs/fs.h"
+#include "fs/fs_metrics.h"
 #include "meta/log.h"
 #include "meta/meta.h"
 #include "serve/serve.h"
@@ -32,6 +33,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #define CMD "mount"
@@ -62,6 +64,7 @@ enum {
 	OPT_ENTRY_TIMEOUT,
 	OPT_KERNEL_CACHE,
 	OPT_HTTP,
+	OPT_METRICS,
 };
 
 static const struct option mount_longopts[] = {
@@ -80,6 +83,7 @@ static const struct option mount_longopts[] = {
 	{"entry-timeout", required_argument, NULL, OPT_ENTRY_TIMEOUT},
 	{"kernel-cache", required_argument, NULL, OPT_KERNEL_CACHE},
 	{"http", required_argument, NULL, OPT_HTTP},
+	{"metrics", required_argument, NULL, OPT_METRICS},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -109,21 +113,130 @@ static void cli_mount_usage(FILE *out)
 	        "                             committed pages survive a daemon crash (process)\n"
 	        "                             or also a power loss (power)\n"
 	        "      --threads N            maximum FUSE worker threads\n"
-	        "  -o OPTS                    comma list of: allow_other, ro\n"
+	        "  -o OPTS                    comma list: KEY=VALUE for any --KEY here (e.g.\n"
+	        "                             "
+	        "meta=sqlite:/var/lib/pagefs/index.db,page_size=64K),\n"
+	        "                             allow_other, ro, and mount(8)'s generic options\n"
+	        "                             (rw, defaults, noauto, nofail, _netdev, x-systemd.*\n"
+	        "                             ...), which are ignored\n"
 	        "      --log-level LEVEL      error, warn, info (default) or debug\n"
-	        "      --log-file PATH        append the log to PATH (without it the log goes to\n"
-	        "                             stderr, which a daemon closes once mounted)\n"
+	        "      --log-file PATH|syslog append the log to PATH (reopened on SIGHUP, for\n"
+	        "                             logrotate) or send it to syslog; without it the log\n"
+	        "                             goes to stderr, which a daemon closes once mounted\n"
 	        "      --entry-timeout SECS   how long the kernel caches names (3600)\n"
 	        "      --kernel-cache never|reread|always\n"
 	        "                             when readers use the kernel's page cache: never\n"
 	        "                             (direct I/O, the default), from a page's second\n"
 	        "                             open on (reread), or from the first (always)\n"
 	        "      --http ADDR:PORT       also serve SGLang's 3FS metadata protocol\n"
+	        "                             (and /metrics, /health, /ready)\n"
+	        "      --metrics [ADDR:]PORT  serve /metrics (Prometheus), /health and /ready\n"
+	        "                             (ADDR defaults to 127.0.0.1)\n"
 	        "  -f, --foreground           do not daemonize\n"
 	        "      --debug                print every FUSE request (implies -f)\n"
 	        "  -h, --help                 show this help\n"
 	        "\n"
 	        "SIZE is a power of two: 4096, 64K, 16M, 1G, 1T.\n");
+}
+
+int cli_mount_sloppy;
+
+static int cli_mount_option(struct cli_mount_config *cfg, int c, const char *val);
+
+/* The -o spelling of every option: key=value for the long options
+ * (either '_' or '-' in the key), plain words for the flags. */
+static const struct {
+	const char *key;
+	int code;
+} o_keys[] = {
+	{"meta", OPT_META},
+	{"page_size", OPT_PAGE_SIZE},
+	{"capacity", OPT_CAPACITY},
+	{"prefix", OPT_PREFIX},
+	{"evict", OPT_EVICT},
+	{"verify", OPT_VERIFY},
+	{"durability", OPT_DURABILITY},
+	{"threads", OPT_THREADS},
+	{"log_level", OPT_LOG_LEVEL},
+	{"log_file", OPT_LOG_FILE},
+	{"entry_timeout", OPT_ENTRY_TIMEOUT},
+	{"kernel_cache", OPT_KERNEL_CACHE},
+	{"http", OPT_HTTP},
+	{"metrics", OPT_METRICS},
+};
+
+/* mount(8)'s generic options that a FUSE filesystem accepts and pagefs
+ * ignores: fstab and systemd read them (noauto, nofail, _netdev,
+ * x-systemd.*), or they change nothing here (pages are never executable,
+ * set-id or devices; times are pagefs's own). "x-" and "comment=" start
+ * more of them. */
+static const char *const o_ignored[] = {
+	"rw",         "defaults", "auto",     "noauto",     "nofail",      "_netdev",
+	"user",       "nouser",   "users",    "owner",      "group",       "nosuid",
+	"suid",       "nodev",    "dev",      "noexec",     "exec",        "async",
+	"atime",      "noatime",  "relatime", "norelatime", "strictatime", "nostrictatime",
+	"nodiratime", "diratime", "lazytime", "nolazytime", "silent",      "loud",
+};
+
+/* Copies s into cfg->o_store. NULL if it is full. */
+static const char *cli_mount_o_keep(struct cli_mount_config *cfg, const char *s)
+{
+	size_t n = strlen(s) + 1;
+	char *at = cfg->o_store + cfg->o_used;
+
+	if (n > sizeof(cfg->o_store) - cfg->o_used)
+		return NULL;
+	memcpy(at, s, n);
+	cfg->o_used += n;
+	return at;
+}
+
+static int cli_mount_o_token(struct cli_mount_config *cfg, char *tok)
+{
+	char *eq = strchr(tok, '=');
+	const char *val = eq ? eq + 1 : NULL;
+
+	if (eq)
+		*eq = '\0';
+	for (char *p = tok; *p; p++)
+		if (*p == '-')
+			*p = '_';
+	if (!eq && strcmp(tok, "allow_other") == 0) {
+		cfg->allow_other = 1;
+		return 0;
+	}
+	if (!eq && strcmp(tok, "ro") == 0) {
+		cfg->read_only = 1;
+		return 0;
+	}
+	if (!eq && (strcmp(tok, "foreground") == 0 || strcmp(tok, "debug") == 0))
+		return cli_mount_option(cfg, tok[0] == 'f' ? 'f' : OPT_DEBUG, NULL);
+	for (size_t i = 0; i < sizeof(o_keys) / sizeof(o_keys[0]); i++) {
+		if (strcmp(tok, o_keys[i].key) != 0)
+			continue;
+		if (!val || !*val)
+			return cli_usage_error(
+				CMD, "mount option '-o %s' needs a value: -o %s=VALUE", tok, tok);
+		if (!(val = cli_mount_o_keep(cfg, val)))
+			return cli_usage_error(CMD, "the -o options are too long");
+		return cli_mount_option(cfg, o_keys[i].code, val);
+	}
+	for (size_t i = 0; i < sizeof(o_ignored) / sizeof(o_ignored[0]); i++)
+		if (!eq && strcmp(tok, o_ignored[i]) == 0)
+			return 0;
+	if (strncmp(tok, "x_", 2) == 0 || strcmp(tok, "comment") == 0)
+		return 0; /* x-systemd.*, x-initrd.mount, comment=...: for other readers */
+	if (cfg->sloppy) {
+		fprintf(stderr, "pagefs mount: ignoring unknown mount option '-o %s' (-s)\n", tok);
+		return 0;
+	}
+	return cli_usage_error(CMD,
+	                       "unknown mount option '-o %s%s%s': pagefs takes -o KEY=VALUE for "
+	                       "each --KEY option (meta, page_size, capacity, prefix, evict, "
+	                       "verify, durability, threads, log_level, log_file, entry_timeout, "
+	                       "kernel_cache, http, metrics), allow_other, ro, foreground, debug, "
+	                       "and mount(8)'s generic options",
+	                       tok, eq ? "=" : "", val ? val : "");
 }
 
 static int cli_mount_parse_o(struct cli_mount_config *cfg, const char *arg)
@@ -133,19 +246,27 @@ static int cli_mount_parse_o(struct cli_mount_config *cfg, const char *arg)
 
 	if (!copy)
 		return cli_fail(CMD, "out of memory");
-	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		if (strcmp(tok, "allow_other") == 0) {
-			cfg->allow_other = 1;
-		} else if (strcmp(tok, "ro") == 0) {
-			cfg->read_only = 1;
-		} else {
-			ret = cli_usage_error(
-				CMD, "unknown mount option '-o %s': use allow_other or ro", tok);
-			break;
-		}
-	}
+	for (tok = strtok_r(copy, ",", &save); tok && ret == 0; tok = strtok_r(NULL, ",", &save))
+		ret = cli_mount_o_token(cfg, tok);
 	free(copy);
 	return ret;
+}
+
+/* --metrics [ADDR:]PORT (a bare number is a port on 127.0.0.1). */
+static int cli_mount_parse_metrics(struct cli_mount_config *cfg, const char *arg)
+{
+	char addr[64];
+	int port;
+
+	snprintf(cfg->metrics, sizeof(cfg->metrics), "%s%s",
+	         arg[0] && strspn(arg, "0123456789") == strlen(arg) ? ":" : "", arg);
+	if (strlen(arg) >= sizeof(cfg->metrics) - 1 || !strchr(cfg->metrics, ':') ||
+	    serve_parse_listen(cfg->metrics, addr, sizeof(addr), &port) < 0)
+		return cli_usage_error(CMD,
+		                       "--metrics '%s' is not [IPV4ADDR:]PORT (e.g. 9101 or "
+		                       "127.0.0.1:9101)",
+		                       arg);
+	return 0;
 }
 
 /* Makes `path` absolute against the current directory (no symlinks resolved:
@@ -302,13 +423,132 @@ static int cli_mount_check_mountpoint(struct cli_mount_config *cfg, const char *
 	return 0;
 }
 
+/* Applies one option (its getopt code, value val) to cfg. 0, 1 for a
+ * code this function does not know, or CLI_USAGE after the message. */
+static int cli_mount_option(struct cli_mount_config *cfg, int c, const char *val)
+{
+	long l;
+	int ret;
+
+	switch (c) {
+	case 'f':
+		cfg->foreground = 1;
+		break;
+	case OPT_META:
+		cfg->meta_arg = val;
+		break;
+	case OPT_PAGE_SIZE:
+		cfg->page_size_arg = val;
+		break;
+	case OPT_CAPACITY:
+		cfg->capacity_arg = val;
+		break;
+	case OPT_PREFIX:
+		if (meta_check_prefix(val) < 0)
+			return cli_usage_error(
+				CMD,
+				"--prefix '%s' is not a data file prefix: use 1 "
+				"to %d of the characters A-Z a-z 0-9 _ . - (not \"..\")",
+				val, META_PREFIX_MAX);
+		cfg->prefix = val;
+		break;
+	case OPT_EVICT:
+		if (strcmp(val, "lru") == 0)
+			cfg->evict = META_EVICT_LRU;
+		else if (strcmp(val, "none") == 0)
+			cfg->evict = META_EVICT_NONE;
+		else
+			return cli_usage_error(CMD, "--evict '%s': use lru or none", val);
+		break;
+	case OPT_VERIFY:
+		if (strcmp(val, "none") == 0)
+			cfg->verify = META_VERIFY_NONE;
+		else if (strcmp(val, "first") == 0)
+			cfg->verify = META_VERIFY_FIRST;
+		else if (strcmp(val, "always") == 0)
+			cfg->verify = META_VERIFY_ALWAYS;
+		else
+			return cli_usage_error(CMD, "--verify '%s': use none, first or always",
+			                       val);
+		break;
+	case OPT_KERNEL_CACHE:
+		if (strcmp(val, "reread") == 0)
+			cfg->kernel_cache = PAGEFS_CACHE_REREAD;
+		else if (strcmp(val, "never") == 0)
+			cfg->kernel_cache = PAGEFS_CACHE_NEVER;
+		else if (strcmp(val, "always") == 0)
+			cfg->kernel_cache = PAGEFS_CACHE_ALWAYS;
+		else
+			return cli_usage_error(
+				CMD, "--kernel-cache '%s': use never, reread or always", val);
+		break;
+	case OPT_DURABILITY:
+		if (strcmp(val, "process") == 0)
+			cfg->durability = META_DURABLE_PROCESS;
+		else if (strcmp(val, "power") == 0)
+			cfg->durability = META_DURABLE_POWER;
+		else
+			return cli_usage_error(CMD, "--durability '%s': use process or power", val);
+		break;
+	case OPT_THREADS:
+		if (cli_parse_long(val, 1, 1024, &l) < 0)
+			return cli_usage_error(
+				CMD, "--threads '%s' is not a thread count: use 1 to 1024", val);
+		cfg->threads = (int)l;
+		break;
+	case OPT_LOG_LEVEL:
+		cfg->log_level = log_parse_level(val);
+		if (cfg->log_level < 0)
+			return cli_usage_error(
+				CMD, "--log-level '%s': use error, warn, info or debug", val);
+		break;
+	case OPT_LOG_FILE:
+		cfg->log_file_arg = val;
+		break;
+	case OPT_DEBUG:
+		cfg->debug = 1;
+		cfg->foreground = 1; /* FUSE debug output goes to the terminal */
+		break;
+	case OPT_ENTRY_TIMEOUT: {
+		char *end;
+
+		errno = 0;
+		cfg->entry_timeout = strtod(val, &end);
+		if (errno || end == val || *end || !isfinite(cfg->entry_timeout) ||
+		    cfg->entry_timeout < 0 || cfg->entry_timeout > 1e9)
+			return cli_usage_error(CMD,
+			                       "--entry-timeout '%s' is not a number of seconds: "
+			                       "use 0 or more, e.g. 3600 or 0.5",
+			                       val);
+		break;
+	}
+	case OPT_HTTP: {
+		char addr[64];
+		int port;
+		if (serve_parse_listen(val, addr, sizeof(addr), &port) < 0)
+			return cli_usage_error(CMD,
+			                       "--http '%s' is not IPV4ADDR:PORT (e.g. "
+			                       "127.0.0.1:18000)",
+			                       val);
+		cfg->http = val;
+		break;
+	}
+	case OPT_METRICS:
+		if ((ret = cli_mount_parse_metrics(cfg, val)) != 0)
+			return ret;
+		break;
+	default:
+		return 1;
+	}
+	return 0;
+}
+
 int cli_mount_parse(int argc, char **argv, struct cli_mount_config *cfg)
 {
-	const char *page_size = NULL, *capacity = NULL, *log_file = NULL;
 	int ret, c;
-	long l;
 
 	memset(cfg, 0, sizeof(*cfg));
+	cfg->sloppy = cli_mount_sloppy;
 	cfg->page_size = DEFAULT_PAGE_SIZE;
 	cfg->capacity = DEFAULT_CAPACITY;
 	cfg->prefix = "hicache";
@@ -329,118 +569,15 @@ int cli_mount_parse(int argc, char **argv, struct cli_mount_config *cfg)
 			if (ret)
 				return ret;
 			break;
-		case 'f':
-			cfg->foreground = 1;
-			break;
-		case OPT_META:
-			cfg->meta_arg = optarg;
-			break;
-		case OPT_PAGE_SIZE:
-			page_size = optarg;
-			break;
-		case OPT_CAPACITY:
-			capacity = optarg;
-			break;
-		case OPT_PREFIX:
-			if (meta_check_prefix(optarg) < 0)
-				return cli_usage_error(
-					CMD,
-					"--prefix '%s' is not a data file prefix: use 1 "
-					"to %d of the characters A-Z a-z 0-9 _ . - (not \"..\")",
-					optarg, META_PREFIX_MAX);
-			cfg->prefix = optarg;
-			break;
-		case OPT_EVICT:
-			if (strcmp(optarg, "lru") == 0)
-				cfg->evict = META_EVICT_LRU;
-			else if (strcmp(optarg, "none") == 0)
-				cfg->evict = META_EVICT_NONE;
-			else
-				return cli_usage_error(CMD, "--evict '%s': use lru or none",
-				                       optarg);
-			break;
-		case OPT_VERIFY:
-			if (strcmp(optarg, "none") == 0)
-				cfg->verify = META_VERIFY_NONE;
-			else if (strcmp(optarg, "first") == 0)
-				cfg->verify = META_VERIFY_FIRST;
-			else if (strcmp(optarg, "always") == 0)
-				cfg->verify = META_VERIFY_ALWAYS;
-			else
-				return cli_usage_error(
-					CMD, "--verify '%s': use none, first or always", optarg);
-			break;
-		case OPT_KERNEL_CACHE:
-			if (strcmp(optarg, "reread") == 0)
-				cfg->kernel_cache = PAGEFS_CACHE_REREAD;
-			else if (strcmp(optarg, "never") == 0)
-				cfg->kernel_cache = PAGEFS_CACHE_NEVER;
-			else if (strcmp(optarg, "always") == 0)
-				cfg->kernel_cache = PAGEFS_CACHE_ALWAYS;
-			else
-				return cli_usage_error(
-					CMD, "--kernel-cache '%s': use never, reread or always",
-					optarg);
-			break;
-		case OPT_DURABILITY:
-			if (strcmp(optarg, "process") == 0)
-				cfg->durability = META_DURABLE_PROCESS;
-			else if (strcmp(optarg, "power") == 0)
-				cfg->durability = META_DURABLE_POWER;
-			else
-				return cli_usage_error(
-					CMD, "--durability '%s': use process or power", optarg);
-			break;
-		case OPT_THREADS:
-			if (cli_parse_long(optarg, 1, 1024, &l) < 0)
-				return cli_usage_error(
-					CMD, "--threads '%s' is not a thread count: use 1 to 1024",
-					optarg);
-			cfg->threads = (int)l;
-			break;
-		case OPT_LOG_LEVEL:
-			cfg->log_level = log_parse_level(optarg);
-			if (cfg->log_level < 0)
-				return cli_usage_error(
-					CMD, "--log-level '%s': use error, warn, info or debug",
-					optarg);
-			break;
-		case OPT_LOG_FILE:
-			log_file = optarg;
-			break;
-		case OPT_DEBUG:
-			cfg->debug = 1;
-			cfg->foreground = 1; /* FUSE debug output goes to the terminal */
-			break;
-		case OPT_ENTRY_TIMEOUT: {
-			char *end;
-
-			errno = 0;
-			cfg->entry_timeout = strtod(optarg, &end);
-			if (errno || end == optarg || *end || !isfinite(cfg->entry_timeout) ||
-			    cfg->entry_timeout < 0 || cfg->entry_timeout > 1e9)
-				return cli_usage_error(
-					CMD,
-					"--entry-timeout '%s' is not a number of seconds: "
-					"use 0 or more, e.g. 3600 or 0.5",
-					optarg);
-			break;
-		}
-		case OPT_HTTP: {
-			char addr[64];
-			int port;
-			if (serve_parse_listen(optarg, addr, sizeof(addr), &port) < 0)
-				return cli_usage_error(CMD,
-				                       "--http '%s' is not IPV4ADDR:PORT (e.g. "
-				                       "127.0.0.1:18000)",
-				                       optarg);
-			cfg->http = optarg;
-			break;
-		}
 		case ':':
 			return cli_usage_error(CMD, "option '%s' needs a value", argv[optind - 1]);
 		default:
-			return cli_usage_error(CMD, "unknown option '%s'", argv[optind - 1]);
+			ret = cli_mount_option(cfg, c, optarg);
+			if (ret == 1)
+				return cli_usage_error(CMD, "unknown option '%s'",
+				                       argv[optind - 1]);
+			if (ret)
+				return ret;
 		}
 	}
 	if (argc - optind != 2)
@@ -448,13 +585,14 @@ int cli_mount_parse(int argc, char **argv, struct cli_mount_config *cfg)
 		                       argc - optind < 2 ? "missing arguments"
 		                                         : "too many arguments");
 
-	if (page_size) {
-		ret = cli_parse_page_size(CMD, page_size, &cfg->page_size);
+	if (cfg->page_size_arg) {
+		ret = cli_parse_page_size(CMD, cfg->page_size_arg, &cfg->page_size);
 		if (ret)
 			return ret;
 	}
-	if (capacity) {
-		ret = cli_parse_pow2_size(CMD, "--capacity", capacity, 4096, &cfg->capacity);
+	if (cfg->capacity_arg) {
+		ret = cli_parse_pow2_size(CMD, "--capacity", cfg->capacity_arg, 4096,
+		                          &cfg->capacity);
 		if (ret)
 			return ret;
 	}
@@ -470,8 +608,11 @@ int cli_mount_parse(int argc, char **argv, struct cli_mount_config *cfg)
 	}
 	if ((ret = cli_check_page_count(CMD, cfg->page_size, cfg->capacity)) != 0)
 		return ret;
-	if (log_file && cli_mount_absolute(log_file, cfg->log_file, sizeof(cfg->log_file)) < 0)
-		return cli_usage_error(CMD, "--log-file path '%s' is too long", log_file);
+	if (cfg->log_file_arg && strcmp(cfg->log_file_arg, "syslog") == 0)
+		snprintf(cfg->log_file, sizeof(cfg->log_file), "syslog");
+	else if (cfg->log_file_arg &&
+	         cli_mount_absolute(cfg->log_file_arg, cfg->log_file, sizeof(cfg->log_file)) < 0)
+		return cli_usage_error(CMD, "--log-file path '%s' is too long", cfg->log_file_arg);
 
 	ret = cli_mount_check_backing(cfg, argv[optind]);
 	if (ret)
@@ -485,7 +626,7 @@ int cli_mount_parse(int argc, char **argv, struct cli_mount_config *cfg)
 		return cli_usage_error(CMD,
 		                       "--meta '%s' lies inside MOUNTPOINT '%s': keep it outside",
 		                       cfg->meta_uri + 7, cfg->mountpoint);
-	if (cfg->log_file[0] && cli_mount_inside(cfg, cfg->log_file))
+	if (cfg->log_file[0] == '/' && cli_mount_inside(cfg, cfg->log_file))
 		return cli_usage_error(
 			CMD, "--log-file '%s' lies inside MOUNTPOINT '%s': keep it outside",
 			cfg->log_file, cfg->mountpoint);
@@ -545,6 +686,12 @@ static void cli_mount_ready(void *arg, int err, const char *msg)
 	ctx->called = 1;
 	if (!msg || !*msg)
 		msg = err ? strerror(-err) : "";
+	/* systemd (Type=notify, pagefs@.service): the mount is usable now */
+	if (!err)
+		sd_notifyf(0, "READY=1\nSTATUS=serving %s on %s", ctx->cfg->backing,
+		           ctx->cfg->mountpoint);
+	else
+		sd_notifyf(0, "STATUS=mount failed: %s", msg);
 	if (ctx->foreground) {
 		if (err)
 			cli_fail(CMD, "%s", msg);
@@ -564,21 +711,56 @@ static void cli_mount_ready(void *arg, int err, const char *msg)
 		cli_mount_detach();
 }
 
-/* --http: the mini_3fs_metadata_server protocol from the mounted index. */
-static struct serve *cli_http_server;
+/* --http (the mini_3fs_metadata_server protocol and the operator's
+ * routes) and --metrics (the operator's routes only) from the mounted
+ * index; both add the FUSE side's metrics and readiness. */
+static struct serve *cli_http_server, *cli_metrics_server;
 
-static int cli_http_start(void *arg, struct meta *m, char *msg, size_t msglen)
+static void cli_ops_metrics(void *arg, FILE *out)
 {
+	(void)arg;
+	fs_metrics_write(out);
+}
+
+static int cli_ops_ready(void *arg, char *why, size_t len)
+{
+	(void)arg;
+	return fs_metrics_ready(why, len);
+}
+
+static int cli_listener_start(struct meta *m, const char *listen, int ops_only, struct serve **out,
+                              char *msg, size_t msglen)
+{
+	struct serve_ops ops = {cli_ops_metrics, cli_ops_ready, NULL, ops_only};
 	char addr[64];
 	int port, bound;
 
-	if (serve_parse_listen(arg, addr, sizeof(addr), &port) < 0) {
-		snprintf(msg, msglen, "--http '%s' is not IPV4ADDR:PORT", (const char *)arg);
+	if (serve_parse_listen(listen, addr, sizeof(addr), &port) < 0) {
+		snprintf(msg, msglen, "'%s' is not IPV4ADDR:PORT", listen);
 		return -EINVAL;
 	}
-	int rc = serve_start(m, addr, port, 2, &cli_http_server, &bound, msg, msglen);
-	if (rc == 0)
-		log_info("serving the 3FS metadata protocol on http://%s:%d", addr, bound);
+	int rc = serve_start_ops(m, addr, port, 2, &ops, out, &bound, msg, msglen);
+	if (rc == 0 && ops_only)
+		log_info("serving /metrics, /health and /ready on http://%s:%d", addr, bound);
+	else if (rc == 0)
+		log_info("serving the 3FS metadata protocol (and /metrics) on http://%s:%d", addr,
+		         bound);
+	return rc;
+}
+
+static int cli_http_start(void *arg, struct meta *m, char *msg, size_t msglen)
+{
+	const struct cli_mount_config *cfg = arg;
+	int rc = 0;
+
+	if (cfg->http)
+		rc = cli_listener_start(m, cfg->http, 0, &cli_http_server, msg, msglen);
+	if (rc == 0 && cfg->metrics[0])
+		rc = cli_listener_start(m, cfg->metrics, 1, &cli_metrics_server, msg, msglen);
+	if (rc < 0) {
+		serve_stop(cli_http_server);
+		cli_http_server = NULL;
+	}
 	return rc;
 }
 
@@ -586,7 +768,8 @@ static void cli_http_stop(void *arg)
 {
 	(void)arg;
 	serve_stop(cli_http_server);
-	cli_http_server = NULL;
+	serve_stop(cli_metrics_server);
+	cli_http_server = cli_metrics_server = NULL;
 }
 
 static void cli_mount_fill_opts(const struct cli_mount_config *cfg, struct pagefs_mount_opts *o)
@@ -608,10 +791,10 @@ static void cli_mount_fill_opts(const struct cli_mount_config *cfg, struct pagef
 	o->debug = cfg->debug;
 	o->entry_timeout = cfg->entry_timeout;
 	o->kernel_cache = (enum pagefs_kernel_cache)cfg->kernel_cache;
-	if (cfg->http) {
+	if (cfg->http || cfg->metrics[0]) {
 		o->on_meta = cli_http_start;
 		o->on_close = cli_http_stop;
-		o->hook_arg = (void *)cfg->http;
+		o->hook_arg = (void *)cfg;
 	}
 }
 
@@ -625,6 +808,7 @@ static int cli_mount_serve(const struct cli_mount_config *cfg, int pipe_fd)
 
 	cli_mount_fill_opts(cfg, &o);
 	ret = pagefs_serve(&o, cli_mount_ready, &ctx);
+	sd_notify(0, "STOPPING=1");
 	if (!ctx.called) /* a broken promise of fs/; still tell the parent */
 		cli_mount_ready(&ctx, -EIO, "the filesystem stopped before it was mounted");
 	return ret ? CLI_FAIL : CLI_OK;

@@ -32,6 +32,13 @@ struct cli_mount_config {
 	double entry_timeout;
 	int kernel_cache; /* enum pagefs_kernel_cache */
 	const char *http; /* --http ADDR:PORT: serve the 3FS metadata protocol too */
+	/* as given, checked after every option is read */
+	const char *page_size_arg, *capacity_arg, *log_file_arg;
+	/* -o values (cfg's strings point into it) */
+	char o_store[8192];
+	size_t o_used;
+	int sloppy;       /* mount.fuse.pagefs -s: ignore unknown -o options */
+	char metrics[80]; /* --metrics ADDR:PORT: /metrics, /health, /ready only ("": none) */
 };
 
 /*

@@ -25,6 +25,7 @@
 
 struct cli_status_config {
 	int json;
+	const char *url; /* --url: a daemon's HTTP listener instead of a mount */
 	double interval; /* seconds between samples; 0: average over uptime */
 	const char *mountpoint;
 };
@@ -41,24 +42,29 @@ struct cli_status_mount {
 static const struct option status_longopts[] = {
 	{"json", no_argument, NULL, 'j'},
 	{"interval", required_argument, NULL, 'i'},
+	{"url", required_argument, NULL, 'u'},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
 
 static void cli_status_usage(FILE *out)
 {
-	fprintf(out, "Usage: pagefs status [MOUNTPOINT] [OPTIONS]\n"
-	             "\n"
-	             "Shows per pool: pages, bytes, capacity, slot size, hits, misses, evictions,\n"
-	             "checksum failures and read/write bandwidth, then totals and how the index\n"
-	             "store groups its commits. Without MOUNTPOINT: every pagefs mount.\n"
-	             "\n"
-	             "Options:\n"
-	             "  -i, --interval SECS  bandwidth over SECS between two samples (default:\n"
-	             "                       averaged over the daemon's uptime)\n"
-	             "  -j, --json           print the daemon's counters as JSON (an array of\n"
-	             "                       objects when no MOUNTPOINT is named)\n"
-	             "  -h, --help           show this help\n");
+	fprintf(out,
+	        "Usage: pagefs status [MOUNTPOINT] [OPTIONS]\n"
+	        "\n"
+	        "Shows per pool: pages, bytes, capacity, slot size, hits, misses, evictions,\n"
+	        "checksum failures and read/write bandwidth, then totals and how the index\n"
+	        "store groups its commits. Without MOUNTPOINT: every pagefs mount.\n"
+	        "\n"
+	        "Options:\n"
+	        "  -i, --interval SECS  bandwidth over SECS between two samples (default:\n"
+	        "                       averaged over the daemon's uptime)\n"
+	        "  -j, --json           print the daemon's counters as JSON (an array of\n"
+	        "                       objects when no MOUNTPOINT is named)\n"
+	        "  -u, --url [http://]ADDR:PORT\n"
+	        "                       the pools of a daemon with no mount here (serve-meta,\n"
+	        "                       or mount --http/--metrics), from its GET /metrics\n"
+	        "  -h, --help           show this help\n");
 }
 
 static uint64_t cli_json_u64(const json_t *obj, const char *key)
@@ -270,13 +276,16 @@ static int cli_status_parse(int argc, char **argv, struct cli_status_config *cfg
 
 	memset(cfg, 0, sizeof(*cfg));
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":hji:", status_longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":hji:u:", status_longopts, NULL)) != -1) {
 		switch (c) {
 		case 'h':
 			cli_status_usage(stdout);
 			return -1;
 		case 'j':
 			cfg->json = 1;
+			break;
+		case 'u':
+			cfg->url = optarg;
 			break;
 		case 'i':
 			errno = 0;
@@ -301,6 +310,9 @@ static int cli_status_parse(int argc, char **argv, struct cli_status_config *cfg
 		return cli_usage_error(CMD, "too many arguments: name at most one MOUNTPOINT");
 	if (argc - optind == 1)
 		cfg->mountpoint = argv[optind];
+	if (cfg->url && (cfg->mountpoint || cfg->interval > 0))
+		return cli_usage_error(CMD, "--url reads one daemon's counters once: drop %s",
+		                       cfg->mountpoint ? "MOUNTPOINT" : "--interval");
 	return 0;
 }
 
@@ -340,6 +352,8 @@ int cli_status_main(int argc, char **argv)
 	ret = cli_status_parse(argc, argv, &cfg);
 	if (ret)
 		return ret < 0 ? CLI_OK : ret;
+	if (cfg.url)
+		return cli_status_url(cfg.url, cfg.json);
 
 	if (cfg.mountpoint) {
 		char path[PATH_MAX];
