@@ -12,6 +12,7 @@ PACKAGES=(
 	postgresql-15 postgresql-client-15
 	python3 python3-pytest python3-requests
 	python3-xxhash # python/pagefs: checksums on the direct read path (ctypes libxxhash otherwise)
+	python3-numpy # tests/python: numpy buffers (the package works without it)
 	clang-format clang-tidy
 	attr gnuplot-nox
 	faketime # test_http_protocol.py: a daemon on a clock the test moves
