@@ -252,28 +252,58 @@ class Client:
         p = self._pool(rank, ns)
         ok = [False] * len(enc)
         fds = [-1] * len(enc)
-        try:
-            for i, name in enumerate(enc):
+
+        def open_some(idx):
+            for i in idx:
                 try:
-                    fds[i] = os.open(p.bpath + b"/" + name, os.O_RDONLY | os.O_CLOEXEC)
+                    fds[i] = os.open(p.bpath + b"/" + enc[i], os.O_RDONLY | os.O_CLOEXEC)
                 except OSError as e:
                     if e.errno != errno.ENOENT:
                         self.last_error = e
+
+        try:
+            self._in_parallel(open_some, len(enc))
             opened = [i for i in range(len(enc)) if fds[i] >= 0]
             if not opened:
                 return ok
             try:
-                path, _, recs = _wire.lookup(p.dirfd, [enc[i] for i in opened])
+                path, _, got = _wire.lookup(p.dirfd, [enc[i] for i in opened])
             except OSError as e:
                 self.last_error = e
-                path, recs = None, [None] * len(opened)
-            for i, rec in zip(opened, recs):
-                ok[i] = self._read_one(p, path, fds[i], rec, views[i])
+                path, got = None, [None] * len(opened)
+            recs = [None] * len(enc)
+            for i, rec in zip(opened, got):
+                recs[i] = rec
+
+            def read_some(idx):
+                for i in idx:
+                    if fds[i] >= 0:
+                        ok[i] = self._read_one(p, path, fds[i], recs[i], views[i])
+
+            self._in_parallel(read_some, len(enc))
         finally:
             for fd in fds:
                 if fd >= 0:
                     os.close(fd)
         return ok
+
+    def _in_parallel(self, fn, n):
+        """fn(indices) over range(n) in up to self.threads contiguous chunks
+        at once (the daemon answers opens in parallel; preadv and the
+        checksum release the GIL)."""
+        k = min(self.threads, n)
+        if k <= 1:
+            fn(range(n))
+            return
+        if self._executor is None:
+            with self._lock:
+                if self._executor is None:
+                    self._executor = ThreadPoolExecutor(self.threads, "pagefs")
+        cuts = [n * j // k for j in range(k + 1)]
+        futs = [self._executor.submit(fn, range(cuts[j], cuts[j + 1])) for j in range(1, k)]
+        fn(range(cuts[0], cuts[1]))
+        for f in futs:
+            f.result()
 
     def _read_one(self, p, path, fd, rec, view):
         try:
@@ -344,13 +374,14 @@ class Client:
                 raise ValueError("page %r is %d bytes, more than pool %s/%s's page size %d"
                                  % (n, len(v), p.rank, p.ns, limit))
         paths = [p.bpath + b"/" + e for e in enc]
-        if self.threads > 1 and len(paths) > 1:
-            if self._executor is None:
-                with self._lock:
-                    if self._executor is None:
-                        self._executor = ThreadPoolExecutor(self.threads, "pagefs-write")
-            return list(self._executor.map(self._write_one, paths, views))
-        return [self._write_one(path, v) for path, v in zip(paths, views)]
+        ok = [False] * len(paths)
+
+        def write_some(idx):
+            for i in idx:
+                ok[i] = self._write_one(paths[i], views[i])
+
+        self._in_parallel(write_some, len(paths))
+        return ok
 
     def _write_one(self, path, view):
         try:
