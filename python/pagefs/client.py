@@ -38,6 +38,7 @@ from ._buffers import byte_view
 from ._checksum import xxh3_64
 
 NAME_MAX = 255
+_DOTS = (b".", b"..")
 _ALIGN = 4096
 
 
@@ -51,11 +52,11 @@ class PoolNotFoundError(FileNotFoundError):
 
 def encode_name(name):
     """The page name as bytes; ValueError unless it is a valid file name."""
-    raw = os.fsencode(name)
-    if not raw or len(raw) > NAME_MAX or b"/" in raw or b"\0" in raw or raw in (b".", b".."):
-        raise ValueError("invalid page name %r: 1 to %d bytes, no '/' or NUL, not '.' or '..'"
-                         % (name, NAME_MAX))
-    return raw
+    raw = name.encode("utf-8", "surrogateescape") if type(name) is str else os.fsencode(name)
+    if 0 < len(raw) <= NAME_MAX and b"/" not in raw and b"\0" not in raw and raw not in _DOTS:
+        return raw
+    raise ValueError("invalid page name %r: 1 to %d bytes, no '/' or NUL, not '.' or '..'"
+                     % (name, NAME_MAX))
 
 
 def _address(mv):
