@@ -89,20 +89,33 @@ static int split_names(const char *in, const struct ioc_hdr *h, const char **nam
 	return p == end ? 0 : -EINVAL;
 }
 
+/* EXISTS: names that are no page name (meta_check_name) are not asked
+ * for; they answer 0. */
 static int answer_exists(struct fs_mount *fs, uint32_t pool_id, const char **names,
                          struct ioc_hdr *h, char *out, size_t *len)
 {
 	uint8_t *found = (uint8_t *)out + FS_IOC_HDR;
+	uint8_t *asked_found;
+	const char **asked;
+	size_t n = 0;
 	int ret;
 
 	if (FS_IOC_HDR + (size_t)h->count > FS_IOC_SIZE)
 		return -E2BIG;
-	ret = meta_keys_exists(fs->meta, pool_id, names, h->count, found);
+	asked = calloc(h->count ? h->count : 1, sizeof(*asked));
+	asked_found = calloc(h->count ? h->count : 1, 1);
+	ret = asked && asked_found ? 0 : -ENOMEM;
+	for (uint32_t i = 0; ret == 0 && i < h->count; i++)
+		if (meta_check_name(names[i]) == 0)
+			asked[n++] = names[i];
+	if (ret == 0)
+		ret = meta_keys_exists(fs->meta, pool_id, asked, n, asked_found);
+	for (uint32_t i = 0, j = 0; ret == 0 && i < h->count; i++)
+		found[i] = meta_check_name(names[i]) == 0 ? asked_found[j++] : 0;
+	free((void *)asked);
+	free(asked_found);
 	if (ret < 0)
 		return ret;
-	for (uint32_t i = 0; i < h->count; i++)
-		if (found[i] && meta_check_name(names[i]) < 0)
-			found[i] = 0;
 	h->bytes = h->count;
 	*len = FS_IOC_HDR + h->count;
 	return 0;

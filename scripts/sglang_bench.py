@@ -146,14 +146,19 @@ class Worker:
         self.env, self.page, self.batch, self.rank = env, page, batch, rank
         self.client = pagefs.Client(env.mnt, verify=verify, threads=threads)
         self.names = names_of(proc, batch * 4)
+        # set writes names of its own: the pages get and exists use stay the
+        # ones fill() wrote (a rewritten page is a new version, which the
+        # daemon and the client check again at its first read)
+        self.set_names = ["%064x_set_%d" % (i * 7919 + proc, proc) for i in range(batch * 4)]
         self.bufs = [bytearray(page) for _ in range(batch)]
         self.data = [os.urandom(page) for _ in range(batch)]
         self.i = 0
 
-    def take(self):
+    def take(self, names=None):
+        names = names or self.names
         k = self.i % 4
         self.i += 1
-        return self.names[k * self.batch:(k + 1) * self.batch]
+        return names[k * self.batch:(k + 1) * self.batch]
 
     def fill(self):
         for k in range(4):
@@ -191,10 +196,10 @@ class Worker:
 
     # set
     def set_native(self):
-        assert all(self.client.write(self.rank, "kv", self.take(), self.data))
+        assert all(self.client.write(self.rank, "kv", self.take(self.set_names), self.data))
 
     def set_file(self):
-        for n, d in zip(self.take(), self.data):
+        for n, d in zip(self.take(self.set_names), self.data):
             final = os.path.join(self.env.plain, n + ".bin")
             tmp = "%s.tmp.%d.%d.bench" % (final, os.getpid(), 1)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -233,7 +238,7 @@ def child(env, proc, page, args, barrier, out):
 
 def run_cell(env, page, nprocs, args):
     os.makedirs(env.mnt, exist_ok=True)
-    cap = page * args.batch * 4 * 2
+    cap = page * args.batch * 4 * 3
     c = pagefs.Client(env.mnt)
     for p in range(nprocs):
         c.pool(p, "kv", page_size=page, capacity=cap)

@@ -117,6 +117,22 @@ def test_the_lookup_ioctl_refuses_other_inodes_and_malformed_requests(client):
         os.close(fd)
 
 
+def test_names_that_are_no_page_names_answer_missing_in_a_raw_request(client):
+    m, c = client
+    write_page(m.path(0, "kv", "p"), b"x")
+    names = [b"p", b"", b"a/b", b"y" * 5000, b".", b"p"]
+    body = b"\0".join(names) + b"\0"
+    fd = os.open(m.path(0, "kv"), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        out = raw_ioctl(fd, (_wire.MAGIC, 1, _wire.OP_EXISTS, len(names), len(body)), body)
+        assert list(out[16:16 + len(names)]) == [1, 0, 0, 0, 0, 1]
+        out = raw_ioctl(fd, (_wire.MAGIC, 1, _wire.OP_LOOKUP, len(names), len(body)), body)
+        errs = [struct.unpack_from("=i", out, 24 + 40 * i)[0] for i in range(len(names))]
+        assert errs[0] == errs[5] == 0 and all(e < 0 for e in errs[1:5]), errs
+    finally:
+        os.close(fd)
+
+
 def test_read_into_reads_exact_bytes_from_the_data_file(client):
     m, c = client
     names = [f"k{i}" for i in range(20)]
