@@ -285,6 +285,8 @@ def test_a_daemon_killed_mid_batch_gives_misses_or_exact_bytes_never_a_hang(clie
     assert all(c.write(0, "kv", names, [data[n] for n in names]))
     results, errors, stop = [], [], threading.Event()
 
+    writes = []
+
     def reader():
         while not stop.is_set():
             bufs = [bytearray(64 * KB) for _ in names]
@@ -295,14 +297,31 @@ def test_a_daemon_killed_mid_batch_gives_misses_or_exact_bytes_never_a_hang(clie
                 continue
             results.append((ok, bufs))
 
+    def writer():
+        w = pagefs.Client(m.mnt)
+        i = 0
+        while not stop.is_set():
+            try:
+                writes.append(w.write(0, "kv", [f"w{i}_{j}" for j in range(8)],
+                                      [data[names[j]] for j in range(8)]))
+            except OSError as e:
+                errors.append(e)
+            i += 1
+        w.close()
+
     t = threading.Thread(target=reader)
+    tw = threading.Thread(target=writer)
     t.start()
+    tw.start()
     time.sleep(0.3)
     m.kill9()
     time.sleep(0.3)
     stop.set()
     t.join(30)
+    tw.join(30)
     assert not t.is_alive(), "a batch read hung after the daemon died"
+    assert not tw.is_alive(), "a batch write hung after the daemon died"
+    assert writes and any(all(w) for w in writes), "no write batch completed before the kill"
     assert results, "no batch completed before the kill"
     for ok, bufs in results:
         for n, good, b in zip(names, ok, bufs):
