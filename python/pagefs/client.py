@@ -108,14 +108,20 @@ class Pool:
         return self.xattr("page_size")
 
     def data_fds(self, path):
-        """(buffered fd, O_DIRECT fd or -1) of the data file at path."""
+        """(buffered fd, O_DIRECT fd or -1) of the data file at path; (-1, -1)
+        when this process cannot open it (say the backing is not readable by
+        its user): the pages are then read through the mount."""
         with self._lock:
             if path != self._data_path:
                 for fd in (self._data_fd, self._direct_fd):
                     if fd >= 0:
                         os.close(fd)
                 self._data_fd = self._direct_fd = -1
-                self._data_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                self._data_path = path
+                try:
+                    self._data_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                except OSError:
+                    return -1, -1
                 try:
                     self._direct_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECT)
                 except OSError:
@@ -334,6 +340,8 @@ class Client:
         if os.fstat(fd).st_ino != rec.ino:
             return None  # fd pins another version than rec describes
         data_fd, direct_fd = p.data_fds(path)
+        if data_fd < 0:
+            return None
         use = data_fd
         if (direct_fd >= 0 and rec.offset % _ALIGN == 0 and len(view) % _ALIGN == 0 and
                 len(view) and _address(view) % _ALIGN == 0):

@@ -176,6 +176,20 @@ def test_a_page_replaced_between_open_and_lookup_reads_the_version_its_open_pinn
         os.close(fd)
 
 
+def test_a_data_file_the_client_cannot_open_is_read_through_the_mount(client):
+    m, c = client
+    c.write(0, "kv", ["a"], [b"q" * 3000])
+    p = c._pool(0, "kv")
+    fd = os.open(m.path(0, "kv", "a"), os.O_RDONLY)
+    try:
+        _, _, recs = _wire.lookup(p.dirfd, [b"a"])
+        buf = bytearray(3000)
+        assert c._read_one(p, str(m.dir / "no-such-data-file"), fd, recs[0], memoryview(buf))
+        assert bytes(buf) == b"q" * 3000 and c.counters["mount_reads"] == 1
+    finally:
+        os.close(fd)
+
+
 @pytest.mark.parametrize("daemon_verify", ["first", "none"])
 def test_corrupt_bytes_in_the_data_file_are_a_miss_never_returned(mount, daemon_verify):
     m = mount("--page-size", "64K", "--capacity", "4M", "--verify", daemon_verify)
