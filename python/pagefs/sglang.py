@@ -69,13 +69,27 @@ def _count(indices):
     return len(indices)
 
 
-def _is_view(t):
-    """True when t shares memory with the host pool (reads may land in it)."""
+def _in_host_memory(t, host):
+    """True when page t is memory of host's kv_buffer itself, so reading into
+    t fills the host pool (else the read goes to a scratch page and
+    set_from_flat_data_page copies it in)."""
+    buf = getattr(host, "kv_buffer", None)
+    if buf is None:
+        return False
     if type(t).__module__.startswith("torch"):
-        return t._base is not None and t.is_contiguous()
-    base = getattr(t, "base", None)
-    flags = getattr(t, "flags", None)
-    return base is not None and flags is not None and flags["C_CONTIGUOUS"]
+        if not t.is_contiguous() or t._base is None:
+            return False
+        start = buf.untyped_storage().data_ptr()
+        end = start + buf.untyped_storage().nbytes()
+        return t.untyped_storage().data_ptr() == start and \
+            start <= t.data_ptr() and t.data_ptr() + t.numel() * t.element_size() <= end
+    try:
+        import numpy
+
+        return (isinstance(t, numpy.ndarray) and t.flags["C_CONTIGUOUS"] and
+                t.base is not None and numpy.shares_memory(t, buf))
+    except ImportError:
+        return False
 
 
 def _nbytes(t):
@@ -291,7 +305,7 @@ class PagefsStorage(HiCacheStorage):
         for i in range(len(keys)):
             at = _index(indices, i * page)
             view = host.get_data_page(at, flat=True)
-            if _is_view(view):
+            if _in_host_memory(view, host):
                 targets.append(view)
                 copy_back.append(None)
             else:  # a layout whose page is not contiguous: read, then scatter

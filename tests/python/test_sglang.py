@@ -22,30 +22,33 @@ class HostPool:
 
     page_first: tokens are rows, so one page is a contiguous slice and
     get_data_page returns a view; layer_first: a page is spread over the
-    layers, and get_data_page returns a copy."""
+    layers, and get_data_page returns a copy; copy_view: a view of a copy
+    (memory that is not the pool's, though it looks like a view)."""
 
     def __init__(self, tokens, token_bytes, layout="page_first", layers=2):
         self.page_size = TOKENS_PER_PAGE
         self.layout = layout
         self.layers = layers
-        if layout == "page_first":
-            self.buf = np.zeros((tokens, token_bytes), dtype=np.uint8)
+        if layout in ("page_first", "copy_view"):
+            self.kv_buffer = np.zeros((tokens, token_bytes), dtype=np.uint8)
         else:
-            self.buf = np.zeros((layers, tokens, token_bytes // layers), dtype=np.uint8)
+            self.kv_buffer = np.zeros((layers, tokens, token_bytes // layers), dtype=np.uint8)
 
     def get_data_page(self, index, flat=True):
         if self.layout == "page_first":
-            return self.buf[index:index + self.page_size].reshape(-1)
-        return self.buf[:, index:index + self.page_size, :].flatten()
+            return self.kv_buffer[index:index + self.page_size].reshape(-1)
+        if self.layout == "copy_view":  # a view, but of a copy: not host memory
+            return self.kv_buffer[index:index + self.page_size].copy().reshape(-1)
+        return self.kv_buffer[:, index:index + self.page_size, :].flatten()
 
     def get_dummy_flat_data_page(self):
         return np.zeros(self.get_data_page(0).size, dtype=np.uint8)
 
     def set_from_flat_data_page(self, index, data):
-        if self.layout == "page_first":
-            self.buf[index:index + self.page_size] = data.reshape(self.page_size, -1)
+        if self.layout in ("page_first", "copy_view"):
+            self.kv_buffer[index:index + self.page_size] = data.reshape(self.page_size, -1)
         else:
-            self.buf[:, index:index + self.page_size, :] = data.reshape(self.layers,
+            self.kv_buffer[:, index:index + self.page_size, :] = data.reshape(self.layers,
                                                                          self.page_size, -1)
 
     def fill(self, index, seed):
@@ -93,7 +96,7 @@ def keys(n, tag="k"):
     return [f"{tag}{i:063x}" for i in range(n)]
 
 
-@pytest.mark.parametrize("layout", ["page_first", "layer_first"])
+@pytest.mark.parametrize("layout", ["page_first", "layer_first", "copy_view"])
 def test_v1_calls_move_exact_pages_between_host_memory_and_the_pool(mnt, layout):
     b = backend(mnt)
     src = HostPool(64, 1024, layout)
