@@ -24,7 +24,7 @@ extra_config fields besides the three SGLang reads:
   capacity    a size ("1T") or {pool name: size} applied to the pools
   verify      "first" (default), "always" or "none": checksum checks on
               the direct read path (pagefs.Client)
-  threads     pages of a batch written at once (default 4)
+  threads     pages of a batch opened, read or written at once (default 4)
   key_suffix  text appended to every key (default "_" + model name)
 """
 import logging
