@@ -7,13 +7,10 @@ import subprocess
 import sys
 import zipfile
 
-import pytest
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_the_wheel_holds_the_package_and_imports_alone(tmp_path):
-    pytest.importorskip("setuptools")
     src = tmp_path / "src"
     shutil.copytree(os.path.join(ROOT, "python"), src,
                     ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))

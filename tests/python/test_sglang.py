@@ -6,6 +6,7 @@ pagefs/_sglang_base.py provides the base classes."""
 import importlib
 import logging
 import os
+import time
 
 import pytest
 
@@ -267,3 +268,50 @@ def test_clear_removes_this_backends_pages_only(mnt):
     other.set("k", np.ones(10, dtype=np.uint8))
     assert a.clear() is True
     assert os.listdir(mnt.path(0, "kv")) == ["k_b"]
+
+
+@pytest.mark.timeout_s(120)
+def test_prefetch_and_backup_threads_at_once_move_exact_pages(mnt):
+    """HiCache reads (prefetch) and writes (backup) from two threads on one
+    backend: every page read is the one written under its key."""
+    import threading
+
+    b = backend(mnt)
+    src, dst = HostPool(256, 1024), HostPool(256, 1024)
+    b.register_mem_pool_host(src)
+    pages = {}
+    written, errors, read_batches, stop = [], [], [], threading.Event()
+
+    def backup():
+        for round_ in range(12):
+            ks = keys(4, "r%d_" % round_)
+            idx = np.arange(4 * TOKENS_PER_PAGE) + (round_ % 4) * 16
+            for i in range(4):
+                pages[ks[i]] = src.fill(int(idx[i * TOKENS_PER_PAGE]), round_ * 4 + i).copy()
+            if b.batch_set_v1(ks, idx) == [True] * 4:
+                written.extend(ks)
+        stop.set()
+
+    def prefetch():
+        reads = 0
+        while not stop.is_set():
+            ks = list(written[-4:])
+            if len(ks) < 4:
+                time.sleep(0.001)
+            else:
+                reads += 1
+                at = np.arange(4 * TOKENS_PER_PAGE) + 128
+                ok = b._host_read("kv", dst, ks, at)
+                for i, k in enumerate(ks):
+                    if ok[i] and not (dst.get_data_page(128 + i * TOKENS_PER_PAGE)
+                                      == pages[k]).all():
+                        errors.append(k)
+        read_batches.append(reads)
+
+    t1, t2 = threading.Thread(target=backup), threading.Thread(target=prefetch)
+    t1.start()
+    t2.start()
+    t1.join(90)
+    t2.join(90)
+    assert len(written) == 48 and not errors
+    assert read_batches and read_batches[0] > 0, "no read ran beside the writes"
