@@ -161,7 +161,8 @@ class Client:
         self._verified = {}
         self._executor = None
         # How reads went: straight from the data file, or through the mount.
-        self.counters = {"direct_reads": 0, "mount_reads": 0, "checksum_mismatches": 0}
+        self.counters = {"direct_reads": 0, "odirect_reads": 0, "mount_reads": 0,
+                         "checksum_mismatches": 0}
 
     # ---- pools ----
 
@@ -348,6 +349,8 @@ class Client:
             use = direct_fd
         if _pread_full(use, view, rec.offset) != len(view):
             return None
+        if use == direct_fd:
+            self.counters["odirect_reads"] += 1
         if self.verify == "none":
             return True
         key = (rec.ino, rec.offset)

@@ -3,6 +3,7 @@ the direct read path, writes through the mount, and every bad input the
 client is expected to refuse with a clear error or to answer as a miss."""
 import errno
 import fcntl
+import mmap
 import os
 import struct
 import threading
@@ -145,6 +146,28 @@ def test_read_into_reads_exact_bytes_from_the_data_file(client):
     big = bytearray(64 * KB + 10)  # a slice of a larger buffer, a memoryview
     assert c.read_into(0, "kv", ["k1"], [memoryview(big)[5:5 + 64 * KB]]) == [True]
     assert bytes(big[5:5 + 64 * KB]) == data[1] and big[:5] == b"\0" * 5
+
+
+def test_aligned_buffers_are_read_with_o_direct_where_the_backing_allows_it(client):
+    """On a backing without O_DIRECT (tmpfs) the same reads take the page
+    cache; the integration runs put the backing under /tmp (ext4 in CI)."""
+    m, c = client
+    probe = m.backing / "odirect-probe"
+    try:
+        os.close(os.open(probe, os.O_RDWR | os.O_CREAT | os.O_DIRECT, 0o644))
+        odirect = True
+    except OSError:
+        odirect = False
+    data = [body("o%d" % i, 64 * KB) for i in range(3)]
+    c.write(0, "kv", ["o0", "o1", "o2"], data)
+    bufs = [mmap.mmap(-1, 64 * KB) for _ in range(3)]  # page-aligned memory
+    assert c.read_into(0, "kv", ["o0", "o1", "o2"], bufs) == [True] * 3
+    assert [bytes(b) for b in bufs] == data
+    assert c.counters["odirect_reads"] == (3 if odirect else 0)
+    odd = bytearray(64 * KB + 1)
+    assert c.read_into(0, "kv", ["o1"], [memoryview(odd)[1:]]) == [True]
+    assert bytes(odd[1:]) == data[1] and c.counters["odirect_reads"] == (3 if odirect else 0)
+    assert c.counters["direct_reads"] == 4
 
 
 def test_read_into_fills_numpy_arrays_when_numpy_is_present(client):
