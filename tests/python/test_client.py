@@ -155,6 +155,7 @@ def test_aligned_buffers_are_read_with_o_direct_where_the_backing_allows_it(clie
     probe = m.backing / "odirect-probe"
     try:
         os.close(os.open(probe, os.O_RDWR | os.O_CREAT | os.O_DIRECT, 0o644))
+        os.unlink(probe)
         odirect = True
     except OSError:
         odirect = False
