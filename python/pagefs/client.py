@@ -29,7 +29,6 @@ import ctypes
 import errno
 import json
 import os
-import stat as stat_mod
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -275,7 +274,8 @@ class Client:
             if not opened:
                 return ok
             try:
-                path, _, got = _wire.lookup(p.dirfd, [enc[i] for i in opened])
+                asked = [enc[i] for i in opened]
+                path, _, got = self._batch(rank, ns, lambda q: _wire.lookup(q.dirfd, asked))
             except OSError as e:
                 self.last_error = e
                 path, got = None, [None] * len(opened)

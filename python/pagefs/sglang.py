@@ -47,6 +47,9 @@ except Exception:  # noqa: BLE001 - any failure to import SGLang means: not usab
 
     HAVE_SGLANG = False
 
+__all__ = ["PagefsStorage", "PagefsStats", "HAVE_SGLANG", "HiCacheStorage",
+           "HiCacheStorageConfig", "PoolHitPolicy", "PoolName", "PoolTransferResult"]
+
 logger = logging.getLogger(__name__)
 _NS = re.compile(r"[a-z0-9_]{1,64}\Z")
 

@@ -20,7 +20,8 @@ KB = 1024
 
 def body(name, size):
     seed = (name.encode() * (size // max(1, len(name)) + 1))[:size]
-    return bytes((b + i) & 0xFF for i, b in enumerate(seed[:256])) * (size // 256) + seed[:size % 256]
+    head = bytes((b + i) & 0xFF for i, b in enumerate(seed[:256]))
+    return head * (size // 256) + seed[:size % 256]
 
 
 @pytest.fixture
@@ -370,3 +371,29 @@ def test_a_daemon_killed_mid_batch_gives_misses_or_exact_bytes_never_a_hang(clie
                  lambda: c.write(0, "kv", ["after"], [b"x"])):
         with pytest.raises(OSError):
             call()
+
+
+def test_a_pool_removed_and_made_again_is_found_by_a_client_that_knew_the_old_one(client):
+    m, c = client
+    c.pool(0, "tmp", page_size="4K")
+    assert c.exists(0, "tmp", ["a"]) == [False]  # the client now holds the pool open
+    os.rmdir(m.path(0, "tmp"))
+    with pytest.raises(pagefs.PoolNotFoundError):
+        c.exists(0, "tmp", ["a"])
+    c.pool(0, "tmp", page_size="4K")
+    assert c.write(0, "tmp", ["a"], [b"1"]) == [True]
+    assert c.exists(0, "tmp", ["a"]) == [True]
+    c.delete(0, "tmp", ["a"])
+    os.rmdir(m.path(0, "tmp"))
+    c.pool(0, "tmp", page_size="4K")
+    c.write(0, "tmp", ["b"], [b"2"])
+    buf = bytearray(1)
+    assert c.read_into(0, "tmp", ["b"], [buf]) == [True] and buf == b"2"
+    assert c.counters["direct_reads"] == 1, "the lookup found the new pool"
+
+
+def test_a_capacity_that_is_no_whole_number_of_pages_is_refused(client):
+    m, c = client
+    with pytest.raises(ValueError, match="capacity"):
+        c.pool(0, "kv", capacity=64 * KB + 1)
+    assert int(os.getxattr(m.path(0, "kv"), "user.pagefs.capacity")) == 4 << 20
