@@ -99,6 +99,12 @@ class Pool:
                     os.close(fd)
             self.dirfd = self._data_fd = self._direct_fd = -1
 
+    def __del__(self):
+        try:
+            self.close()
+        except (AttributeError, OSError):
+            pass  # a half-made Pool, or interpreter shutdown
+
     def xattr(self, key):
         return int(os.getxattr(self.path, "user.pagefs." + key))
 
@@ -136,8 +142,9 @@ class Client:
     direct path the first time this client reads that page version;
     "always" on every read; "none" never (the daemon still verifies the
     first open after commit under its own --verify first). threads: how
-    many pages of one batch are written at once (their commits then share
-    the daemon's group commit).
+    many pages of one batch are opened, read or written at once (the
+    daemon answers them in parallel, and concurrent commits share its
+    group commit).
     """
 
     def __init__(self, mountpoint, verify="first", threads=4):
@@ -204,10 +211,12 @@ class Client:
         return p
 
     def _forget_pool(self, p):
+        """Drops p from the cache. Its fds close when the last thread using
+        it lets it go (Pool.__del__): closing them now could hand their
+        numbers to another open while a batch still uses them."""
         with self._lock:
             if self._pools.get((p.rank, p.ns)) is p:
                 del self._pools[(p.rank, p.ns)]
-        p.close()
 
     def _batch(self, rank, ns, fn):
         """fn(pool) with a cached pool fd, once more with a fresh one if the
