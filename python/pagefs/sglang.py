@@ -164,8 +164,8 @@ class PagefsStorage(HiCacheStorage):
         return key + self.suffix
 
     def _names(self, keys):
-        """(names, ok): the file name of each key, or None for a key that
-        cannot be one (a '/' or NUL in it): that key is a miss."""
+        """The file name (bytes) of each key, or None for a key that cannot
+        be one (a '/' or NUL in it): that key is a miss."""
         out = []
         for k in keys:
             try:
