@@ -427,7 +427,11 @@ class PagefsStorage(HiCacheStorage):
         for t in transfers:
             keys = list(t.keys or [])
             try:
-                host = self.registered_pools[t.name]
+                host = self.registered_pools.get(t.name)
+                if host is None and _pool_ns(t.name) == "kv":
+                    host = self.mem_pool_host  # registered by register_mem_pool_host only
+                if host is None:
+                    raise KeyError("no host pool registered for %s" % t.name)
                 results[t.name] = op(_pool_ns(t.name), host, keys, t.host_indices)
             except Exception as e:  # noqa: BLE001 - a failed pool is all misses
                 logger.warning("pagefs: pool %s: %s", t.name, e)

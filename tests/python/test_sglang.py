@@ -205,6 +205,9 @@ def test_side_pools_get_their_own_pools_and_page_sizes_and_hit_policies(mnt):
     bad = b.batch_get_v2([PoolTransfer(name=ps.PoolName.MAMBA, keys=ks[4:6],
                                        host_indices=np.arange(3))])
     assert bad[ps.PoolName.MAMBA] == [False, False], "wrong index count: misses"
+    unknown = b.batch_get_v2([PoolTransfer(name=ps.PoolName.SWA, keys=ks[:1],
+                                           host_indices=np.arange(4))])
+    assert unknown[ps.PoolName.SWA] == [False], "a pool with no host pool: misses"
 
 
 def test_failures_are_misses_never_exceptions(mnt, caplog):
