@@ -318,3 +318,16 @@ def test_prefetch_and_backup_threads_at_once_move_exact_pages(mnt):
     t2.join(90)
     assert len(written) == 48 and not errors
     assert read_batches and read_batches[0] > 0, "no read ran beside the writes"
+
+
+def test_a_v2_kv_transfer_uses_the_host_pool_given_by_register_mem_pool_host(mnt):
+    b = backend(mnt)
+    host = HostPool(32, 1024)
+    b.register_mem_pool_host(host)
+    want = host.fill(0, 5).copy()
+    res = b.batch_set_v2([PoolTransfer(name=ps.PoolName.KV, keys=["k"],
+                                       host_indices=np.arange(4))])
+    assert res[ps.PoolName.KV] == [True]
+    got = b.batch_get_v2([PoolTransfer(name=ps.PoolName.KV, keys=["k"],
+                                       host_indices=np.arange(16, 20))])
+    assert got[ps.PoolName.KV] == [True] and (host.get_data_page(16) == want).all()
