@@ -144,6 +144,7 @@ static const struct fuse_lowlevel_ops pagefs_ops = {
 	.getxattr = pagefs_op_getxattr,
 	.listxattr = pagefs_op_listxattr,
 	.removexattr = pagefs_op_removexattr,
+	.ioctl = pagefs_op_ioctl,
 };
 
 /* Appends s to out with ',' and '\' escaped for a -o option list. */

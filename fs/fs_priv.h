@@ -110,4 +110,9 @@ void pagefs_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
                         size_t size, int flags);
 void pagefs_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
 
+/* fs_ioctl.c */
+void pagefs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+                     struct fuse_file_info *fi, unsigned flags, const void *in_buf, size_t in_bufsz,
+                     size_t out_bufsz);
+
 #endif

@@ -11,6 +11,9 @@ PACKAGES=(
 	libfuse3-dev fuse3 libsqlite3-dev libpq-dev libxxhash-dev libjansson-dev libyajl-dev libmicrohttpd-dev libcriterion-dev libsystemd-dev
 	postgresql-15 postgresql-client-15
 	python3 python3-pytest python3-requests
+	python3-xxhash # python/pagefs: checksums on the direct read path (ctypes libxxhash otherwise)
+	python3-numpy # tests/python: numpy buffers (the package works without it)
+	python3-setuptools # pip install ./python (pyproject), tests/python/test_package.py
 	clang-format clang-tidy
 	attr gnuplot-nox
 	faketime # test_http_protocol.py: a daemon on a clock the test moves

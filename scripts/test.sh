@@ -6,7 +6,8 @@
 #      is exported as PAGEFS_TEST_PG_URI for the unit and integration tests
 #   2. two builds: build/ (plain) and build-asan/ (SANITIZER=address,undefined)
 #   3. Criterion unit tests through ctest (label "unit") in both builds
-#   4. the pytest integration suite (tests/integration) against the ASan
+#   4. the pytest integration suite (tests/integration, and tests/python:
+#      the Python package python/pagefs on real mounts) against the ASan
 #      binary, then the plain one (PAGEFS_BIN); the suite fails a test when
 #      a pagefs process (the daemon included) writes a sanitizer report
 #   4b. the package (scripts/package_test.sh): cpack -G DEB from build/,
@@ -232,7 +233,7 @@ run_integration() { # DIR [PG_SKIP_REASON]
 		ASAN_OPTIONS="detect_leaks=1" \
 		UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
 		timeout -k 30 900 /usr/bin/python3 -m pytest -q -rfEs --durations=5 -p no:cacheprovider \
-		--basetemp="$WORK/pytest-$tag" --junitxml="$xml" tests/integration 2>&1 | tee "$log"
+		--basetemp="$WORK/pytest-$tag" --junitxml="$xml" tests/integration tests/python 2>&1 | tee "$log"
 	rc=${PIPESTATUS[0]}
 	((rc == 124)) && echo "test.sh: the integration suite timed out after 900 s" >&2
 	# pytest's own summary ("3 failed, 40 passed in 12.3s"), with or without ===.

@@ -1,0 +1,213 @@
+/*
+ * fs_ioctl.c - the batch lookup channel: one ioctl on a pool directory
+ * answers for a whole batch of page names, on a plain mount (no --http).
+ *
+ * A client (python/pagefs) opens the pool directory and issues
+ * PAGEFS_IOC_BATCH with a buffer of FS_IOC_SIZE bytes holding a request:
+ *
+ *   u32 magic 'PGFS' (0x53464750), u16 version (1), u16 op,
+ *   u32 count, u32 bytes; then `bytes` bytes of `count` NUL-terminated
+ *   names.
+ *
+ * The same buffer comes back with the reply (host byte order):
+ *
+ *   op 1, EXISTS: the 16-byte header (bytes = count), then one byte per
+ *     name: 1 if it is a committed page, else 0 (recency unchanged, as a
+ *     stat-free exists should be; an invalid name is 0).
+ *   op 2, LOOKUP: the header (bytes = length of the data file path), u64
+ *     slot size, then a 40-byte record per name, then the data file path
+ *     and its NUL:
+ *       i32 err (0, -ENOENT, -EINVAL for a bad name), u32 flags (bit 0: the
+ *       checksum is valid), u64 inode number, u64 offset in the data file,
+ *       u64 length, u64 XXH3-64 checksum.
+ *     Each found page's recency is refreshed and counted as a hit, as a
+ *     lookup by name is.
+ *
+ * The offset is only safe to read while the page is held open through
+ * the mount (the open pins its slot): a client opens the pages, issues
+ * LOOKUP, and reads a page's bytes only where the inode number of its
+ * open file (fstat) is the one answered here, so the pinned version is
+ * the one whose offset it reads. docs/SGLANG.md compares this channel
+ * with a control file and xattrs.
+ *
+ * The request is a restricted ioctl: the kernel copies FS_IOC_SIZE bytes
+ * in and out (the size is encoded in the command, at most 16 KiB - 1).
+ * A reply that does not fit is E2BIG: the client sends smaller batches.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+
+#include "fs/fs_inode.h"
+
+#define FS_IOC_SIZE 16368
+#define PAGEFS_IOC_BATCH _IOWR('P', 0x47, char[FS_IOC_SIZE])
+#define FS_IOC_MAGIC 0x53464750U
+#define FS_IOC_VERSION 1
+#define FS_IOC_EXISTS 1
+#define FS_IOC_LOOKUP 2
+#define FS_IOC_HDR 16
+#define FS_IOC_REC 40
+
+struct ioc_hdr {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t op;
+	uint32_t count;
+	uint32_t bytes;
+};
+
+struct ioc_rec {
+	int32_t err;
+	uint32_t flags;
+	uint64_t ino;
+	uint64_t offset;
+	uint64_t length;
+	uint64_t checksum;
+};
+
+_Static_assert(sizeof(struct ioc_hdr) == FS_IOC_HDR, "header layout");
+_Static_assert(sizeof(struct ioc_rec) == FS_IOC_REC, "record layout");
+
+/* Splits the request's names into names[] (pointers into in). 0 or
+ * -EINVAL when the names are not count NUL-terminated strings. */
+static int split_names(const char *in, const struct ioc_hdr *h, const char **names)
+{
+	const char *p = in + FS_IOC_HDR;
+	const char *end = p + h->bytes;
+
+	for (uint32_t i = 0; i < h->count; i++) {
+		const char *nul = memchr(p, '\0', (size_t)(end - p));
+
+		if (!nul)
+			return -EINVAL;
+		names[i] = p;
+		p = nul + 1;
+	}
+	return p == end ? 0 : -EINVAL;
+}
+
+/* EXISTS: names that are no page name (meta_check_name) are not asked
+ * for; they answer 0. */
+static int answer_exists(struct fs_mount *fs, uint32_t pool_id, const char **names,
+                         struct ioc_hdr *h, char *out, size_t *len)
+{
+	uint8_t *found = (uint8_t *)out + FS_IOC_HDR;
+	uint8_t *asked_found;
+	const char **asked;
+	size_t n = 0;
+	int ret;
+
+	if (FS_IOC_HDR + (size_t)h->count > FS_IOC_SIZE)
+		return -E2BIG;
+	asked = calloc(h->count ? h->count : 1, sizeof(*asked));
+	asked_found = calloc(h->count ? h->count : 1, 1);
+	ret = asked && asked_found ? 0 : -ENOMEM;
+	for (uint32_t i = 0; ret == 0 && i < h->count; i++)
+		if (meta_check_name(names[i]) == 0)
+			asked[n++] = names[i];
+	if (ret == 0)
+		ret = meta_keys_exists(fs->meta, pool_id, asked, n, asked_found);
+	for (uint32_t i = 0, j = 0; ret == 0 && i < h->count; i++)
+		found[i] = meta_check_name(names[i]) == 0 ? asked_found[j++] : 0;
+	free((void *)asked);
+	free(asked_found);
+	if (ret < 0)
+		return ret;
+	h->bytes = h->count;
+	*len = FS_IOC_HDR + h->count;
+	return 0;
+}
+
+static int answer_lookup(struct fs_mount *fs, uint32_t pool_id, const char **names,
+                         struct ioc_hdr *h, char *out, size_t *len)
+{
+	struct meta_pool_info pool;
+	struct meta_page_info p;
+	struct ioc_rec rec;
+	size_t path_len;
+	size_t at = FS_IOC_HDR + sizeof(uint64_t);
+	int ret = meta_pool_get(fs->meta, pool_id, &pool);
+
+	if (ret < 0)
+		return ret;
+	path_len = strlen(pool.data_file);
+	if (at + (size_t)h->count * FS_IOC_REC + path_len + 1 > FS_IOC_SIZE)
+		return -E2BIG;
+	memcpy(out + FS_IOC_HDR, &pool.slot_size, sizeof(uint64_t));
+	for (uint32_t i = 0; i < h->count; i++, at += FS_IOC_REC) {
+		memset(&rec, 0, sizeof(rec));
+		rec.err = meta_check_name(names[i]);
+		if (rec.err == 0)
+			rec.err = meta_page_lookup(fs->meta, pool_id, names[i], &p, NULL);
+		if (rec.err == 0) {
+			rec.flags = p.has_checksum ? 1U : 0U;
+			rec.ino = fs_ino_page(p.id, p.version);
+			rec.offset = p.slot * pool.slot_size;
+			rec.length = p.length;
+			rec.checksum = p.checksum;
+		}
+		memcpy(out + at, &rec, sizeof(rec));
+	}
+	memcpy(out + at, pool.data_file, path_len + 1);
+	h->bytes = (uint32_t)path_len;
+	*len = at + path_len + 1;
+	return 0;
+}
+
+/* Answers the request in `in` into out; 0 with *len set, or -errno. */
+static int answer(struct fs_mount *fs, uint32_t pool_id, const char *in, char *out, size_t *len)
+{
+	struct ioc_hdr h;
+	const char **names;
+	int ret;
+
+	memcpy(&h, in, sizeof(h));
+	if (h.magic != FS_IOC_MAGIC || h.version != FS_IOC_VERSION ||
+	    (h.op != FS_IOC_EXISTS && h.op != FS_IOC_LOOKUP) ||
+	    h.bytes > FS_IOC_SIZE - FS_IOC_HDR || h.count > h.bytes)
+		return -EINVAL;
+	names = calloc(h.count ? h.count : 1, sizeof(*names));
+	if (!names)
+		return -ENOMEM;
+	ret = split_names(in, &h, names);
+	if (ret == 0)
+		ret = h.op == FS_IOC_EXISTS ? answer_exists(fs, pool_id, names, &h, out, len)
+		                            : answer_lookup(fs, pool_id, names, &h, out, len);
+	free((void *)names);
+	if (ret == 0)
+		memcpy(out, &h, sizeof(h));
+	return ret;
+}
+
+void pagefs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+                     struct fuse_file_info *fi, unsigned flags, const void *in_buf, size_t in_bufsz,
+                     size_t out_bufsz)
+{
+	uint64_t id;
+	char *out;
+	size_t len = 0;
+	int ret;
+
+	(void)arg;
+	(void)fi;
+	if (flags & FUSE_IOCTL_COMPAT)
+		return (void)fuse_reply_err(req, ENOSYS);
+	if (cmd != (unsigned int)PAGEFS_IOC_BATCH)
+		return (void)fuse_reply_err(req, ENOTTY);
+	if (fs_ino_kind(ino, &id) != FS_POOL)
+		return (void)fuse_reply_err(req, ENOTDIR);
+	if (in_bufsz != FS_IOC_SIZE || out_bufsz != FS_IOC_SIZE)
+		return (void)fuse_reply_err(req, EINVAL);
+	out = calloc(1, FS_IOC_SIZE);
+	if (!out)
+		return (void)fuse_reply_err(req, ENOMEM);
+	ret = answer(fs_of(req), (uint32_t)id, in_buf, out, &len);
+	if (ret < 0)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_ioctl(req, 0, out, len);
+	free(out);
+}

@@ -1,0 +1,92 @@
+"""The batch lookup channel of a pagefs mount (fs/fs_ioctl.c): one ioctl on
+a pool directory answers for a whole batch of page names.
+
+The request and the reply share one buffer of IOC_SIZE bytes; a batch that
+does not fit is split here into as many requests as it needs.
+"""
+import errno
+import fcntl
+import os
+import struct
+
+IOC_SIZE = 16368
+_IOC_READ_WRITE = 3
+# _IOWR('P', 0x47, char[IOC_SIZE]) as <asm-generic/ioctl.h> encodes it.
+IOC_BATCH = (_IOC_READ_WRITE << 30) | (IOC_SIZE << 16) | (ord("P") << 8) | 0x47
+MAGIC = 0x53464750
+VERSION = 1
+OP_EXISTS = 1
+OP_LOOKUP = 2
+_HDR = struct.Struct("=IHHII")
+_REC = struct.Struct("=iIQQQQ")
+# Most names a request may carry: a LOOKUP reply needs a 40-byte record
+# per name, the slot size and the data file's path (up to 4 KiB).
+MAX_NAMES = (IOC_SIZE - _HDR.size - 8 - 4096) // _REC.size
+
+
+class Record:
+    """What LOOKUP answers for one name."""
+
+    __slots__ = ("err", "has_checksum", "ino", "offset", "length", "checksum")
+
+    def __init__(self, err, flags, ino, offset, length, checksum):
+        self.err = -err
+        self.has_checksum = bool(flags & 1)
+        self.ino = ino
+        self.offset = offset
+        self.length = length
+        self.checksum = checksum
+
+    @property
+    def found(self):
+        return self.err == 0
+
+
+def _chunks(encoded):
+    """Splits encoded names into runs that fit one request."""
+    start, size = 0, 0
+    for i, name in enumerate(encoded):
+        if i - start >= MAX_NAMES or size + len(name) + 1 > IOC_SIZE - _HDR.size:
+            yield start, i
+            start, size = i, 0
+        size += len(name) + 1
+    yield start, len(encoded)
+
+
+def _request(dirfd, op, names):
+    body = b"\0".join(names) + b"\0" if names else b""
+    buf = bytearray(IOC_SIZE)
+    _HDR.pack_into(buf, 0, MAGIC, VERSION, op, len(names), len(body))
+    buf[_HDR.size:_HDR.size + len(body)] = body
+    fcntl.ioctl(dirfd, IOC_BATCH, buf, True)
+    magic, _, rop, count, nbytes = _HDR.unpack_from(buf, 0)
+    if magic != MAGIC or rop != op or count != len(names):
+        raise OSError(errno.EPROTO, "pagefs answered the batch lookup with a malformed reply")
+    return buf, nbytes
+
+
+def exists(dirfd, encoded):
+    """[bool] for each encoded (bytes) name of the pool open as dirfd."""
+    out = []
+    for a, b in _chunks(encoded):
+        if a == b:
+            continue
+        buf, _ = _request(dirfd, OP_EXISTS, encoded[a:b])
+        out.extend(x == 1 for x in buf[_HDR.size:_HDR.size + (b - a)])
+    return out
+
+
+def lookup(dirfd, encoded):
+    """(data file path, slot size, [Record]) for the encoded names."""
+    recs, path, slot_size = [], None, 0
+    for a, b in _chunks(encoded):
+        if a == b:
+            continue
+        buf, path_len = _request(dirfd, OP_LOOKUP, encoded[a:b])
+        (slot_size,) = struct.unpack_from("=Q", buf, _HDR.size)
+        at = _HDR.size + 8
+        for _ in range(b - a):
+            recs.append(Record(*_REC.unpack_from(buf, at)))
+            at += _REC.size
+        path = os.fsdecode(bytes(buf[at:at + path_len]))
+    return path, slot_size, recs

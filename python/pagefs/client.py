@@ -1,0 +1,449 @@
+"""pagefs.Client: batch exists, reads straight into the caller's buffers,
+writes with pagefs's atomic publish, for any Python program.
+
+A pool is the directory MOUNTPOINT/RANK/NS. Lookups of a batch are one
+request to the daemon (the batch lookup ioctl, _wire.py), never a stat per
+name. Reads take the direct path: each page is opened through the mount,
+which pins its slot so nothing can overwrite it while it is open; one
+lookup for the batch gives each page's inode number, offset in the pool's
+data file, length and checksum; where the inode of the open file is the
+one answered (so the pinned version is the one whose offset we have), the
+bytes are read from the data file with preadv straight into the buffer
+(O_DIRECT when buffer, offset and length are aligned and the backing
+allows it), their XXH3-64 is checked, and the page is closed. Anything
+else (a page replaced between open and lookup, a page without checksum,
+no XXH3 available, a checksum that does not match) reads through the open
+file, where the daemon verifies. Writes go through the mount: one write of
+the whole buffer, committed at close, so a page is published whole or not
+at all.
+
+Errors: bad arguments (a name with '/' or NUL, a buffer larger than the
+pool's page size, a buffer count that differs from the name count) raise
+ValueError before anything is done; a mountpoint that is not pagefs
+raises NotPagefsError and a missing pool PoolNotFoundError. A page that
+cannot be read or written for any other reason (missing, evicted, a full
+pool, a daemon that went away) is False in the returned list, and
+Client.last_error says why.
+"""
+import ctypes
+import errno
+import json
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from . import _wire
+from ._buffers import byte_view
+from ._checksum import xxh3_64
+
+NAME_MAX = 255
+_DOTS = (b".", b"..")
+_ALIGN = 4096
+
+
+class NotPagefsError(OSError):
+    """The mountpoint is not a mounted pagefs."""
+
+
+class PoolNotFoundError(FileNotFoundError):
+    """The pool directory does not exist."""
+
+
+def encode_name(name):
+    """The page name as bytes; ValueError unless it is a valid file name."""
+    raw = name.encode("utf-8", "surrogateescape") if type(name) is str else os.fsencode(name)
+    if 0 < len(raw) <= NAME_MAX and b"/" not in raw and b"\0" not in raw and raw not in _DOTS:
+        return raw
+    raise ValueError("invalid page name %r: 1 to %d bytes, no '/' or NUL, not '.' or '..'"
+                     % (name, NAME_MAX))
+
+
+def _address(mv):
+    return ctypes.addressof(ctypes.c_char.from_buffer(mv))
+
+
+def _pread_full(fd, mv, offset):
+    """Reads len(mv) bytes at offset into mv; the count read (short at EOF)."""
+    done = 0
+    while done < len(mv):
+        n = os.preadv(fd, [mv[done:]], offset + done)
+        if n <= 0:
+            break
+        done += n
+    return done
+
+
+class Pool:
+    """An open pool directory: its fd (for batch lookups), its data file."""
+
+    def __init__(self, client, rank, ns):
+        self.rank, self.ns = int(rank), str(ns)
+        self.path = os.path.join(client.mountpoint, str(self.rank), self.ns)
+        self.bpath = os.fsencode(self.path)
+        try:
+            self.dirfd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
+            raise PoolNotFoundError(errno.ENOENT, "no pool %s/%s in %s: create it with "
+                                    "Client.pool(%d, %r, page_size=...) or mkdir"
+                                    % (self.rank, self.ns, client.mountpoint, self.rank,
+                                       self.ns), self.path)
+        self._lock = threading.Lock()
+        self._data_path = None
+        self._data_fd = -1
+        self._direct_fd = -1
+
+    def close(self):
+        with self._lock:
+            for fd in (self.dirfd, self._data_fd, self._direct_fd):
+                if fd >= 0:
+                    os.close(fd)
+            self.dirfd = self._data_fd = self._direct_fd = -1
+
+    def __del__(self):
+        try:
+            self.close()
+        except (AttributeError, OSError):
+            pass  # a half-made Pool, or interpreter shutdown
+
+    def xattr(self, key):
+        return int(os.getxattr(self.path, "user.pagefs." + key))
+
+    @property
+    def page_size(self):
+        return self.xattr("page_size")
+
+    def data_fds(self, path):
+        """(buffered fd, O_DIRECT fd or -1) of the data file at path; (-1, -1)
+        when this process cannot open it (say the backing is not readable by
+        its user): the pages are then read through the mount."""
+        with self._lock:
+            if path != self._data_path:
+                for fd in (self._data_fd, self._direct_fd):
+                    if fd >= 0:
+                        os.close(fd)
+                self._data_fd = self._direct_fd = -1
+                self._data_path = path
+                try:
+                    self._data_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                except OSError:
+                    return -1, -1
+                try:
+                    self._direct_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECT)
+                except OSError:
+                    self._direct_fd = -1  # tmpfs and others: no O_DIRECT
+                self._data_path = path
+            return self._data_fd, self._direct_fd
+
+
+class Client:
+    """A pagefs mount, seen from Python.
+
+    verify: "first" (default) checks the checksum of a page read on the
+    direct path the first time this client reads that page version;
+    "always" on every read; "none" never (the daemon still verifies the
+    first open after commit under its own --verify first). threads: how
+    many pages of one batch are opened, read or written at once (the
+    daemon answers them in parallel, and concurrent commits share its
+    group commit).
+    """
+
+    def __init__(self, mountpoint, verify="first", threads=4):
+        if verify not in ("first", "always", "none"):
+            raise ValueError("verify must be first, always or none, not %r" % (verify,))
+        self.mountpoint = os.path.abspath(mountpoint)
+        try:
+            pid = os.getxattr(self.mountpoint, "user.pagefs.pid")
+            int(pid)
+        except (OSError, ValueError) as e:
+            raise NotPagefsError(errno.EINVAL, "%s is not a pagefs mount (%s): mount one with "
+                                 "`pagefs mount BACKING %s`"
+                                 % (self.mountpoint, getattr(e, "strerror", e), self.mountpoint),
+                                 self.mountpoint)
+        self.verify = verify
+        self.threads = max(1, int(threads))
+        self.last_error = None
+        self._pools = {}
+        self._lock = threading.Lock()
+        self._verified = {}
+        self._executor = None
+        # How reads went: straight from the data file, or through the mount.
+        self.counters = {"direct_reads": 0, "odirect_reads": 0, "mount_reads": 0,
+                         "checksum_mismatches": 0}
+
+    # ---- pools ----
+
+    def pool(self, rank, ns, page_size=None, capacity=None):
+        """Creates pool (rank, ns) if missing (mkdir -p) and applies page_size
+        and capacity (bytes, or sizes such as "64K"). The page size can change
+        only while the pool is empty: otherwise ValueError, the pool unchanged.
+        Returns the Pool."""
+        path = os.path.join(self.mountpoint, str(int(rank)), str(ns))
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise ValueError("cannot create pool %s: %s (a rank is 0..65535, a namespace "
+                             "[a-z0-9_]{1,64})" % (path, e.strerror)) from None
+        p = self._pool(rank, ns)
+        for key, want in (("page_size", page_size), ("capacity", capacity)):
+            if want is None:
+                continue
+            try:
+                os.setxattr(path, "user.pagefs." + key, str(want).encode())
+            except OSError as e:
+                why = {errno.EBUSY: "the pool is not empty (or its pages would not fit)",
+                       errno.EINVAL: "the size does not fit (slot sizes up to 2 GiB, a "
+                                     "capacity that is a whole number of pages)"}
+                raise ValueError("cannot set %s=%s on pool %s: %s: %s"
+                                 % (key, want, path, e.strerror, why.get(e.errno, ""))) from None
+        return p
+
+    def _pool(self, rank, ns):
+        key = (int(rank), str(ns))
+        with self._lock:
+            p = self._pools.get(key)
+        if p is None:
+            p = Pool(self, rank, ns)
+            with self._lock:
+                old = self._pools.setdefault(key, p)
+            if old is not p:
+                p.close()
+                p = old
+        return p
+
+    def _forget_pool(self, p):
+        """Drops p from the cache. Its fds close when the last thread using
+        it lets it go (Pool.__del__): closing them now could hand their
+        numbers to another open while a batch still uses them."""
+        with self._lock:
+            if self._pools.get((p.rank, p.ns)) is p:
+                del self._pools[(p.rank, p.ns)]
+
+    def _batch(self, rank, ns, fn):
+        """fn(pool) with a cached pool fd, once more with a fresh one if the
+        cached one names a pool that was removed (ENOENT) meanwhile."""
+        p = self._pool(rank, ns)
+        try:
+            return fn(p)
+        except OSError as e:
+            if e.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EBADF):
+                raise
+            self._forget_pool(p)
+            return fn(self._pool(rank, ns))
+
+    def close(self):
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for p in pools:
+            p.close()
+        if self._executor:
+            self._executor.shutdown()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- pages ----
+
+    def exists(self, rank, ns, names):
+        """[bool]: which names are committed pages (one request per batch)."""
+        enc = [encode_name(n) for n in names]
+        return self._batch(rank, ns, lambda p: _wire.exists(p.dirfd, enc))
+
+    def lookup(self, rank, ns, names):
+        """(data file, slot size, [Record]) for names: where each page lives."""
+        enc = [encode_name(n) for n in names]
+        return self._batch(rank, ns, lambda p: _wire.lookup(p.dirfd, enc))
+
+    def read_into(self, rank, ns, names, buffers):
+        """Reads each page into its buffer, whose size must be the page's
+        length. [bool]: False for a page missing, of another length, or that
+        could not be read (the buffer's contents are then undefined)."""
+        names, buffers = list(names), list(buffers)
+        if len(names) != len(buffers):
+            raise ValueError("%d names but %d buffers" % (len(names), len(buffers)))
+        enc = [encode_name(n) for n in names]
+        views = [byte_view(b, writable=True) for b in buffers]
+        p = self._pool(rank, ns)
+        ok = [False] * len(enc)
+        fds = [-1] * len(enc)
+
+        def open_some(idx):
+            for i in idx:
+                try:
+                    fds[i] = os.open(p.bpath + b"/" + enc[i], os.O_RDONLY | os.O_CLOEXEC)
+                except OSError as e:
+                    if e.errno != errno.ENOENT:
+                        self.last_error = e
+
+        try:
+            self._in_parallel(open_some, len(enc))
+            opened = [i for i in range(len(enc)) if fds[i] >= 0]
+            if not opened:
+                return ok
+            try:
+                asked = [enc[i] for i in opened]
+                path, _, got = self._batch(rank, ns, lambda q: _wire.lookup(q.dirfd, asked))
+            except OSError as e:
+                self.last_error = e
+                path, got = None, [None] * len(opened)
+            recs = [None] * len(enc)
+            for i, rec in zip(opened, got):
+                recs[i] = rec
+
+            def read_some(idx):
+                for i in idx:
+                    if fds[i] >= 0:
+                        ok[i] = self._read_one(p, path, fds[i], recs[i], views[i])
+
+            self._in_parallel(read_some, len(enc))
+        finally:
+            for fd in fds:
+                if fd >= 0:
+                    os.close(fd)
+        return ok
+
+    def _in_parallel(self, fn, n):
+        """fn(indices) over range(n) in up to self.threads contiguous chunks
+        at once (the daemon answers opens in parallel; preadv and the
+        checksum release the GIL)."""
+        k = min(self.threads, n)
+        if k <= 1:
+            fn(range(n))
+            return
+        if self._executor is None:
+            with self._lock:
+                if self._executor is None:
+                    self._executor = ThreadPoolExecutor(self.threads, "pagefs")
+        cuts = [n * j // k for j in range(k + 1)]
+        futs = [self._executor.submit(fn, range(cuts[j], cuts[j + 1])) for j in range(1, k)]
+        fn(range(cuts[0], cuts[1]))
+        for f in futs:
+            f.result()
+
+    def _read_one(self, p, path, fd, rec, view):
+        try:
+            if rec is None:  # no lookup answer: the open file alone
+                st = os.fstat(fd)
+                if st.st_size != len(view):
+                    return False
+                self.counters["mount_reads"] += 1
+                return _pread_full(fd, view, 0) == len(view)
+            if not rec.found or rec.length != len(view):
+                return False
+            direct = self._read_direct(p, path, fd, rec, view)
+            if direct is not None:
+                self.counters["direct_reads"] += direct
+                return direct
+            self.counters["mount_reads"] += 1
+            return _pread_full(fd, view, 0) == len(view)
+        except OSError as e:
+            self.last_error = e
+            return False
+
+    def _read_direct(self, p, path, fd, rec, view):
+        """Reads rec's bytes from the data file: True, False when they are
+        not the page's (a miss), None to read through fd instead."""
+        if not rec.has_checksum or xxh3_64 is None or path is None:
+            return None
+        if os.fstat(fd).st_ino != rec.ino:
+            return None  # fd pins another version than rec describes
+        data_fd, direct_fd = p.data_fds(path)
+        if data_fd < 0:
+            return None
+        use = data_fd
+        if (direct_fd >= 0 and rec.offset % _ALIGN == 0 and len(view) % _ALIGN == 0 and
+                len(view) and _address(view) % _ALIGN == 0):
+            use = direct_fd
+        if _pread_full(use, view, rec.offset) != len(view):
+            return None
+        if use == direct_fd:
+            self.counters["odirect_reads"] += 1
+        if self.verify == "none":
+            return True
+        key = (rec.ino, rec.offset)
+        if self.verify == "first" and self._verified.get(key) == rec.checksum:
+            return True
+        if xxh3_64(view) != rec.checksum:
+            # fd pins this version's slot, so these are its bytes, corrupt
+            # on the backing: a miss (the daemon, under --verify none,
+            # would serve them through fd as they are).
+            self.counters["checksum_mismatches"] += 1
+            return False
+        if self.verify == "first":
+            if len(self._verified) > 1 << 20:
+                self._verified.clear()
+            self._verified[key] = rec.checksum
+        return True
+
+    def write(self, rank, ns, names, buffers):
+        """Writes each buffer as page name (replacing a page of that name):
+        one write, committed when the file closes. [bool]: False for a page
+        not written (a full pool with --evict none, a daemon gone, ...).
+        ValueError, with nothing written, for a buffer larger than the
+        pool's page size."""
+        names, buffers = list(names), list(buffers)
+        if len(names) != len(buffers):
+            raise ValueError("%d names but %d buffers" % (len(names), len(buffers)))
+        enc = [encode_name(n) for n in names]
+        views = [byte_view(b) for b in buffers]
+        p = self._pool(rank, ns)
+        limit = p.page_size
+        for n, v in zip(names, views):
+            if len(v) > limit:
+                raise ValueError("page %r is %d bytes, more than pool %s/%s's page size %d"
+                                 % (n, len(v), p.rank, p.ns, limit))
+        paths = [p.bpath + b"/" + e for e in enc]
+        ok = [False] * len(paths)
+
+        def write_some(idx):
+            for i in idx:
+                ok[i] = self._write_one(paths[i], views[i])
+
+        self._in_parallel(write_some, len(paths))
+        return ok
+
+    def _write_one(self, path, view):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            self.last_error = e
+            return False
+        ok = False
+        try:
+            done = 0
+            while done < len(view):
+                done += os.write(fd, view[done:])
+            ok = True
+        except OSError as e:
+            self.last_error = e
+        finally:
+            try:
+                os.close(fd)  # commits
+            except OSError as e:
+                self.last_error = e
+                ok = False
+        return ok
+
+    def delete(self, rank, ns, names):
+        """Unlinks each page; [bool]: True where a page was removed."""
+        p = self._pool(rank, ns)
+        out = []
+        for n in names:
+            try:
+                os.unlink(p.bpath + b"/" + encode_name(n))
+                out.append(True)
+            except OSError as e:
+                if e.errno != errno.ENOENT:
+                    self.last_error = e
+                out.append(False)
+        return out
+
+    def list(self, rank, ns):
+        """The names of the pool's committed pages."""
+        return os.listdir(self._pool(rank, ns).path)
+
+    def stats(self):
+        """The mount's counters (the root's user.pagefs.stats JSON)."""
+        return json.loads(os.getxattr(self.mountpoint, "user.pagefs.stats"))
