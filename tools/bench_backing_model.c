@@ -519,6 +519,17 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 	fuse_reply_err(req, 0);
 }
 
+/* Lookups and readdirs of one directory run in parallel (without this
+ * the kernel serializes them on the directory, and a slow lookup holds
+ * up every other name there); the page cache stays out of the way. */
+static void op_init(void *data, struct fuse_conn_info *conn)
+{
+	(void)data;
+	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
+}
+
 /* Unmount leaves nodes the kernel never forgot: free them all. */
 static void op_destroy(void *data)
 {
@@ -536,6 +547,7 @@ static void op_destroy(void *data)
 }
 
 static const struct fuse_lowlevel_ops ops = {
+	.init = op_init,
 	.destroy = op_destroy,
 	.lookup = op_lookup,
 	.forget = op_forget,
