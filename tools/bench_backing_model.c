@@ -619,8 +619,7 @@ static int map_counters(const char *path)
 
 static int serve(const char *source, const char *mnt, long threads)
 {
-	char *argv[] = {MODEL_BIN, "-o", "fsname=3fs-model,subtype=3fs-model", NULL};
-	struct fuse_args args = FUSE_ARGS_INIT(3, argv);
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_loop_config *cfg = NULL;
 	struct fuse_session *se;
 	int ret = 1;
@@ -631,6 +630,9 @@ static int serve(const char *source, const char *mnt, long threads)
 		return 1;
 	}
 	model.root.nlookup = 2; /* never forgotten */
+	if (fuse_opt_add_arg(&args, MODEL_BIN) || fuse_opt_add_arg(&args, "-o") ||
+	    fuse_opt_add_arg(&args, "fsname=3fs-model,subtype=3fs-model"))
+		goto out_root;
 	se = fuse_session_new(&args, &ops, sizeof(ops), NULL);
 	if (!se)
 		goto out_root;
@@ -651,6 +653,7 @@ out_signals:
 out_session:
 	fuse_session_destroy(se);
 out_root:
+	fuse_opt_free_args(&args);
 	close(model.root.fd);
 	return ret;
 }
