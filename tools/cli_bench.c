@@ -13,6 +13,11 @@
  * Which contenders take part in which workload: raw only moves bytes
  * (write, read); pagefs-direct only reads (it reads pagefs's pages);
  * exists, list and delete compare dir, passthrough and pagefs.
+ *
+ * --backing-model 3fs puts the backing on pagefs-backing-model, whose
+ * metadata and data requests wait a set time (docs/BENCH-3FS-MODEL.md);
+ * each measurement then also reports the stand-in's requests per
+ * operation, read from its counter file before and after.
  */
 #include "tools/cli_bench.h"
 #include "tools/cli_common.h"
@@ -43,7 +48,7 @@ static int parse_latency(const char *arg, uint64_t *us)
 
 	errno = 0;
 	v = strtod(arg, &end);
-	if (errno || end == arg || v < 0)
+	if (errno || end == arg || !(v >= 0)) /* NaN too */
 		return -1;
 	if (strcmp(end, "us") == 0)
 		scale = 1.0;
@@ -211,7 +216,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{NULL, 0, NULL, 0},
 	};
 	struct stat st;
-	int c, ret, latency_given = 0;
+	int c, ret, model_opt_given = 0;
 
 	memset(o, 0, sizeof(*o));
 	o->model_meta_us = o->model_data_us = DEFAULT_MODEL_US;
@@ -248,7 +253,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 					"0.002s (at most 10s)",
 					c == 'T' ? "--model-meta-latency" : "--model-data-latency",
 					optarg);
-			latency_given = 1;
+			model_opt_given = 1;
 			break;
 		case 'X':
 			if (strcmp(optarg, "shared") != 0 && strcmp(optarg, "local") != 0)
@@ -256,7 +261,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 				                       "--model-cache: '%s' is not shared or local",
 				                       optarg);
 			o->model_local = strcmp(optarg, "local") == 0;
-			latency_given = 1;
+			model_opt_given = 1;
 			break;
 		case 'j':
 			o->json = optarg;
@@ -388,7 +393,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 	     o->nclients || o->pages || o->repeat || o->workloads || o->pt_cache))
 		return cli_usage_error(BENCH_CMD, "--floors runs alone: it takes only --backing, "
 		                                  "--sizes, --json, --meta and --pf-cache");
-	if (latency_given && !o->backing_model)
+	if (model_opt_given && !o->backing_model)
 		return cli_usage_error(BENCH_CMD, "--model-meta-latency, --model-data-latency and "
 		                                  "--model-cache need --backing-model 3fs");
 	if (o->backing_model && o->backing_fuse)

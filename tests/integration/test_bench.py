@@ -291,6 +291,8 @@ def test_bench_rejects_model_options_that_do_not_fit():
                       (("--model-meta-latency", "1ms"), "need --backing-model 3fs"),
                       (("--backing-model", "3fs", "--model-data-latency", "5 parsecs"),
                        "'5 parsecs' is not a time"),
+                      (("--backing-model", "3fs", "--model-meta-latency", "nan"),
+                       "'nan' is not a time"),
                       (("--backing-model", "3fs", "--model-cache", "warm"),
                        "'warm' is not shared or local"),
                       (("--backing-model", "3fs", "--backing-fuse"), "give one")):
