@@ -13,6 +13,11 @@
  * Which contenders take part in which workload: raw only moves bytes
  * (write, read); pagefs-direct only reads (it reads pagefs's pages);
  * exists, list and delete compare dir, passthrough and pagefs.
+ *
+ * --backing-model 3fs puts the backing on pagefs-backing-model, whose
+ * metadata and data requests wait a set time (docs/BENCH-3FS-MODEL.md);
+ * each measurement then also reports the stand-in's requests per
+ * operation, read from its counter file before and after.
  */
 #include "tools/cli_bench.h"
 #include "tools/cli_common.h"
@@ -33,11 +38,37 @@
 #define MIN_PAGES 4
 #define MAX_PAGES 4096
 #define MAX_REPEAT 9
+#define DEFAULT_MODEL_US 1000
+
+/* "1ms", "500us", "0.002s" or a bare number of ms, in us: 0 or -1. */
+static int parse_latency(const char *arg, uint64_t *us)
+{
+	char *end;
+	double v, scale = 1000.0;
+
+	errno = 0;
+	v = strtod(arg, &end);
+	if (errno || end == arg || !(v >= 0)) /* NaN too */
+		return -1;
+	if (strcmp(end, "us") == 0)
+		scale = 1.0;
+	else if (strcmp(end, "s") == 0)
+		scale = 1e6;
+	else if (*end && strcmp(end, "ms") != 0)
+		return -1;
+	v *= scale;
+	if (v > 1e7)
+		return -1;
+	*us = (uint64_t)(v + 0.5);
+	return 0;
+}
 
 static void usage(FILE *out)
 {
 	fprintf(out,
 	        "Usage: pagefs bench [--quick] [--backing DIR] [--backing-fuse] [--json FILE]\n"
+	        "                    [--backing-model 3fs [--model-meta-latency T]\n"
+	        "                     [--model-data-latency T] [--model-cache MODE]]\n"
 	        "                    [--plot FILE.png] [--sizes LIST] [--clients LIST]\n"
 	        "                    [--meta URI] [--pages N] [--pt-cache MODE]\n"
 	        "                    [--pf-cache MODE]\n"
@@ -59,6 +90,16 @@ static void usage(FILE *out)
 	        "                        tmpfs mounted for the run; on tmpfs cold == hot)\n"
 	        "  -F, --backing-fuse    stack the backing on passthrough_ll (stands in for a\n"
 	        "                        FUSE shared filesystem such as 3FS)\n"
+	        "  -B, --backing-model 3fs  stack the backing on pagefs-backing-model, a\n"
+	        "                        passthrough whose metadata requests (lookup, create,\n"
+	        "                        open, rename, unlink, setattr, readdir) and reads and\n"
+	        "                        writes first wait a set time, as on 3FS\n"
+	        "  -T, --model-meta-latency T  its metadata wait (default 1ms; us, ms or s)\n"
+	        "  -D, --model-data-latency T  its read and write wait (default 1ms)\n"
+	        "  -X, --model-cache MODE   shared (default): this kernel keeps the model's\n"
+	        "                        directories, never a page's name or attributes, as a\n"
+	        "                        node sees pages other nodes write and evict; local:\n"
+	        "                        3FS's FUSE client defaults (entries 30 s, misses 5 s)\n"
 	        "  -j, --json FILE       write one JSON record per measurement\n"
 	        "  -p, --plot FILE.png   draw throughput by page size and contender (gnuplot)\n"
 	        "  -s, --sizes LIST      page sizes (default 64K,1M,16M)\n"
@@ -153,6 +194,10 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{"quick", no_argument, NULL, 'q'},
 		{"backing", required_argument, NULL, 'b'},
 		{"backing-fuse", no_argument, NULL, 'F'},
+		{"backing-model", required_argument, NULL, 'B'},
+		{"model-meta-latency", required_argument, NULL, 'T'},
+		{"model-data-latency", required_argument, NULL, 'D'},
+		{"model-cache", required_argument, NULL, 'X'},
 		{"json", required_argument, NULL, 'j'},
 		{"plot", required_argument, NULL, 'p'},
 		{"sizes", required_argument, NULL, 's'},
@@ -171,12 +216,13 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{NULL, 0, NULL, 0},
 	};
 	struct stat st;
-	int c, ret;
+	int c, ret, model_opt_given = 0;
 
 	memset(o, 0, sizeof(*o));
+	o->model_meta_us = o->model_data_us = DEFAULT_MODEL_US;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "qb:Fj:p:s:c:m:S:L:P:C:K:R:M:W:fh", longopts, NULL)) !=
-	       -1) {
+	while ((c = getopt_long(argc, argv, "qb:FB:T:D:X:j:p:s:c:m:S:L:P:C:K:R:M:W:fh", longopts,
+	                        NULL)) != -1) {
 		switch (c) {
 		case 'f':
 			o->floors = 1;
@@ -189,6 +235,33 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 			break;
 		case 'F':
 			o->backing_fuse = 1;
+			break;
+		case 'B':
+			if (strcmp(optarg, "3fs") != 0)
+				return cli_usage_error(BENCH_CMD,
+				                       "--backing-model: '%s' is not a model (3fs)",
+				                       optarg);
+			o->backing_model = 1;
+			break;
+		case 'T':
+		case 'D':
+			if (parse_latency(optarg,
+			                  c == 'T' ? &o->model_meta_us : &o->model_data_us) < 0)
+				return cli_usage_error(
+					BENCH_CMD,
+					"%s: '%s' is not a time such as 1ms, 500us or "
+					"0.002s (at most 10s)",
+					c == 'T' ? "--model-meta-latency" : "--model-data-latency",
+					optarg);
+			model_opt_given = 1;
+			break;
+		case 'X':
+			if (strcmp(optarg, "shared") != 0 && strcmp(optarg, "local") != 0)
+				return cli_usage_error(BENCH_CMD,
+				                       "--model-cache: '%s' is not shared or local",
+				                       optarg);
+			o->model_local = strcmp(optarg, "local") == 0;
+			model_opt_given = 1;
 			break;
 		case 'j':
 			o->json = optarg;
@@ -315,10 +388,18 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		return cli_usage_error(BENCH_CMD, "--scale runs alone: drop --json/--plot/--quick");
 	if (o->nmounts && (o->scale || o->plot))
 		return cli_usage_error(BENCH_CMD, "--mounts runs alone: drop --scale/--plot");
-	if (o->floors && (o->scale || o->nmounts || o->plot || o->backing_fuse || o->quick ||
-	                  o->nclients || o->pages || o->repeat || o->workloads || o->pt_cache))
+	if (o->floors &&
+	    (o->scale || o->nmounts || o->plot || o->backing_fuse || o->backing_model || o->quick ||
+	     o->nclients || o->pages || o->repeat || o->workloads || o->pt_cache))
 		return cli_usage_error(BENCH_CMD, "--floors runs alone: it takes only --backing, "
 		                                  "--sizes, --json, --meta and --pf-cache");
+	if (model_opt_given && !o->backing_model)
+		return cli_usage_error(BENCH_CMD, "--model-meta-latency, --model-data-latency and "
+		                                  "--model-cache need --backing-model 3fs");
+	if (o->backing_model && o->backing_fuse)
+		return cli_usage_error(BENCH_CMD,
+		                       "--backing-model and --backing-fuse both stack the backing: "
+		                       "give one");
 	if (!o->nsizes) {
 		o->sizes[0] = 64ULL << 10;
 		o->sizes[1] = 1ULL << 20;
@@ -382,6 +463,29 @@ static void store_counters(const struct bench_env *env, uint64_t *batches, uint6
 	*batches = (uint64_t)json_integer_value(json_object_get(t, "store_batches"));
 	*records = (uint64_t)json_integer_value(json_object_get(t, "store_records"));
 	json_decref(doc);
+}
+
+/* The model stand-in's request counters now (zeros without one). */
+static void model_counts(const struct bench_env *env, uint64_t *counts)
+{
+	for (int k = 0; k < BENCH_MODEL_OPS; k++)
+		counts[k] = env->model_counts
+		                    ? __atomic_load_n(&env->model_counts[k], __ATOMIC_RELAXED)
+		                    : 0;
+}
+
+/* The stand-in's requests per operation of out since counts before. */
+static void model_per_op(const struct bench_env *env, const uint64_t *before,
+                         struct bench_result *out)
+{
+	uint64_t now[BENCH_MODEL_OPS];
+
+	if (!env->model_counts || out->ops == 0)
+		return;
+	model_counts(env, now);
+	out->has_model = 1;
+	for (int k = 0; k < BENCH_MODEL_OPS; k++)
+		out->model_per_op[k] = (double)(now[k] - before[k]) / (double)out->ops;
 }
 
 /* Where contender c keeps the pages of (size, clients). */
@@ -501,10 +605,14 @@ static int measure_one(const struct bench_env *env, const struct bench_opts *o,
 	 * the others dropped ours. */
 	if (w == W_READ_HOT && bench_measure(&job, out) < 0)
 		goto fail;
+	uint64_t m0[BENCH_MODEL_OPS];
+
 	if (c == C_PAGEFS && w == W_WRITE)
 		store_counters(env, &b0, &r0);
+	model_counts(env, m0);
 	if (bench_measure(&job, out) < 0)
 		goto fail;
+	model_per_op(env, m0, out);
 	if (c == C_PAGEFS && w == W_WRITE) {
 		store_counters(env, &b1, &r1);
 		if (b1 > b0)
@@ -533,9 +641,10 @@ static int run_matrix(struct bench_env *env, const struct bench_opts *o, struct 
 	if (!rs)
 		return -1;
 	*out = rs;
-	printf("pagefs bench: %d measurements on %s (%s), passthrough_ll cache=%s, pagefs "
+	printf("pagefs bench: %d measurements on %s (%s%s), passthrough_ll cache=%s, pagefs "
 	       "--kernel-cache %s%s\n",
-	       total, env->backing, env->backing_desc, o->pt_cache, o->pf_cache,
+	       total, env->backing, env->backing_desc, bench_model_note(env), o->pt_cache,
+	       o->pf_cache,
 	       env->root ? "" : "; not root: cold reads cannot drop the kernel's caches");
 	if (!env->bfuse_pid && strncmp(env->backing_desc, "tmpfs", 5) == 0)
 		printf("pagefs bench: the backing is tmpfs: its data never leaves memory, so "
@@ -575,7 +684,7 @@ static int run_matrix(struct bench_env *env, const struct bench_opts *o, struct 
 					rs[done] = median(tries[order[r]], reps);
 					done++;
 					*nout = done;
-					bench_print_progress(&rs[done - 1], done, total);
+					bench_print_progress(env, &rs[done - 1], done, total);
 				}
 			}
 			unprepare(env, size, cl);
@@ -611,7 +720,9 @@ int cli_bench_main(int argc, char **argv)
 	ret = run_matrix(&env, &o, &rs, &n);
 	if (n > 0) {
 		bench_print_table(rs, n);
-		if (o.json && bench_write_json(o.json, rs, n) < 0)
+		if (env.model_counts)
+			printf("backing:%s\n", bench_model_note(&env));
+		if (o.json && bench_write_json(o.json, &env, rs, n) < 0)
 			ret = -1;
 		if (o.plot && bench_write_plot(o.plot, &env, rs, n) < 0)
 			ret = -1;

@@ -9,6 +9,8 @@
  *   cli_bench_scale.c --scale N: a pool of N pages, mount time, memory
  *   cli_bench_multi.c --mounts LIST: commits/s of N daemons on one index
  *   cli_bench_floor.c --floors: round trips and copies, the ratios they allow
+ *   bench_backing_model.c  --backing-model 3fs: the FUSE stand-in, its own
+ *                     program (pagefs-backing-model); bench_model.h
  *
  * Everything the bench mounts or creates lives under one temporary
  * directory and is removed on every exit path, Ctrl-C included.
@@ -24,6 +26,7 @@
 
 #define BENCH_CMD "bench"
 #define BENCH_MAX_LIST 8
+#define BENCH_MODEL_OPS 19 /* MODEL_OP_COUNT of bench_model.h */
 
 enum bench_contender { C_RAW, C_DIR, C_PT, C_PAGEFS, C_DIRECT, C_COUNT };
 enum bench_workload { W_WRITE, W_READ_COLD, W_READ_HOT, W_EXISTS, W_LIST, W_DELETE, W_COUNT };
@@ -33,8 +36,12 @@ extern const char *const bench_workload_names[W_COUNT];
 
 struct bench_opts {
 	int quick;
-	const char *backing; /* NULL: a tmpfs of our own */
-	int backing_fuse;    /* stack the backing on passthrough_ll */
+	const char *backing;    /* NULL: a tmpfs of our own */
+	int backing_fuse;       /* stack the backing on passthrough_ll */
+	int backing_model;      /* --backing-model 3fs: the backing is pagefs-backing-model */
+	uint64_t model_meta_us; /* its metadata and data latencies */
+	uint64_t model_data_us;
+	int model_local; /* --model-cache local: 3FS's client cache timeouts */
 	const char *json;
 	const char *plot;
 	uint64_t scale;  /* 0: the contender matrix */
@@ -68,7 +75,12 @@ struct bench_env {
 	char backing_desc[128]; /* "tmpfs", "ext4 /data", "+ passthrough_ll" */
 	char pt_bin[PATH_MAX];  /* passthrough_ll built for this run */
 	char bfuse_mnt[PATH_MAX];
-	pid_t bfuse_pid; /* passthrough_ll under the backing, or 0 */
+	pid_t bfuse_pid; /* passthrough_ll or the model under the backing, or 0 */
+	/* --backing-model: the stand-in's request counters (bench_model.h),
+	 * mapped shared with it, or NULL */
+	uint64_t *model_counts;
+	uint64_t model_meta_us, model_data_us;
+	int model_local;
 	char pt_mnt[PATH_MAX];
 	pid_t pt_pid; /* passthrough contender, or 0 */
 	char pf_mnt[PATH_MAX];
@@ -93,6 +105,10 @@ struct bench_result {
 	double ops_per_s, mib_per_s;
 	double p50_us, p99_us;
 	double records_per_txn; /* pagefs write: store records per transaction */
+	/* --backing-model: the stand-in's requests per operation, by kind
+	 * (bench_model.h); has_model 0 otherwise */
+	int has_model;
+	double model_per_op[BENCH_MODEL_OPS];
 };
 
 /* One measurement's job, shared by the forked clients. */
@@ -155,9 +171,17 @@ void bench_sort_ns(uint64_t *ns, uint64_t n);
 double bench_percentile_us(uint64_t *ns, uint64_t n, double p);
 
 /* cli_bench_out.c */
-void bench_print_progress(const struct bench_result *r, int done, int total);
+/* A measurement's line (and the model's requests per op under it). */
+void bench_print_progress(const struct bench_env *env, const struct bench_result *r, int done,
+                          int total);
 void bench_print_table(const struct bench_result *rs, int n);
-int bench_write_json(const char *path, const struct bench_result *rs, int n);
+/* The backing's name in the JSON records ("3fs-model", "passthrough_ll",
+ * "tmpfs", ...) and the model's latencies with them. */
+int bench_write_json(const char *path, const struct bench_env *env, const struct bench_result *rs,
+                     int n);
+/* " on 3fs-model (meta 1000 us, data 1000 us)" under --backing-model,
+ * else "": printed with every result. */
+const char *bench_model_note(const struct bench_env *env);
 int bench_write_plot(const char *path, const struct bench_env *env, const struct bench_result *rs,
                      int n);
 

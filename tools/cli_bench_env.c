@@ -12,12 +12,16 @@
  * cache=always every read goes through 128 KiB readahead requests: about
  * 150 MiB/s against 1 GiB/s). Under --backing-fuse the backing itself is
  * a cache=never passthrough_ll, like a remote filesystem whose data and
- * metadata this kernel cannot keep.
+ * metadata this kernel cannot keep. Under --backing-model 3fs it is
+ * pagefs-backing-model instead (tools/bench_backing_model.c, built beside
+ * this binary), whose request counters the bench maps to report requests
+ * per page.
  *
  * Teardown undoes exactly what was recorded in struct bench_env, deepest
  * mount first, and removes files without crossing mount points.
  */
 #include "meta/meta.h"
+#include "tools/bench_model.h"
 #include "tools/cli_bench.h"
 #include "tools/cli_common.h"
 
@@ -28,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -243,43 +248,97 @@ static int build_passthrough(struct bench_env *env)
 	return 0;
 }
 
-/* Starts passthrough_ll serving src at mnt; *pid its process. */
-static int mount_passthrough(const struct bench_env *env, const char *src, const char *mnt,
-                             const char *cache, pid_t *pid)
+/* Starts the FUSE daemon argv (foreground, mounting mnt) as our child in
+ * its own process group, its stderr appended to log; *pid its process. */
+static int spawn_fuse(char *const argv[], const char *mnt, const char *log, pid_t *pid)
 {
-	char opts[PATH_MAX + 64];
-	pid_t p;
+	pid_t p = fork();
 
-	if (bench_mkdirs(src) < 0 || bench_mkdirs(mnt) < 0)
-		return -1;
-	bench_fmt(opts, sizeof(opts), "source=%s,cache=%s", src, cache);
-	p = fork();
 	if (p < 0)
 		return -1;
 	if (p == 0) {
-		char log[PATH_MAX];
 		int fd = open("/dev/null", O_RDWR);
 		setpgid(0, 0);
 		if (fd >= 0) {
 			dup2(fd, 0);
 			dup2(fd, 1);
 		}
-		bench_fmt(log, sizeof(log), "%s/passthrough.log", env->tmp);
 		fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
 		if (fd >= 0)
 			dup2(fd, 2);
-		execl(env->pt_bin, env->pt_bin, "-f", "-o", opts, mnt, (char *)NULL);
+		execv(argv[0], argv);
 		_exit(127);
 	}
 	*pid = p;
 	if (wait_mounted(p, mnt) < 0) {
-		fprintf(stderr, "pagefs bench: passthrough_ll did not mount %s\n", mnt);
+		fprintf(stderr, "pagefs bench: %s did not mount %s (see %s)\n", argv[0], mnt, log);
+		bench_print_log(log);
 		kill(p, SIGKILL);
 		waitpid(p, NULL, 0);
 		*pid = 0;
 		return -1;
 	}
 	return 0;
+}
+
+/* Starts passthrough_ll serving src at mnt; *pid its process. */
+static int mount_passthrough(const struct bench_env *env, const char *src, const char *mnt,
+                             const char *cache, pid_t *pid)
+{
+	char opts[PATH_MAX + 64], log[PATH_MAX];
+	char *argv[] = {(char *)env->pt_bin, "-f", "-o", opts, (char *)mnt, NULL};
+
+	if (bench_mkdirs(src) < 0 || bench_mkdirs(mnt) < 0)
+		return -1;
+	bench_fmt(opts, sizeof(opts), "source=%s,cache=%s", src, cache);
+	bench_fmt(log, sizeof(log), "%s/passthrough.log", env->tmp);
+	return spawn_fuse(argv, mnt, log, pid);
+}
+
+/* Starts pagefs-backing-model (beside this binary) serving src at mnt,
+ * its request counters mapped at env->model_counts. */
+static int mount_model(struct bench_env *env, const char *src, const char *mnt)
+{
+	char bin[PATH_MAX], counters[PATH_MAX], log[PATH_MAX], meta[32], data[32];
+	/* Directories are kept as 3FS's client keeps them (30 s); files and
+	 * missing names too with --model-cache local (30 s, 5 s), else never. */
+	const char *ft = env->model_local ? "30" : "0", *nt = env->model_local ? "5" : "0";
+	char *argv[] = {bin,        "--meta-latency-us",  meta,        "--data-latency-us",
+	                data,       "--dir-timeout",      "30",        "--file-timeout",
+	                (char *)ft, "--negative-timeout", (char *)nt,  "--counters",
+	                counters,   (char *)src,          (char *)mnt, NULL};
+	size_t len = BENCH_MODEL_OPS * sizeof(uint64_t);
+	void *p;
+	int fd;
+
+	cli_dirname(env->self, bin, sizeof(bin));
+	if (bench_fmt(bin + strlen(bin), sizeof(bin) - strlen(bin), "/%s", MODEL_BIN) < 0 ||
+	    access(bin, X_OK) < 0) {
+		fprintf(stderr,
+		        "pagefs bench: %s is missing: it is built with pagefs (cmake --build) "
+		        "and installed beside it\n",
+		        bin);
+		return -1;
+	}
+	bench_fmt(meta, sizeof(meta), "%llu", (unsigned long long)env->model_meta_us);
+	bench_fmt(data, sizeof(data), "%llu", (unsigned long long)env->model_data_us);
+	bench_fmt(counters, sizeof(counters), "%s/model.counters", env->tmp);
+	bench_fmt(log, sizeof(log), "%s/model.log", env->tmp);
+	fd = open(counters, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0 || ftruncate(fd, (off_t)len) < 0) {
+		fprintf(stderr, "pagefs bench: cannot make %s: %s\n", counters, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED)
+		return -1;
+	env->model_counts = p;
+	if (bench_mkdirs(src) < 0 || bench_mkdirs(mnt) < 0)
+		return -1;
+	return spawn_fuse(argv, mnt, log, &env->bfuse_pid);
 }
 
 static void umount_passthrough(const char *mnt, pid_t *pid)
@@ -400,7 +459,9 @@ static void describe_backing(struct bench_env *env, const char *path)
 		}
 	}
 	bench_fmt(env->backing_desc, sizeof(env->backing_desc), "%s%s", type,
-	          env->bfuse_pid ? " under passthrough_ll" : "");
+	          !env->bfuse_pid     ? ""
+	          : env->model_counts ? " under the 3fs-model stand-in"
+	                              : " under passthrough_ll");
 }
 
 int bench_env_setup(struct bench_env *env, const struct bench_opts *o, int need_contenders)
@@ -452,12 +513,17 @@ int bench_env_setup(struct bench_env *env, const struct bench_opts *o, int need_
 		if (build_passthrough(env) < 0)
 			return -1;
 	}
-	if (o->backing_fuse) {
+	if (o->backing_fuse || o->backing_model) {
 		char src[PATH_MAX];
 
 		bench_fmt(src, sizeof(src), "%s/lower", env->lower);
 		bench_fmt(env->bfuse_mnt, sizeof(env->bfuse_mnt), "%s/bfuse", env->tmp);
-		if (mount_passthrough(env, src, env->bfuse_mnt, "never", &env->bfuse_pid) < 0)
+		env->model_meta_us = o->model_meta_us;
+		env->model_data_us = o->model_data_us;
+		env->model_local = o->model_local;
+		if (o->backing_model ? mount_model(env, src, env->bfuse_mnt) < 0
+		                     : mount_passthrough(env, src, env->bfuse_mnt, "never",
+		                                         &env->bfuse_pid) < 0)
 			return -1;
 		bench_fmt(env->backing, sizeof(env->backing), "%s", env->bfuse_mnt);
 	}
@@ -519,6 +585,10 @@ void bench_env_cleanup(struct bench_env *env)
 	}
 	umount_passthrough(env->pt_mnt, &env->pt_pid);
 	umount_passthrough(env->bfuse_mnt, &env->bfuse_pid);
+	if (env->model_counts) {
+		munmap(env->model_counts, BENCH_MODEL_OPS * sizeof(uint64_t));
+		env->model_counts = NULL;
+	}
 	if (env->lower_tmpfs) {
 		if (umount2(env->lower, 0) < 0 && umount2(env->lower, MNT_DETACH) < 0)
 			fprintf(stderr, "pagefs bench: could not unmount %s: %s\n", env->lower,

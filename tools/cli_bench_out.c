@@ -6,6 +6,7 @@
  * Throughput is MiB/s for write and read, thousands of operations per
  * second for exists (stats), list (entries) and delete (unlinks).
  */
+#include "tools/bench_model.h"
 #include "tools/cli_bench.h"
 
 #include <errno.h>
@@ -19,6 +20,22 @@ const char *const bench_contender_names[C_COUNT] = {"raw", "dir", "passthrough",
                                                     "pagefs-direct"};
 const char *const bench_workload_names[W_COUNT] = {"write",  "read-cold", "read-hot",
                                                    "exists", "list",      "delete"};
+
+_Static_assert(BENCH_MODEL_OPS == MODEL_OP_COUNT, "cli_bench.h counts bench_model.h's kinds");
+
+static const char *const model_op_names[MODEL_OP_COUNT] = MODEL_OP_NAMES;
+
+const char *bench_model_note(const struct bench_env *env)
+{
+	static char note[96];
+
+	if (!env->model_counts)
+		return "";
+	bench_fmt(note, sizeof(note), " on 3fs-model (meta %llu us, data %llu us, cache %s)",
+	          (unsigned long long)env->model_meta_us, (unsigned long long)env->model_data_us,
+	          env->model_local ? "local" : "shared");
+	return note;
+}
 
 static int is_data(enum bench_workload w)
 {
@@ -40,7 +57,8 @@ static void size_str(uint64_t b, char *buf, size_t len)
 		bench_fmt(buf, len, "%llu", (unsigned long long)b);
 }
 
-void bench_print_progress(const struct bench_result *r, int done, int total)
+void bench_print_progress(const struct bench_env *env, const struct bench_result *r, int done,
+                          int total)
 {
 	char sz[32];
 
@@ -53,6 +71,13 @@ void bench_print_progress(const struct bench_result *r, int done, int total)
 	if (r->records_per_txn > 0)
 		printf("          group commit: %.1f records per store transaction\n",
 		       r->records_per_txn);
+	if (r->has_model) {
+		printf("         %s requests per op:", bench_model_note(env));
+		for (int k = 0; k < MODEL_OP_COUNT; k++)
+			if (r->model_per_op[k] >= 0.005)
+				printf(" %s %.2f", model_op_names[k], r->model_per_op[k]);
+		printf("\n");
+	}
 	fflush(stdout);
 }
 
@@ -119,10 +144,52 @@ void bench_print_table(const struct bench_result *rs, int n)
 	fflush(stdout);
 }
 
-int bench_write_json(const char *path, const struct bench_result *rs, int n)
+/* The backing's name in the records: the model, the FUSE stack, or the
+ * filesystem type describe_backing found. */
+static void backing_name(const struct bench_env *env, char *buf, size_t len)
+{
+	if (env->model_counts)
+		bench_fmt(buf, len, "3fs-model");
+	else if (env->bfuse_pid)
+		bench_fmt(buf, len, "passthrough_ll");
+	else
+		bench_fmt(buf, len, "%.*s", (int)strcspn(env->backing_desc, " "),
+		          env->backing_desc);
+}
+
+/* The model's fields of a record: latencies and requests per operation. */
+static int model_fields(const struct bench_env *env, const struct bench_result *r, json_t *o)
+{
+	json_t *per = json_object();
+
+	if (!per)
+		return -1;
+	for (int k = 0; k < MODEL_OP_COUNT && r->has_model; k++)
+		if (r->model_per_op[k] > 0 &&
+		    json_object_set_new(per, model_op_names[k], json_real(r->model_per_op[k])) <
+		            0) {
+			json_decref(per);
+			return -1;
+		}
+	if (json_object_set_new(o, "model_requests_per_op", per) < 0 ||
+	    json_object_set_new(o, "model_meta_latency_us",
+	                        json_integer((json_int_t)env->model_meta_us)) < 0 ||
+	    json_object_set_new(o, "model_data_latency_us",
+	                        json_integer((json_int_t)env->model_data_us)) < 0 ||
+	    json_object_set_new(o, "model_cache",
+	                        json_string(env->model_local ? "local" : "shared")) < 0)
+		return -1;
+	return 0;
+}
+
+int bench_write_json(const char *path, const struct bench_env *env, const struct bench_result *rs,
+                     int n)
 {
 	json_t *arr = json_array();
+	char backing[64];
 	int ret;
+
+	backing_name(env, backing, sizeof(backing));
 
 	if (!arr)
 		return -1;
@@ -137,6 +204,11 @@ int bench_write_json(const char *path, const struct bench_result *rs, int n)
 		                      (json_int_t)r->bytes, "seconds", r->seconds);
 		if (o && r->records_per_txn > 0)
 			json_object_set_new(o, "records_per_txn", json_real(r->records_per_txn));
+		if (o && (json_object_set_new(o, "backing", json_string(backing)) < 0 ||
+		          (env->model_counts && model_fields(env, r, o) < 0))) {
+			json_decref(o);
+			o = NULL;
+		}
 		if (!o || json_array_append_new(arr, o) < 0) {
 			json_decref(arr);
 			return -1;

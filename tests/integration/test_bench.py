@@ -6,6 +6,9 @@ the tool reports, never how fast anything is.
 """
 import json
 import os
+import signal
+import subprocess
+import time
 
 import pytest
 
@@ -181,3 +184,117 @@ def test_bench_mounts_with_sqlite_runs_one_mount_and_says_why_not_more(tmp_path)
     assert r.returncode == 0, describe(r)
     assert "2 mounts: skipped (an SQLite index serves one daemon" in r.stdout, describe(r)
     assert "| 1 | 1 | 10 |" in r.stdout, describe(r)
+
+
+def _model_processes(path):
+    """pids of pagefs-backing-model processes serving something under path."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"pagefs-backing-model") and \
+                any(a.startswith(str(path).encode()) for a in argv):
+            pids.append(int(d))
+    return pids
+
+
+@needs_root
+@pytest.mark.timeout_s(180)
+def test_bench_on_the_3fs_model_charges_its_latencies_and_records_them(tmp_path):
+    """--backing-model 3fs: every record names the backing and both
+    latencies; a name the model looks up really waits (a dir stat takes at
+    least the metadata latency, a raw read the data latency); the requests
+    per page show dir's create and rename reaching the model and pagefs's
+    exists never reaching it; the stand-in is unmounted and gone at the end."""
+    meta_us, data_us = 5000, 3000
+    out = tmp_path / "model.json"
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    r = run_pagefs("bench", "--backing-model", "3fs", "--model-meta-latency", "5ms",
+                   "--model-data-latency", "3000us", "--sizes", "64K", "--clients", "1",
+                   "--pages", "4", "--repeat", "1", "--workloads", "write,read-cold,exists",
+                   "--json", out, timeout=150, env=env)
+    assert r.returncode == 0, f"bench failed: {describe(r)}"
+    assert "3fs-model (meta 5000 us, data 3000 us, cache shared)" in r.stdout, describe(r)
+    recs = json.loads(out.read_text())
+    got = {(rec["workload"], rec["contender"]): rec for rec in recs}
+    assert {c for w, c in got} == CONTENDERS, recs
+    for rec in recs:
+        assert rec["backing"] == "3fs-model", rec
+        assert rec["model_meta_latency_us"] == meta_us, rec
+        assert rec["model_data_latency_us"] == data_us, rec
+        assert rec["model_cache"] == "shared", rec
+        assert isinstance(rec["model_requests_per_op"], dict), rec
+    # every dir stat looks its name up in the model: none faster than that
+    dir_exists = got[("exists", "dir")]
+    assert dir_exists["p50_us"] >= meta_us, dir_exists
+    assert dir_exists["model_requests_per_op"].get("lookup", 0) >= 1, dir_exists
+    for c in ("raw", "pagefs", "pagefs-direct"):
+        rec = got[("read-cold", c)]
+        assert rec["p50_us"] >= data_us, rec
+        assert rec["model_requests_per_op"]["read"] == pytest.approx(1.0), rec
+    dir_write = got[("write", "dir")]["model_requests_per_op"]
+    for op in ("create", "rename", "write"):
+        assert dir_write.get(op) == pytest.approx(1.0), (op, dir_write)
+    assert got[("write", "dir")]["p50_us"] >= 2 * meta_us + data_us, got[("write", "dir")]
+    pf_write = got[("write", "pagefs")]["model_requests_per_op"]
+    assert pf_write.get("write", 0) >= 1 and "create" not in pf_write \
+        and "rename" not in pf_write, pf_write
+    assert "lookup" not in got[("exists", "pagefs")]["model_requests_per_op"], \
+        got[("exists", "pagefs")]
+    assert not _mounts_under(tmp_path), "bench left mounts behind"
+    assert not _model_processes(tmp_path), "the stand-in outlived the bench"
+    assert not any(p.name.startswith("pagefs-bench.") for p in tmp_path.iterdir()), \
+        "bench left its temporary directory behind"
+
+
+@needs_root
+@pytest.mark.timeout_s(120)
+def test_an_interrupted_bench_unmounts_the_3fs_model_and_stops_it(tmp_path):
+    """Ctrl-C in the middle of a run on the model: the bench unmounts
+    pagefs, the passthrough and the stand-in, which exits."""
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    proc = subprocess.Popen([H.PAGEFS_BIN, "bench", "--backing-model", "3fs",
+                             "--model-meta-latency", "20ms", "--sizes", "64K", "--clients",
+                             "1", "--pages", "200"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env,
+                            stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(fs == "fuse.3fs-model" for mp, fs in mounts_table()
+                      if mp.startswith(str(tmp_path))):
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, "the model never mounted"
+            time.sleep(0.05)
+        assert _model_processes(tmp_path), "no stand-in process while mounted"
+        time.sleep(1)  # into the measurements
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0 and "interrupted" in output, output
+    assert not _mounts_under(tmp_path), "bench left mounts behind"
+    deadline = time.monotonic() + 10
+    while _model_processes(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _model_processes(tmp_path), "the stand-in outlived the bench"
+
+
+def test_bench_rejects_model_options_that_do_not_fit():
+    for args, why in ((("--backing-model", "nfs"), "'nfs' is not a model"),
+                      (("--model-meta-latency", "1ms"), "need --backing-model 3fs"),
+                      (("--backing-model", "3fs", "--model-data-latency", "5 parsecs"),
+                       "'5 parsecs' is not a time"),
+                      (("--backing-model", "3fs", "--model-meta-latency", "nan"),
+                       "'nan' is not a time"),
+                      (("--backing-model", "3fs", "--model-cache", "warm"),
+                       "'warm' is not shared or local"),
+                      (("--backing-model", "3fs", "--backing-fuse"), "give one")):
+        r = run_pagefs("bench", *args)
+        assert r.returncode == 2 and why in r.stderr, describe(r)
