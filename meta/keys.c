@@ -403,11 +403,21 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 		int trc = keys_take(m, pool_id, kp, &s);
 		if (!(pool = pool_by_id(m, pool_id)))
 			break; /* removed while a lease was waited for: -1 for the rest */
+		if (trc == -ENOSPC && kp->quar_q.len && fifo_peek(&kp->quar_q)->at <= mono_ns()) {
+			/* a slot is back from the quarantine: the evictor's next
+			 * pass would free it; this key gets it now */
+			keys_quarantine_release(pool, kp, mono_ns());
+			trc = keys_take(m, pool_id, kp, &s);
+			if (!(pool = pool_by_id(m, pool_id)))
+				break;
+		}
 		if (trc < 0) {
 			short_of_slots = 1;
-			kp->refused++;
+			keys_want_add(kp, ka.h[i % KEYS_CHUNK], mono_ns());
 			continue;
 		}
+		if (kp->want.live)
+			keys_want_served(kp, ka.h[i % KEYS_CHUNK]);
 		if (resv_set(kp, s, deadline, ka.h[i % KEYS_CHUNK]) < 0 ||
 		    keys_fifo_push(&kp->resv_q, s, deadline, 0) < 0) {
 			resv_set(kp, s, 0, 0);
@@ -420,7 +430,7 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 		rc = -ENOENT; /* its reservations expire */
 		goto out;
 	}
-	if (short_of_slots || pool->capacity - pool->nused + kp->quarantined <
+	if (short_of_slots || pool->capacity - pool_used(pool) + kp->quarantined <
 	                              pool->capacity * m->keys->t.headroom_pct / 100)
 		pthread_cond_signal(&m->keys->wake);
 out:
