@@ -107,16 +107,16 @@ void keys_want_served(struct kpool *kp, uint32_t key)
 
 void keys_want_expire(struct kpool *kp, int64_t before)
 {
+	int stale = 0;
+
 	if (!kp->want.used)
 		return;
-	if (!kp->want.live) {
-		free(kp->want.v);
-		kp->want = (struct want_tab){0};
-		return;
-	}
-	int stale = 0;
-	for (size_t i = 0; !stale && i <= kp->want.mask; i++)
+	for (size_t i = 0; kp->want.live && !stale && i <= kp->want.mask; i++)
 		stale = kp->want.v[i].at < 0 || (kp->want.v[i].at > 0 && kp->want.v[i].at < before);
 	if (stale)
 		(void)want_rebuild(kp, kp->want.mask + 1, before); /* (else kept as it is) */
+	if (!kp->want.live) {
+		free(kp->want.v);
+		kp->want = (struct want_tab){0};
+	}
 }
