@@ -86,11 +86,13 @@ def test_one_key_retried_in_a_full_pool_costs_it_one_page(server):
         tries += 1
         least = min(least, sum(c.exists(0, old)))
         time.sleep(0.5 / SPEED)
+    waited = (time.monotonic() - t0) * SPEED
     c.confirm_write(0, [["new", slot]], [])
     live = sum(c.exists(0, old))
     print(f"8-page pool, one key retried {tries} times: {live} of 8 earlier keys live "
-          f"after its slot came back (least while refused: {least})")
+          f"after its slot came back (least while refused: {least}), after {waited:.1f} s")
     assert tries >= 4, f"the key was refused only {tries - 1} times: no burst was tested"
+    assert waited < 6 + 3, f"the key got a slot {waited:.1f} s after it asked (quarantine: 6 s)"
     assert least >= 6 and live >= 6, (
         f"{live} of 8 earlier keys live after one new key's slot came back ({least} at the "
         f"least while it was refused {tries - 1} times): each retry evicted a page")
