@@ -10,6 +10,7 @@ Most tests run serve-meta on a clock that runs SPEED times faster
 (libfaketime, as test_http_protocol.py does), so that the 6 s quarantine
 passes in 0.6 s: times in comments are the daemon's."""
 import collections
+import errno
 import os
 import random
 import signal
@@ -172,6 +173,25 @@ def test_a_seeded_trace_keeps_the_pool_and_lookups_agree(server):
           f"every 10 steps: {live}")
     assert not disagreements, f"exists and get_page_indices disagreed: {disagreements[:3]}"
     assert min(live) >= 4, f"the 16-page pool was left with {min(live)} live keys: {live}"
+
+
+def test_a_fuse_writer_retrying_in_a_full_protocol_pool_costs_it_one_page(mount):
+    """A FUSE writer refused ENOSPC in a pool HTTP clients read is a key
+    owed a slot too, counted once however often it retries."""
+    port = MC.free_port()
+    m = mount("--page-size", "64K", "--http", f"127.0.0.1:{port}")
+    c = MC.MetaClient(f"http://127.0.0.1:{port}")
+    c.initialize(0, 16)
+    old = [f"old{i}" for i in range(16)]
+    fill(c, old)
+    for _ in range(10):
+        H.expect_errno(errno.ENOSPC, H.write_page, m.path(0, "kv", "fuse-new"), b"x" * 100)
+        time.sleep(0.05)
+    time.sleep(0.5)  # the evictor's passes
+    live = sum(c.exists(0, old))
+    print(f"16-page pool, one FUSE writer refused 10 times: {live} of 16 earlier keys live")
+    assert live >= 14, f"{live} of 16 pages live after one FUSE writer was refused 10 times"
+    m.umount()
 
 
 # ---- the restart hold ----
