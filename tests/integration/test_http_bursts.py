@@ -127,6 +127,34 @@ def test_four_keys_retried_in_a_full_pool_cost_it_four_pages(server):
     assert after >= 11, f"{after} of 16 earlier keys live once the 4 keys had their slots"
 
 
+@pytest.mark.timeout_s(90)
+def test_pages_a_lookup_just_touched_outlive_colder_ones_under_a_burst(server):
+    """get_page_indices makes its keys the most recently used: a burst
+    evicts colder pages first, so the keys a client just looked up are
+    there for its next request."""
+    skip_without_faketime()
+    c = server(speed=SPEED).client
+    c.initialize(0, 16)
+    old = [f"old{i}" for i in range(16)]
+    fill(c, old)
+    assert H.wait_until(lambda: sum(c.exists(0, old)) == 15, timeout=5), "the headroom page"
+    live = [k for k, e in zip(old, c.exists(0, old)) if e]
+    touched = live[:4]  # the coldest pages
+    assert all(i is not None for i in c.get_page_indices(0, touched))
+    new = [f"new{i}" for i in range(8)]
+    for _ in range(5):
+        c.reserve_and_allocate_page_indices(0, [[k, ""] for k in new])
+        time.sleep(0.2 / SPEED)
+    after = dict(zip(old, c.exists(0, old)))
+    gone = [k for k in live if not after[k]]
+    print(f"16-page pool, 8 keys refused 5 times after a lookup of the 4 coldest: "
+          f"{len(gone)} pages evicted, {sum(after[k] for k in touched)} of the 4 kept")
+    assert all(after[k] for k in touched), f"a page a lookup just touched was evicted: {gone}"
+    assert gone == [k for k in live if k not in touched][:len(gone)], (
+        f"evicted {gone}, not the least recently used")
+    assert len(gone) <= 8, f"8 refused keys (5 tries each) evicted {len(gone)} pages"
+
+
 @pytest.mark.timeout_s(120)
 def test_a_seeded_trace_keeps_the_pool_and_lookups_agree(server):
     """400 steps of reserve/confirm/get/exists/delete/clear over 48 keys in
