@@ -577,6 +577,9 @@ int keys_quarantine_freed(struct meta *m, struct pool *pool, uint64_t slot);
  * slot (once, however often it retries) and the evictor is woken. 0: not
  * a protocol pool, evict as usual. meta.lock held. */
 int keys_refuse_fuse(struct meta *m, struct pool *pool, const char *name);
+/* The keys refused a slot in pool that are owed one (keys_want.c), 0 in
+ * a pool the protocol does not use. meta.lock held. */
+uint64_t keys_owed(struct meta *m, const struct pool *pool);
 
 /* table.c */
 int table_init(struct page_table *t, uint64_t buckets);

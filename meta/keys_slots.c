@@ -405,6 +405,13 @@ int keys_refuse_fuse(struct meta *m, struct pool *pool, const char *name)
 	return 1;
 }
 
+uint64_t keys_owed(struct meta *m, const struct pool *pool)
+{
+	const struct kpool *kp = kpool_find(m, pool);
+
+	return kp ? kp->want.live : 0;
+}
+
 int keys_quarantine_freed(struct meta *m, struct pool *pool, uint64_t slot)
 {
 	struct kpool *kp = kpool_find(m, pool);

@@ -37,14 +37,17 @@ def fast_env(speed):
 
 
 @pytest.fixture
-def server(tmp_root, request):
-    """server(*opts, speed=None) -> a serve-meta on a new SQLite index,
-    on a clock `speed` times faster when speed is given."""
-    servers = []
+def server(tmp_root, request, engine):
+    """server(*opts, speed=None) -> a serve-meta on a new index of the
+    test's engine, on a clock `speed` times faster when speed is given."""
+    servers, schemas = [], []
 
     def start(*opts, speed=None, **kw):
         d = os.path.join(tmp_root, f"{request.node.name[:50]}-{time.monotonic_ns()}")
         os.makedirs(d)
+        if engine == "postgres" and "meta" not in kw:
+            schema, kw["meta"] = H.new_pg_index("bursts")
+            schemas.append(schema)
         s = MC.Server(d, "--page-size", "64K", *opts, env=fast_env(speed) if speed else None, **kw)
         servers.append(s)
         return s
@@ -54,6 +57,8 @@ def server(tmp_root, request):
         assert s.stop() == 0, f"serve-meta did not exit cleanly:\n{s.log_text()}"
         reports = s.sanitizer_reports()
         assert not reports, "sanitizer reports from serve-meta:\n" + "\n".join(reports)[:20000]
+    for schema in schemas:
+        H.psql(f"SET client_min_messages=warning; DROP SCHEMA {schema} CASCADE")
 
 
 def fill(c, keys):
@@ -71,6 +76,7 @@ def skip_without_faketime():
 
 
 @pytest.mark.timeout_s(90)
+@pytest.mark.engines
 def test_one_key_retried_in_a_full_pool_costs_it_one_page(server):
     """SGLang's server keeps 7 of 8 pages for one new key; pagefs keeps 7
     until the key's slot is back, then 6 (its 8-page pool keeps a page of
@@ -100,6 +106,7 @@ def test_one_key_retried_in_a_full_pool_costs_it_one_page(server):
 
 
 @pytest.mark.timeout_s(90)
+@pytest.mark.engines
 def test_four_keys_retried_in_a_full_pool_cost_it_four_pages(server):
     skip_without_faketime()
     c = server(speed=SPEED).client
@@ -128,6 +135,7 @@ def test_four_keys_retried_in_a_full_pool_cost_it_four_pages(server):
 
 
 @pytest.mark.timeout_s(90)
+@pytest.mark.engines
 def test_pages_a_lookup_just_touched_outlive_colder_ones_under_a_burst(server):
     """get_page_indices makes its keys the most recently used: a burst
     evicts colder pages first, so the keys a client just looked up are
