@@ -21,7 +21,9 @@
  *    frees it (or makes it a zombie if a FUSE reader pins it).
  *  - An evictor thread keeps headroom_pct of every protocol pool free or
  *    in quarantine by evicting least recently used unpinned pages, so a
- *    reservation never waits for eviction; when none is free it gets -1.
+ *    reservation seldom waits for eviction; when none is free it gets -1,
+ *    and the key is owed a slot (keys_want.c) that the evictor frees once,
+ *    however often the key asks again (keys_evict.c: what it frees).
  *
  * All state here is protected by meta.lock. Deletions leave memory at
  * once and are recorded with REC_DROP (handoff: apply does not free the
@@ -39,7 +41,8 @@
  * delete and clear. keys_slots.c: the protocol's state (made on first
  * use, starting the evictor thread; tuning; keys_stop), the per-pool
  * state, where reserved slots come from, the quarantine. keys_evict.c:
- * drops and the evictor thread's passes. keys.h: what the three share.
+ * drops and the evictor thread's passes. keys_want.c: the keys owed a
+ * slot, the evictor's demand. keys.h: what the four share.
  */
 #include "meta/keys.h"
 #include "meta/log.h"

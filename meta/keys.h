@@ -1,10 +1,11 @@
 /*
- * keys.h - what the protocol's three files share (private to them):
+ * keys.h - what the protocol's four files share (private to them):
  * keys.c (pools, lookups, reserve, confirm, delete, clear), keys_slots.c
  * (the protocol's state, which starts the evictor thread; where reserved
- * slots come from and go back to: reservations, the quarantine) and
- * keys_evict.c (drops, and what the evictor thread does). keys.c's header
- * describes the protocol's state. All of it under meta.lock.
+ * slots come from and go back to: reservations, the quarantine),
+ * keys_want.c (the keys refused a slot and owed one) and keys_evict.c
+ * (drops, and what the evictor thread does). keys.c's header describes
+ * the protocol's state. All of it under meta.lock.
  */
 #ifndef PAGEFS_META_KEYS_H
 #define PAGEFS_META_KEYS_H

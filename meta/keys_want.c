@@ -12,10 +12,11 @@
  * second (keys_want_expire: its writer gave up, and the slot freed for it
  * is free by then).
  *
- * An open-addressing table by hash, grown to at most twice KEYS_WANT_MAX
- * (or the pool's capacity when smaller: more demand than slots evicts
- * every page either way); a key served leaves a tombstone, and expiry
- * rebuilds the table without them. meta.lock held.
+ * An open-addressing table by hash (linear probing, at most 3/4 full),
+ * of at most KEYS_WANT_MAX keys or the pool's capacity when smaller (the
+ * evictor serves at most half the pool's worth: more changes nothing); a
+ * key served leaves a tombstone, and expiry rebuilds the table without
+ * them. meta.lock held.
  */
 #include "meta/keys.h"
 
