@@ -373,9 +373,12 @@ void chunks_handover(struct meta *m, const uint64_t (*wants)[3], size_t nwants,
 	}
 	/* Free space goes back to the pool: chunks without a used slot
 	 * beyond the first CHUNK_RESERVE are released (a writer here leases
-	 * again when it needs them). */
+	 * again when it needs them), unless keys refused a slot here wait
+	 * for them (the evictor would evict for those keys again). */
 	for (struct pool *p = m->pools; p; p = p->next) {
 		size_t empty = 0;
+		if (keys_owed(m, p))
+			continue;
 		for (size_t j = 0; j < p->nchunks; j++) {
 			struct held_chunk *h = &p->chunks[j];
 			uint64_t valid;

@@ -265,8 +265,9 @@ struct pool {
 	uint64_t data_size;   /* at load: its size */
 	uint64_t load_end;    /* at load: where the bytes of its last page end */
 	/* Slots held for reservations a daemon before this mount handed out
-	 * (fence.c): free at mount, marked used until fence_end (monotonic). */
-	uint64_t *fence_bits, fence_words;
+	 * (fence.c): free at mount, marked used until fence_end (monotonic);
+	 * nfenced of them, counted in nused but not "used" (pool_used). */
+	uint64_t *fence_bits, fence_words, nfenced;
 	int64_t fence_end;
 	int64_t fence_record; /* the record found at mount (wall-clock ns), fence.c */
 	char *data_path;
@@ -570,11 +571,15 @@ void keys_stop(struct meta *m);
  * reports (the slot is pinned; its grace period runs as usual), unless
  * this node's HTTP drop quarantined it already. meta.lock held. */
 int keys_quarantine_freed(struct meta *m, struct pool *pool, uint64_t slot);
-/* A FUSE writer found no free slot in pool: 1 if the protocol's evictor
- * makes room there (its evicted slots wait out the quarantine, so none is
- * handed to the writer at once): the refusal is counted for it and it is
- * woken. 0: not a protocol pool, evict as usual. meta.lock held. */
-int keys_refuse_fuse(struct meta *m, struct pool *pool);
+/* A FUSE writer of name found no free slot in pool: 1 if the protocol's
+ * evictor makes room there (its evicted slots wait out the quarantine, so
+ * none is handed to the writer at once): name is counted as a key owed a
+ * slot (once, however often it retries) and the evictor is woken. 0: not
+ * a protocol pool, evict as usual. meta.lock held. */
+int keys_refuse_fuse(struct meta *m, struct pool *pool, const char *name);
+/* The keys refused a slot in pool that are owed one (keys_want.c), 0 in
+ * a pool the protocol does not use. meta.lock held. */
+uint64_t keys_owed(struct meta *m, const struct pool *pool);
 
 /* table.c */
 int table_init(struct page_table *t, uint64_t buckets);
@@ -754,6 +759,12 @@ int slots_fence(struct pool *p, int64_t until_mono);
 /* Gives the fenced slots back once their time is up (every allocation
  * asks first, while p->fence_bits is set). */
 void slots_unfence(struct pool *p);
+/* The slots of p that hold a page, a reservation or a slot on its way
+ * back (nused but the held ones: they are free to status, df and rmdir). */
+static inline uint64_t pool_used(const struct pool *p)
+{
+	return p->nused - p->nfenced;
+}
 /* Highest used slot + 1 (0 when none). */
 uint64_t slot_top(const struct pool *p);
 void slots_free(struct pool *p);

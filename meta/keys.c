@@ -21,7 +21,9 @@
  *    frees it (or makes it a zombie if a FUSE reader pins it).
  *  - An evictor thread keeps headroom_pct of every protocol pool free or
  *    in quarantine by evicting least recently used unpinned pages, so a
- *    reservation never waits for eviction; when none is free it gets -1.
+ *    reservation seldom waits for eviction; when none is free it gets -1,
+ *    and the key is owed a slot (keys_want.c) that the evictor frees once,
+ *    however often the key asks again (keys_evict.c: what it frees).
  *
  * All state here is protected by meta.lock. Deletions leave memory at
  * once and are recorded with REC_DROP (handoff: apply does not free the
@@ -39,7 +41,8 @@
  * delete and clear. keys_slots.c: the protocol's state (made on first
  * use, starting the evictor thread; tuning; keys_stop), the per-pool
  * state, where reserved slots come from, the quarantine. keys_evict.c:
- * drops and the evictor thread's passes. keys.h: what the three share.
+ * drops and the evictor thread's passes. keys_want.c: the keys owed a
+ * slot, the evictor's demand. keys.h: what the four share.
  */
 #include "meta/keys.h"
 #include "meta/log.h"
@@ -403,11 +406,21 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 		int trc = keys_take(m, pool_id, kp, &s);
 		if (!(pool = pool_by_id(m, pool_id)))
 			break; /* removed while a lease was waited for: -1 for the rest */
+		if (trc == -ENOSPC && kp->quar_q.len && fifo_peek(&kp->quar_q)->at <= mono_ns()) {
+			/* a slot is back from the quarantine: the evictor's next
+			 * pass would free it; this key gets it now */
+			keys_quarantine_release(pool, kp, mono_ns());
+			trc = keys_take(m, pool_id, kp, &s);
+			if (!(pool = pool_by_id(m, pool_id)))
+				break;
+		}
 		if (trc < 0) {
 			short_of_slots = 1;
-			kp->refused++;
+			keys_want_add(kp, ka.h[i % KEYS_CHUNK], mono_ns());
 			continue;
 		}
+		if (kp->want.live)
+			keys_want_served(kp, ka.h[i % KEYS_CHUNK]);
 		if (resv_set(kp, s, deadline, ka.h[i % KEYS_CHUNK]) < 0 ||
 		    keys_fifo_push(&kp->resv_q, s, deadline, 0) < 0) {
 			resv_set(kp, s, 0, 0);
@@ -420,7 +433,7 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 		rc = -ENOENT; /* its reservations expire */
 		goto out;
 	}
-	if (short_of_slots || pool->capacity - pool->nused + kp->quarantined <
+	if (short_of_slots || pool->capacity - pool_used(pool) + kp->quarantined <
 	                              pool->capacity * m->keys->t.headroom_pct / 100)
 		pthread_cond_signal(&m->keys->wake);
 out:

@@ -1,10 +1,11 @@
 /*
- * keys.h - what the protocol's three files share (private to them):
+ * keys.h - what the protocol's four files share (private to them):
  * keys.c (pools, lookups, reserve, confirm, delete, clear), keys_slots.c
  * (the protocol's state, which starts the evictor thread; where reserved
- * slots come from and go back to: reservations, the quarantine) and
- * keys_evict.c (drops, and what the evictor thread does). keys.c's header
- * describes the protocol's state. All of it under meta.lock.
+ * slots come from and go back to: reservations, the quarantine),
+ * keys_want.c (the keys refused a slot and owed one) and keys_evict.c
+ * (drops, and what the evictor thread does). keys.c's header describes
+ * the protocol's state. All of it under meta.lock.
  */
 #ifndef PAGEFS_META_KEYS_H
 #define PAGEFS_META_KEYS_H
@@ -37,6 +38,20 @@ struct resv {
 	uint32_t key;
 };
 
+/* A key refused a slot (keys_want.c): its name_hash and when it last
+ * asked (monotonic ns; 0: an empty entry, -1: served). */
+struct want {
+	uint32_t key;
+	int64_t at;
+};
+
+struct want_tab {
+	struct want *v; /* mask + 1 entries, NULL until a key is refused */
+	size_t mask;
+	uint64_t live; /* keys owed a slot: the evictor's demand */
+	uint64_t used; /* entries live or served (tombstones) */
+};
+
 struct kpool {
 	struct kpool *next;
 	uint32_t pool_id;
@@ -45,7 +60,7 @@ struct kpool {
 	                    * on a slot (0 = none); a NULL chunk holds none */
 	uint64_t top;       /* where the downward search for a free slot starts */
 	uint64_t quarantined;
-	uint64_t refused; /* keys refused a slot since the evictor's last pass */
+	struct want_tab want; /* keys refused a slot and owed one */
 	struct fifo resv_q, quar_q;
 	/* Shared index: the held chunk reservations are taken from (its
 	 * index in pool.chunks when cur_ok), and whether the last lease found
@@ -105,7 +120,8 @@ int keys_lease(struct meta *m, uint32_t pool_id, struct kpool *kp);
 int keys_take(struct meta *m, uint32_t pool_id, struct kpool *kp, uint64_t *slot);
 void keys_resv_free(struct pool *p, struct kpool *kp, uint64_t slot); /* never named */
 void keys_quarantine(struct keys *k, struct kpool *kp, uint64_t slot, int page_slot);
-void keys_quarantine_end(struct pool *p, struct kpool *kp, const struct fifo_ent *e);
+/* Ends the quarantines due by now (monotonic ns): their slots are free. */
+void keys_quarantine_release(struct pool *p, struct kpool *kp, int64_t now);
 
 /* fence.c (index of one daemon): records in the index, before a
  * reservation is handed out, until when its slot may be written; at a
@@ -115,6 +131,13 @@ int keys_fence_ahead(struct meta *m, struct pool *pool, struct kpool *kp);
 void keys_fence_clear(struct meta *m, struct kpool *kp);
 /* A slot of pool went into the quarantine: recorded too (not waited for). */
 void keys_fence_freed(struct meta *m, struct pool *pool, struct kpool *kp);
+
+/* keys_want.c: a key refused a slot (asking again adds no demand), a
+ * key that got one, and the keys that last asked before `before` dropped
+ * (monotonic ns). */
+void keys_want_add(struct kpool *kp, uint32_t key, int64_t now);
+void keys_want_served(struct kpool *kp, uint32_t key);
+void keys_want_expire(struct kpool *kp, int64_t before);
 
 /* keys_evict.c: a drop takes p out of memory and queues its removal;
  * keys_drops_finish (without meta.lock) waits for them and quarantines

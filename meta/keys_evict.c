@@ -120,18 +120,42 @@ static void evict(struct meta *m, struct pool *pool, uint64_t n, struct drop_lis
 	free(held);
 }
 
-/* Shared index: the headroom counts the free slots of the chunks this
- * node holds, those in their grace period and every slot in this node's
- * quarantine (expired reservations, and the pages it evicted or deleted,
- * which come free when it ends), against headroom_pct of the held slots
- * (and leases a chunk ahead). Below it the evictor leases another chunk;
- * only when none is left does it evict, the shortfall plus one page for
- * every key refused a slot since the last pass: writers that outrun the
- * headroom get -1, and what they asked for comes free after the
- * quarantine. (Counting only the reservations in the quarantine made
- * every pass, 10 a second, evict again what the quarantine still held:
- * an idle full pool lost its pages one a pass until the first quarantine
- * ended, 6 s.) */
+/*
+ * What the evictor frees: eviction serves demand, it does not multiply
+ * it. The demand is the headroom (headroom_pct of the pool, at least a
+ * slot, so that reservations seldom wait) or, when more, the keys owed a
+ * slot (keys_want.c: a key refused a slot, counted once however often it
+ * asks again), up to half the pool; the headroom is what serves a burst
+ * first, so the two do not add up. The supply is every slot free or on
+ * its way back: free, in the quarantine, held by a restart (fence.c: free
+ * when the hold ends), and on a shared index in a grace period. A pool
+ * under a burst of B keys keeps about capacity - B of its pages, and each
+ * key gets a slot when one leaves the quarantine; a burst of more than
+ * half the pool gets half of it per quarantine, the rest of its keys the
+ * slots that come back, and the other half of the pages stays live (a
+ * page evicted for a key frees nothing for 6 s: a scan of new keys would
+ * otherwise leave the pool empty that long). (Evicting a page for every
+ * refusal, and for the headroom while the quarantine already held it,
+ * emptied a full pool under one key retried twice a second.)
+ */
+static uint64_t shortfall(const struct keys *k, const struct kpool *kp, uint64_t slots,
+                          uint64_t supply)
+{
+	uint64_t want = slots * k->t.headroom_pct / 100, burst = kp->want.live;
+
+	want = want ? want : 1;
+	if (burst > slots / 2)
+		burst = slots / 2;
+	if (burst > want)
+		want = burst;
+	return supply < want ? want - supply : 0;
+}
+
+/* Shared index: the supply is the free slots of the chunks this node
+ * holds, those in their grace period and every slot in this node's
+ * quarantine, against the held slots. Short of the headroom the evictor
+ * leases another chunk (a chunk ahead, so that reservations seldom wait
+ * for one); only when none is left does it evict. */
 static void headroom_shared(struct meta *m, struct keys *k, struct pool *pool, struct kpool *kp,
                             int64_t now, uint32_t *lease, struct drop_list *dl,
                             struct dropped **drops)
@@ -141,22 +165,21 @@ static void headroom_shared(struct meta *m, struct keys *k, struct pool *pool, s
 	for (size_t i = 0; i < pool->nchunks; i++)
 		free_now += (uint64_t)__builtin_popcountll(
 			keys_held_free_bits(pool, i, keys_held_at(pool, i)));
-	uint64_t want = held * k->t.headroom_pct / 100;
-	want = want ? want : 1;
 	uint64_t have = free_now + pool->ngrace + kp->quarantined;
-	/* Leases run ahead by a chunk, so that reservations seldom wait for
-	 * one; eviction keeps only the headroom. */
+	uint64_t want = held * k->t.headroom_pct / 100;
 	uint64_t ahead = want > pool->chunk_slots ? want : pool->chunk_slots;
-	if (have < ahead && now >= kp->lease_after) {
+	uint64_t n = shortfall(k, kp, held, have);
+	if ((have < ahead || n) && now >= kp->lease_after) {
 		if (!*lease)
 			*lease = kp->pool_id;
-	} else if ((have < want || kp->refused) && kp->full) {
-		evict(m, pool, (have < want ? want - have : 0) + kp->refused, dl, drops);
+	} else if (n && kp->full) {
+		evict(m, pool, n, dl, drops);
 	}
 }
 
-/* Expires reservations and quarantines, evicts for headroom. meta.lock
- * held; queues drops in dl; *lease: a shared pool that needs a chunk. */
+/* Expires reservations, quarantines and the keys owed a slot, evicts for
+ * the demand. meta.lock held; queues drops in dl; *lease: a shared pool
+ * that needs a chunk. */
 static void housekeep(struct meta *m, struct keys *k, struct drop_list *dl, struct dropped **drops,
                       uint32_t *lease)
 {
@@ -167,11 +190,7 @@ static void housekeep(struct meta *m, struct keys *k, struct drop_list *dl, stru
 		struct fifo_ent *e;
 		if (!pool)
 			continue;
-		while ((e = fifo_peek(&kp->quar_q)) && e->at <= now) {
-			keys_quarantine_end(pool, kp, e);
-			kp->quarantined--;
-			fifo_pop(&kp->quar_q);
-		}
+		keys_quarantine_release(pool, kp, now);
 		while ((e = fifo_peek(&kp->resv_q)) && e->at <= now) {
 			if (resv_get(kp, e->slot) == e->at) {
 				log_warn(
@@ -183,17 +202,14 @@ static void housekeep(struct meta *m, struct keys *k, struct drop_list *dl, stru
 			}
 			fifo_pop(&kp->resv_q);
 		}
+		/* (A key's writer that stopped asking has given up.) */
+		keys_want_expire(kp, now - k->t.quarantine_ns - SEC);
 		if (pool->shared) {
 			headroom_shared(m, k, pool, kp, now, lease, dl, drops);
-			kp->refused = 0;
 			continue;
 		}
-		uint64_t want = pool->capacity * k->t.headroom_pct / 100;
-		want = want ? want : 1;
-		uint64_t have = pool->capacity - pool->nused + kp->quarantined;
-		uint64_t n =
-			(have < want ? want - have : 0) + kp->refused; /* (as headroom_shared) */
-		kp->refused = 0;
+		uint64_t n = shortfall(k, kp, pool->capacity,
+		                       pool->capacity - pool_used(pool) + kp->quarantined);
 		if (n)
 			evict(m, pool, n, dl, drops);
 	}

@@ -166,6 +166,7 @@ static void kpool_free(struct kpool *kp)
 	free(kp->resv);
 	free(kp->resv_q.v);
 	free(kp->quar_q.v);
+	free(kp->want.v);
 	free(kp);
 }
 
@@ -374,27 +375,41 @@ void keys_resv_free(struct pool *p, struct kpool *kp, uint64_t slot)
 		kp->top = slot;
 }
 
-/* A quarantined slot leaves the quarantine. A page's slot on a shared
- * index loses the quarantine's pin: its grace period (chunks.c) or, in
- * another node's chunk, that node's frees it. */
-void keys_quarantine_end(struct pool *p, struct kpool *kp, const struct fifo_ent *e)
+/* Quarantined slots leave the quarantine when it ends (called by the
+ * evictor's passes, and by a reservation about to be refused, so that a
+ * refused key gets a slot as soon as one is back). A page's slot on a
+ * shared index loses the quarantine's pin: its grace period (chunks.c)
+ * or, in another node's chunk, that node's frees it. */
+void keys_quarantine_release(struct pool *p, struct kpool *kp, int64_t now)
 {
-	if (!e->page_slot || !p->shared) {
-		keys_resv_free(p, kp, e->slot);
-		return;
+	struct fifo_ent *e;
+
+	while ((e = fifo_peek(&kp->quar_q)) && e->at <= now) {
+		if (!e->page_slot || !p->shared)
+			keys_resv_free(p, kp, e->slot);
+		else
+			slot_unquarantine(p, e->slot);
+		kp->quarantined--;
+		fifo_pop(&kp->quar_q);
 	}
-	slot_unquarantine(p, e->slot);
 }
 
-int keys_refuse_fuse(struct meta *m, struct pool *pool)
+int keys_refuse_fuse(struct meta *m, struct pool *pool, const char *name)
 {
 	struct kpool *kp = kpool_find(m, pool);
 
 	if (!kp)
 		return 0;
-	kp->refused++;
+	keys_want_add(kp, name_hash(pool->id, name, strlen(name)), mono_ns());
 	pthread_cond_signal(&m->keys->wake);
 	return 1;
+}
+
+uint64_t keys_owed(struct meta *m, const struct pool *pool)
+{
+	const struct kpool *kp = kpool_find(m, pool);
+
+	return kp ? kp->want.live : 0;
 }
 
 int keys_quarantine_freed(struct meta *m, struct pool *pool, uint64_t slot)

@@ -380,8 +380,8 @@ static void nap(struct meta *m, long ms)
  * node's own least recently used pages. -ENOSPC after 2 * GRACE_WAIT_MS,
  * or at once when nothing anywhere can be freed (every page pinned, or
  * --evict none). meta.lock held on entry and return. */
-static int take_shared(struct meta *m, uint32_t pool_id, uint64_t skip, uint64_t *slot,
-                       struct dropped **drops)
+static int take_shared(struct meta *m, uint32_t pool_id, const char *name, uint64_t skip,
+                       uint64_t *slot, struct dropped **drops)
 {
 	int64_t start = now_ms(), since = start; /* since: last lease or eviction */
 	struct pool *pool;
@@ -427,7 +427,7 @@ static int take_shared(struct meta *m, uint32_t pool_id, uint64_t skip, uint64_t
 		/* (A pool HTTP clients read: the protocol's evictor makes
 		 * the room, through the quarantine, as on an index of one
 		 * daemon; evicting here would only wait for it.) */
-		if (m->cfg.evict == META_EVICT_LRU && keys_refuse_fuse(m, pool))
+		if (m->cfg.evict == META_EVICT_LRU && keys_refuse_fuse(m, pool, name))
 			return -ENOSPC;
 		int erc = m->cfg.evict == META_EVICT_LRU ? evict_shared(m, pool_id, skip, drops)
 		                                         : -ENOSPC;
@@ -503,7 +503,7 @@ static int reserve(struct meta *m, uint32_t pool_id, const char *name, uint64_t 
 		}
 	}
 	if (m->shared) {
-		rc = take_shared(m, pool_id, replace_id, &slot, &drops);
+		rc = take_shared(m, pool_id, name, replace_id, &slot, &drops);
 		if (rc == 0 && !(pool = pool_live(m, pool_id)))
 			rc = -ENOENT;
 		int pending = 0;
@@ -521,7 +521,7 @@ static int reserve(struct meta *m, uint32_t pool_id, const char *name, uint64_t 
 	 * room, through the quarantine: a victim's slot handed to this writer
 	 * at once could be read by a client that looked its page up.) */
 	if (rc == -ENOSPC && !m->shared && m->cfg.evict == META_EVICT_LRU &&
-	    !keys_refuse_fuse(m, pool)) { /* (shared: take_shared) */
+	    !keys_refuse_fuse(m, pool, name)) { /* (shared: take_shared) */
 		struct page *v = lru_victim(pool, replace_id);
 		if (v && (drop = rec_new(REC_DROP))) {
 			char vname[META_NAME_MAX + 1];

@@ -129,7 +129,7 @@ void pool_fill_info(const struct pool *p, struct meta_pool_info *out)
 	out->capacity = p->capacity;
 	out->pages = p->pages;
 	out->bytes = p->bytes;
-	out->used_slots = p->nused;
+	out->used_slots = pool_used(p);
 	out->writing = p->resv;
 	out->pinned_slots = p->npins;
 	out->freed_open = p->nzombies;
@@ -600,9 +600,10 @@ int pool_remove(struct meta *m, uint32_t pool_id, int keep_file)
 		return -EROFS;
 	pthread_mutex_lock(&m->lock);
 	p = pool_live(m, pool_id);
-	/* (A shared index's slots in their grace period hold no page.) */
+	/* (A shared index's slots in their grace period hold no page, nor do
+	 * the slots a restart holds.) */
 	if (!p || p->pages || p->pending || p->resv || pool_pinned(p) ||
-	    p->nused > (p->shared ? p->ngrace : 0)) {
+	    pool_used(p) > (p->shared ? p->ngrace : 0)) {
 		pthread_mutex_unlock(&m->lock);
 		return p ? -ENOTEMPTY : -ENOENT;
 	}

@@ -220,6 +220,7 @@ int slots_fence(struct pool *p, int64_t until_mono)
 		p->fence_bits[w] = ~used & valid;
 		p->bits[w] = used | p->fence_bits[w];
 		p->nused += (uint64_t)__builtin_popcountll(p->fence_bits[w]);
+		p->nfenced += (uint64_t)__builtin_popcountll(p->fence_bits[w]);
 	}
 	p->fence_words = words;
 	p->hwm = p->capacity;
@@ -243,6 +244,7 @@ void slots_unfence(struct pool *p)
 	}
 	free(p->fence_bits);
 	p->fence_bits = NULL;
+	p->nfenced = 0;
 	p->scan = 0;
 	while (p->hwm > 0 && !bit_get(p, p->hwm - 1))
 		p->hwm--;

@@ -23,7 +23,7 @@ void meta_get_stats(struct meta *m, struct meta_stats *out)
 	for (struct pool *p = m->pools; p; p = p->next) {
 		if (p->removed)
 			continue;
-		uint64_t free_slots = p->capacity > p->nused ? p->capacity - p->nused : 0;
+		uint64_t free_slots = p->capacity > pool_used(p) ? p->capacity - pool_used(p) : 0;
 		out->pools++;
 		out->pages += p->pages;
 		out->bytes += p->bytes;
