@@ -55,7 +55,8 @@ struct page {
 	uint32_t committed : 1;
 	uint32_t has_checksum : 1;
 	uint32_t verified : 1;  /* checksum verified since commit/mount */
-	uint32_t opened : 1;    /* a reader opened this version */
+	uint32_t opened : 1;    /* committed: a reader opened this version;
+	                         * not committed: page_orphaned */
 	uint64_t mtime_q : 48;  /* commit time in 2^-16 s (page_mtime) */
 	uint64_t pool_ix : 16;  /* its pool: page_pool() (pool_index.c) */
 	uint32_t name_next;     /* meta.by_name chain */
@@ -598,6 +599,10 @@ struct page *table_find_hashed(const struct page_table *t, uint32_t h, uint32_t 
 /* The committed page of b's name (in b's pool; it hashes to h), b
  * itself if committed. */
 struct page *table_find_same(const struct page_table *t, const struct page *b, uint32_t h);
+/* The ids of the pages of (pool_id, name) still being written, at most
+ * max of them, into ids; returns how many there are (may exceed max). */
+int table_find_pending(const struct page_table *t, uint32_t pool_id, const char *name,
+                       uint64_t *ids, int max);
 /* The same as table_find_name for n names at once (a NULL name finds
  * nothing); lens[i] is strlen(names[i]). */
 void table_find_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
@@ -658,6 +663,21 @@ void page_take_row(struct page *p, const struct rec *r);
 /* Notes that p leaves because another page takes its name. meta.lock. */
 void page_replaced(struct meta *m, const struct page *p);
 void page_replaced_id(struct meta *m, uint64_t id);
+/* A page still being written whose writer unlinked it: out of the name
+ * table (nobody finds it by name; another page may take the name), in
+ * the id table until its writer commits (which publishes nothing) or
+ * aborts. The bit means "a reader opened it" only for committed pages,
+ * and an orphan never commits. */
+static inline int page_orphaned(const struct page *p)
+{
+	return !p->committed && p->opened;
+}
+
+static inline void page_set_orphaned(struct page *p)
+{
+	p->opened = 1;
+}
+
 /* A new version of p (a new inode in fs/): nobody has opened it yet. */
 static inline void page_new_version(struct page *p)
 {

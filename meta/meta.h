@@ -279,6 +279,25 @@ int meta_page_rename(struct meta *m, uint32_t pool_id, const char *from, const c
                      int noreplace);
 
 /*
+ * A writer's name operations on a page it is still writing (fs/ knows
+ * which writer asks; docs/DECISIONS-posix.md). None touches the store:
+ * an unpublished page has no row.
+ *
+ * meta_page_pending: the ids of the pages of (pool_id, name) being
+ * written, at most max into ids; returns how many there are.
+ * meta_page_unlink_pending: page_id leaves its name; its commit then
+ * publishes nothing (meta_page_commit returns 0 and gives the slot back).
+ * 0, or -ENOENT (committed, gone, or unlinked already).
+ * meta_page_rename_pending: page_id takes name `to`, under which its
+ * commit publishes it (replacing a committed page of that name then).
+ * noreplace: -EEXIST while `to` has a committed page. 0, -ENOENT, -EINVAL,
+ * -ENAMETOOLONG, -ENOMEM.
+ */
+int meta_page_pending(struct meta *m, uint32_t pool_id, const char *name, uint64_t *ids, int max);
+int meta_page_unlink_pending(struct meta *m, uint64_t page_id);
+int meta_page_rename_pending(struct meta *m, uint64_t page_id, const char *to, int noreplace);
+
+/*
  * Calls cb for each committed page of a pool with id > after_id, in id
  * order, until cb returns non-zero (that value is returned) or the pool
  * ends (0). The page list is read from the store, never under a lock that
