@@ -142,6 +142,12 @@ int fs_writer_flush(struct fs_mount *fs, struct fs_handle *h, pid_t tid)
 	pthread_cond_broadcast(&h->idle);
 	pthread_mutex_unlock(&h->lock);
 
+	/* The pool's mtime and ctime moved (a publish is no request on the
+	 * directory the kernel would drop them for): dropped before close()
+	 * returns, from this thread (flush holds no directory lock). */
+	if (ret == 0 && !killed)
+		fs_inval_pool(fs->inval, h->pool_id, 1);
+
 	/* A page replaced in place has a new inode (a new version, see
 	 * fs_inode.h): the kernel's entry for its name and its attributes of
 	 * the old inode must go. (A page of the same name that a new page

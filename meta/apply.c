@@ -98,6 +98,8 @@ static void apply_commit(struct meta *m, const struct rec *r, struct dropped **d
 		if (p->slot != r->slot)
 			free_slot(m, pool, p->slot, r);
 		page_new_version(p);
+		pool_changed(pool, now_ns());
+		ctime_del(&m->ctimes, p->id); /* its ctime is the commit's */
 	} else if (p) {
 		/* A new page: leaves the pending state, relinked below. */
 		pool->pending--;
@@ -161,6 +163,7 @@ static void apply_rename(struct meta *m, const struct rec *r)
 	memcpy(q, p, offsetof(struct page, name_next));
 	page_free(p);
 	page_link_committed(m, q, name_hash(pool->id, r->name, r->name_len));
+	ctime_set(&m->ctimes, q->id, now_ns());
 }
 
 /* A chunk this node now holds: its used slots and those still in their

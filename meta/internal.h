@@ -239,6 +239,10 @@ struct pool {
 
 	uint64_t pages, bytes, pending;
 	uint64_t hits, misses, evictions, checksum_failures;
+	/* The directory's mtime and ctime: the last time a page joined or
+	 * left its names or was replaced (dirtime.c); what a clean unmount
+	 * last recorded of it. */
+	int64_t dir_ns, dir_saved_ns;
 	uint64_t bytes_read, bytes_written;
 
 	/* Shared index only (chunks.c): the chunks of 64 slots this node
@@ -286,6 +290,17 @@ struct page_table {
 	uint64_t count;
 };
 
+/* Renamed pages' ctimes by page id (dirtime.c); id 0: an empty entry. */
+struct ctime_ent {
+	uint64_t id;
+	int64_t ns;
+};
+
+struct ctimes {
+	struct ctime_ent *v;
+	size_t cap, n; /* cap: a power of two, or 0 */
+};
+
 struct meta {
 	pthread_mutex_t lock;   /* protects everything below but cfg */
 	struct meta_config cfg; /* immutable after open; strings owned */
@@ -303,6 +318,7 @@ struct meta {
 	 * (page_replaced, meta_page_replaced). */
 	uint64_t replaced[1024];
 	unsigned replaced_n;
+	struct ctimes ctimes; /* renamed pages' ctimes (dirtime.c) */
 	uint32_t epoch;
 
 	/* Several daemons on one index (PostgreSQL): this is one node. */
@@ -562,6 +578,21 @@ uint64_t id_left(const struct idblock *b);
 /* fence.c: at mount, holds the free slots of pools whose HTTP clients may
  * still write slots the daemon before reserved. 0 or -ENOMEM. */
 int fences_load(struct meta *m);
+
+/* dirtime.c (meta.lock held, but by the load and close calls) */
+
+/* A page joined or left pool's names, or was replaced, at ns. */
+void pool_changed(struct pool *pool, int64_t ns);
+/* Pool times a clean unmount recorded (at open, after the load). */
+void dirtimes_load(struct meta *m);
+/* Queues the pool times that moved since the load (at close, before
+ * the journal stops). */
+void dirtimes_save(struct meta *m);
+/* A renamed page's ctime: set, look up (0: none), forget. */
+void ctime_set(struct ctimes *t, uint64_t id, int64_t ns);
+int64_t ctime_get(const struct ctimes *t, uint64_t id);
+void ctime_del(struct ctimes *t, uint64_t id);
+void ctimes_free(struct ctimes *t);
 /* keys_slots.c: stops the protocol's evictor thread and frees its state. */
 void keys_stop(struct meta *m);
 /* A page's slot freed in a pool the protocol uses here (a pool with HTTP

@@ -70,6 +70,9 @@ struct meta_pool_info {
 	uint64_t freed_open;   /* of them, slots of pages gone since: free at last close */
 	uint64_t hits, misses, evictions, checksum_failures;
 	uint64_t bytes_read, bytes_written;
+	/* The directory's mtime and ctime: the last publish, rename,
+	 * unlink or eviction of a page (0: none known). */
+	int64_t mtime_ns;
 	char data_file[4096]; /* absolute path of the pool's data file */
 	int data_fd;          /* open O_RDWR data file; valid while the pool
 	                          * exists (a pool with pages cannot be removed) */
@@ -89,6 +92,7 @@ struct meta_page_info {
 		version; /* in-place replacements (O_TRUNC), kept across remounts (wraps at 2^16) */
 	int opened;      /* a reader opened this version before this open */
 	int64_t mtime_ns; /* commit time */
+	int64_t ctime_ns; /* the commit's or, since this mount, the last rename's */
 	int64_t atime_ns; /* last use */
 	char name[META_NAME_MAX + 1];
 };

@@ -137,6 +137,7 @@ void pool_fill_info(const struct pool *p, struct meta_pool_info *out)
 	out->misses = p->misses;
 	out->evictions = p->evictions;
 	out->checksum_failures = p->checksum_failures;
+	out->mtime_ns = p->dir_ns;
 	out->bytes_read = p->bytes_read;
 	out->bytes_written = p->bytes_written;
 	snprintf(out->data_file, sizeof(out->data_file), "%s", p->data_path);
@@ -424,6 +425,7 @@ int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_siz
 		return -EAGAIN; /* no pool id left until the sync thread fetched more */
 	}
 	pool_link(m, p);
+	pool_changed(p, now_ns());
 	p->creating = 1;
 	rank_set(m, rank, 1);
 	m->ranks_busy++;
