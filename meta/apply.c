@@ -247,8 +247,22 @@ void apply_remote(struct meta *m, const struct store_change *c, struct dropped *
 	    p->has_checksum == r->has_checksum && pname_eq(p, r->name, r->name_len))
 		return; /* nothing this node does not know */
 	if (p && !pname_eq(p, r->name, r->name_len)) {
-		remote_drop(m, p, drops); /* renamed: made again below under its new name */
-		p = NULL;
+		/* Renamed: the same page under its new name, in the same slot,
+		 * which a reader here may pin (dropped and made again, its slot
+		 * was freed at that reader's close though the page kept it). */
+		struct page *q = page_alloc(r->name, r->name_len);
+		if (!q) {
+			remote_drop(m, p, drops); /* made again below, if memory allows */
+			p = NULL;
+		} else {
+			drops_add(drops, p); /* the kernel forgets the old name */
+			page_unlink_committed(m, p);
+			memcpy(q, p, offsetof(struct page, name_next));
+			page_free(p);
+			p = q;
+			page_link_committed(m, p, name_hash(pool->id, r->name, r->name_len));
+			ctime_set(&m->ctimes, p->id, now_ns());
+		}
 	}
 	if (p) {
 		/* Replaced in place on another node: new slot, new version. */

@@ -416,6 +416,10 @@ struct rec {
 	int replace, in_place;
 	/* pool fields (POOL_PUT/DEL, RANK_*) */
 	uint16_t rank;
+	/* POOL_PUT on a shared index: the new capacity changes the pool's
+	 * chunk size (pool_chunk_slots), which the store allows only while
+	 * no node holds a chunk of it and it has no page (else -EBUSY). */
+	uint16_t rechunk;
 	uint64_t slot_size, capacity;
 	int pool_update; /* POOL_PUT: changes an existing pool (never re-creates it) */
 	char ns[META_NS_MAX + 1];

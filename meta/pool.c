@@ -339,6 +339,7 @@ static struct rec *pool_rec(struct meta *m, enum rec_type type, const struct poo
 	r->slot_size = p->slot_size;
 	r->capacity = p->capacity;
 	r->pool_update = !p->creating;
+	r->rechunk = p->shared && r->pool_update && pool_chunk_slots(p->capacity) != p->chunk_slots;
 	r->waited = 1;
 	journal_submit(m, r);
 	return r;
@@ -489,8 +490,10 @@ int meta_pool_set(struct meta *m, uint32_t pool_id, uint64_t slot_size, uint64_t
 		rc = -EINVAL;
 	else if ((slot_size != old_size && (p->pages || p->pending || p->nused)) ||
 	         new_cap < slot_top(p) ||
-	         /* nodes lease chunks of this size: it cannot change */
-	         (p->shared && pool_chunk_slots(new_cap) != p->chunk_slots))
+	         /* nodes lease chunks of this size: it changes only while
+	          * nothing is in the pool (the store checks the other nodes) */
+	         (p->shared && pool_chunk_slots(new_cap) != p->chunk_slots &&
+	          (p->pages || p->pending || p->nused || p->nchunks)))
 		rc = -EBUSY;
 	else if (new_cap * slot_size > old_cap * old_size &&
 	         ftruncate(p->fd, (off_t)(new_cap * slot_size)) < 0)
@@ -502,12 +505,17 @@ int meta_pool_set(struct meta *m, uint32_t pool_id, uint64_t slot_size, uint64_t
 	p->slot_size = slot_size;
 	p->capacity = new_cap;
 	r = pool_rec(m, REC_POOL_PUT, p);
+	uint32_t old_chunk = p->chunk_slots;
+	p->chunk_slots = pool_chunk_slots(new_cap); /* (a lease meanwhile: sized so) */
+	if (!p->shared)
+		p->chunk_slots = old_chunk;
 	pthread_mutex_unlock(&m->lock);
 	rc = r ? journal_wait(m, r) : -ENOMEM;
 	if (rc < 0) {
 		pthread_mutex_lock(&m->lock);
 		p->slot_size = old_size;
 		p->capacity = old_cap;
+		p->chunk_slots = old_chunk;
 		pthread_mutex_unlock(&m->lock);
 	}
 	return rc;

@@ -114,6 +114,10 @@ static int reload_pools(struct meta *m)
 		if (p && !p->removed) {
 			p->slot_size = row->slot_size;
 			p->capacity = row->capacity;
+			/* Resized while nobody held a chunk of it (the store
+			 * checked): chunks of the new size from now on. */
+			if (pool_chunk_slots(p->capacity) != p->chunk_slots && !p->nchunks)
+				p->chunk_slots = pool_chunk_slots(p->capacity);
 		}
 		pthread_mutex_unlock(&m->lock);
 		if (p)
