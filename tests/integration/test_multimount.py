@@ -869,3 +869,23 @@ def test_a_pool_resized_while_empty_is_divided_alike_by_every_node(mount):
     for i in range(60):
         assert read_page(a.path(0, "kv", f"p{i}")) == b"%d" % i
         assert read_page(b.path(0, "kv", f"p{i}")) == b"%d" % i
+
+
+def test_a_page_published_on_another_node_moves_the_pool_times_seen_here(mount):
+    """The kernel here caches the pool's attributes for the attr timeout;
+    a page another node publishes, renames or unlinks moves them here too
+    within the bound (the change feed drops them from the kernel)."""
+    a, b = mounts(mount, 2)
+    pool_everywhere([a, b])
+    for what, op in (("publish", lambda: write_page(b.path(0, "kv", "x"), b"x")),
+                     ("rename", lambda: os.rename(b.path(0, "kv", "x"), b.path(0, "kv", "y"))),
+                     ("unlink", lambda: os.unlink(b.path(0, "kv", "y")))):
+        before = os.stat(a.path(0, "kv")).st_mtime_ns  # cached by a's kernel now
+        time.sleep(0.02)
+        start = time.time_ns()
+        op()
+        t0 = time.monotonic()
+        while os.stat(a.path(0, "kv")).st_mtime_ns < start:
+            assert time.monotonic() - t0 < VISIBLE_WITHIN_S, \
+                f"a's pool mtime stayed {before} after b's {what}"
+            time.sleep(0.02)
