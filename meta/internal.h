@@ -308,7 +308,9 @@ struct meta {
 	char *db_path; /* the index as messages name it (no password) */
 
 	struct pool *pools;
-	uint64_t pools_made; /* pools this node created (sync.c: stale reloads) */
+	uint64_t pools_made;    /* pools this node created (sync.c: stale reloads) */
+	uint64_t pools_set;     /* pool settings this node changed (the same) */
+	uint32_t pools_setting; /* of them, still on their way to the store */
 	uint8_t ranks[(META_RANK_MAX + 1) / 8]; /* explicitly created ranks */
 
 	struct page_table by_name; /* key: (pool id, name); chains via name_next */

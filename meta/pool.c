@@ -505,19 +505,22 @@ int meta_pool_set(struct meta *m, uint32_t pool_id, uint64_t slot_size, uint64_t
 	p->slot_size = slot_size;
 	p->capacity = new_cap;
 	r = pool_rec(m, REC_POOL_PUT, p);
+	m->pools_setting++;
 	uint32_t old_chunk = p->chunk_slots;
 	p->chunk_slots = pool_chunk_slots(new_cap); /* (a lease meanwhile: sized so) */
 	if (!p->shared)
 		p->chunk_slots = old_chunk;
 	pthread_mutex_unlock(&m->lock);
 	rc = r ? journal_wait(m, r) : -ENOMEM;
+	pthread_mutex_lock(&m->lock);
+	m->pools_setting--;
+	m->pools_set++; /* a reload read before it would undo it (sync.c) */
 	if (rc < 0) {
-		pthread_mutex_lock(&m->lock);
 		p->slot_size = old_size;
 		p->capacity = old_cap;
 		p->chunk_slots = old_chunk;
-		pthread_mutex_unlock(&m->lock);
 	}
+	pthread_mutex_unlock(&m->lock);
 	return rc;
 }
 
