@@ -83,11 +83,14 @@ void fs_handle_release(struct fs_mount *fs, struct fs_handle *h)
  * handle on its writer (as a second descriptor of one file, on a local
  * filesystem), emptied first with O_TRUNC. stress-ng --open creates a
  * file, opens it again with O_TRUNC and unlinks it only if that open
- * succeeds. -ENOENT for anyone else (the page is not there for them). */
+ * succeeds. A plain read-only open is ENOENT, as for anyone else: readers
+ * never see a page before its commit (another thread of the writer's
+ * process reading the name must not get half of it). */
 static void open_own(fuse_req_t req, struct fs_mount *fs, uint64_t page_id,
                      struct fuse_file_info *fi)
 {
-	struct fs_handle *h = fs_handles_find_writer(&fs->handles, page_id);
+	int reader = (fi->flags & O_ACCMODE) == O_RDONLY && !(fi->flags & O_TRUNC);
+	struct fs_handle *h = reader ? NULL : fs_handles_find_writer(&fs->handles, page_id);
 	int ret = -ENOENT;
 
 	if (h && fs_writer_owned(h, fuse_req_ctx(req)->pid)) {

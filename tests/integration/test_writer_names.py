@@ -237,13 +237,15 @@ def test_a_rewrite_with_o_trunc_follows_an_unlink_or_rename_by_its_writer(mount)
 
 
 def test_the_writer_may_open_its_page_again_before_close(mount):
-    """A second open of the page by its writer's process is a second
-    descriptor of the same file: it reads what was written so far, O_TRUNC
-    empties it, and an unlink then publishes nothing (stress-ng --open
-    opens a new file again with O_RDONLY|O_TRUNC and unlinks it only when
-    that open succeeds: each one was published and stayed). Another
-    process still finds no such file. As for a dup'd descriptor, the
-    first close by the writer's process publishes."""
+    """A second open for writing of the page by its writer's process is a
+    second descriptor of the same file: it reads what was written so far,
+    O_TRUNC empties it, and an unlink then publishes nothing (stress-ng
+    --open opens a new file again with O_RDONLY|O_TRUNC and unlinks it
+    only when that open succeeds: each one was published and stayed). A
+    plain read-only open finds nothing, in this process too: readers never
+    get a page before its commit. Another process finds no such file. As
+    for a dup'd descriptor, the first close by the writer's process
+    publishes."""
     m = mount(*SMALL)
     pool = m.pool(0, "kv")
     fd = os.open(pool / "again", os.O_RDWR | os.O_CREAT, 0o600)
@@ -251,7 +253,9 @@ def test_the_writer_may_open_its_page_again_before_close(mount):
     try:
         write_all(fd, b"first bytes")
         time.sleep(0.05)
-        rd = os.open(pool / "again", os.O_RDONLY)
+        expect_errno(errno.ENOENT, os.open, pool / "again", os.O_RDONLY,
+                     what="a read-only open before the commit")
+        rd = os.open(pool / "again", os.O_RDWR)
         assert os.read(rd, 100) == b"first bytes"
         r = read_elsewhere(pool / "again")
         assert not r["ok"] and r["errno"] == errno.ENOENT, f"another process: {r}"
