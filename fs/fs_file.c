@@ -93,7 +93,7 @@ static void open_own(fuse_req_t req, struct fs_mount *fs, uint64_t page_id,
 	struct fs_handle *h = reader ? NULL : fs_handles_find_writer(&fs->handles, page_id);
 	int ret = -ENOENT;
 
-	if (h && fs_writer_owned(h, fuse_req_ctx(req)->pid)) {
+	if (h && fs_writer_thread(h, fuse_req_ctx(req)->pid)) {
 		pthread_mutex_lock(&h->lock);
 		if (h->opens > 0) { /* (0: its last release is under way) */
 			h->opens++;

@@ -183,9 +183,16 @@ struct fs_handle *fs_handles_find_reader(struct fs_handles *t, uint64_t page_id,
 /* fs_name.c */
 
 /* Writer handles (new references: put them) of the pages of (pool_id,
- * name) that thread tid's process is still writing, at most max into
- * out; returns how many. */
+ * name) that thread tid is still writing (it opened them, or was the last
+ * other thread to write through them), at most max into out; returns how
+ * many. Only that thread: other threads of its process writing the same
+ * name each make a page of their own (the last close wins, every page
+ * whole), and none reads another's bytes before its commit. */
 #define FS_OWN_MAX 8
+/* 1 if thread tid opened writer h or was the last other thread to write
+ * through it: the thread whose unlink, rename, lookup and second open
+ * reach the page h is still writing. */
+int fs_writer_thread(struct fs_handle *h, pid_t tid);
 int fs_writers_owned(struct fs_mount *fs, uint32_t pool_id, const char *name, pid_t tid,
                      struct fs_handle **out, int max);
 
@@ -211,8 +218,7 @@ void fs_writer_peek(struct fs_handle *h, uint64_t *length, int *pending);
 
 /* 1 if thread tid's process opened writer h or last wrote through it, or
  * that cannot be told (tid 0: outside the daemon's pid namespace); then
- * a close by tid publishes h, and an unlink or rename by tid reaches the
- * page h is still writing (fs_name.c). */
+ * a close by tid publishes h. */
 int fs_writer_owned(struct fs_handle *h, pid_t tid);
 
 /*

@@ -43,6 +43,14 @@ static int not_a_pool(enum fs_kind kind)
 	}
 }
 
+int fs_writer_thread(struct fs_handle *h, pid_t tid)
+{
+	pthread_mutex_lock(&h->lock);
+	int mine = tid > 0 && (tid == h->w.owner_tid || tid == h->w.writer_tid);
+	pthread_mutex_unlock(&h->lock);
+	return mine;
+}
+
 int fs_writers_owned(struct fs_mount *fs, uint32_t pool_id, const char *name, pid_t tid,
                      struct fs_handle **out, int max)
 {
@@ -52,7 +60,7 @@ int fs_writers_owned(struct fs_mount *fs, uint32_t pool_id, const char *name, pi
 	for (int i = 0; i < n && i < FS_OWN_MAX && found < max; i++) {
 		struct fs_handle *h = fs_handles_find_writer(&fs->handles, ids[i]);
 
-		if (h && fs_writer_owned(h, tid))
+		if (h && fs_writer_thread(h, tid))
 			out[found++] = h;
 		else if (h)
 			fs_handles_put(&fs->handles, h);
