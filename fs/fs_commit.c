@@ -69,9 +69,7 @@ static int publish(struct fs_mount *fs, struct fs_handle *h, const struct meta_r
 	return meta_page_commit(fs->meta, r, length, sum);
 }
 
-/* 1 if a close by thread tid may publish h: tid's process opened h or
- * last wrote through it, or that cannot be told. */
-static int may_commit(struct fs_handle *h, pid_t tid)
+int fs_writer_owned(struct fs_handle *h, pid_t tid)
 {
 	pid_t owner, owner_tgid, writer, tgid;
 
@@ -100,7 +98,7 @@ int fs_writer_flush(struct fs_mount *fs, struct fs_handle *h, pid_t tid)
 	uint64_t length, sum = 0;
 	int have_sum, held, killed, ret;
 
-	if (!may_commit(h, tid))
+	if (!fs_writer_owned(h, tid))
 		return 0;
 	pthread_mutex_lock(&h->lock);
 	while (h->w.state == FS_W_BUSY || h->w.inflight > 0)
@@ -143,6 +141,12 @@ int fs_writer_flush(struct fs_mount *fs, struct fs_handle *h, pid_t tid)
 	h->w.resv_held = 0;
 	pthread_cond_broadcast(&h->idle);
 	pthread_mutex_unlock(&h->lock);
+
+	/* The pool's mtime and ctime moved (a publish is no request on the
+	 * directory the kernel would drop them for): dropped before close()
+	 * returns, from this thread (flush holds no directory lock). */
+	if (ret == 0 && !killed)
+		fs_inval_pool(fs->inval, h->pool_id, 1);
 
 	/* A page replaced in place has a new inode (a new version, see
 	 * fs_inode.h): the kernel's entry for its name and its attributes of

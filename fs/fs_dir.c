@@ -16,7 +16,9 @@
  * every page is created through this kernel, which replaces a negative
  * dentry itself, and pages dropped by the engine are invalidated by
  * fs_inval. A name someone is still writing is answered with a plain
- * ENOENT instead, so the kernel asks again after the commit.
+ * ENOENT instead, so the kernel asks again after the commit; only the
+ * writer's own process finds it (uncached), so that it may stat, unlink
+ * or rename the file it is writing (docs/DECISIONS-posix.md).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -28,6 +30,31 @@
 
 #include "fs/fs_inode.h"
 
+/* A name being written: the caller's own page (uncached), else a plain
+ * ENOENT. */
+static void lookup_own(fuse_req_t req, struct fs_mount *fs, uint32_t pool_id, const char *name)
+{
+	struct fs_handle *h;
+	struct fuse_entry_param e;
+	struct meta_page_info p;
+	uint64_t length;
+	int pending;
+
+	if (fs_writers_owned(fs, pool_id, name, fuse_req_ctx(req)->pid, &h, 1) < 1)
+		return (void)fuse_reply_err(req, ENOENT);
+	int ret = meta_page_get(fs->meta, h->page_id, &p);
+	fs_writer_peek(h, &length, &pending);
+	memset(&e, 0, sizeof(e));
+	e.ino = h->ino;
+	e.generation = p.gen;
+	if (ret == 0)
+		fs_attr_page(fs, &p, 1, length, &e.attr);
+	fs_handles_put(&fs->handles, h);
+	if (ret < 0)
+		return (void)fuse_reply_err(req, -ret);
+	fuse_reply_entry(req, &e);
+}
+
 static void lookup_page(fuse_req_t req, struct fs_mount *fs, uint32_t pool_id, const char *name)
 {
 	struct fuse_entry_param e;
@@ -37,6 +64,8 @@ static void lookup_page(fuse_req_t req, struct fs_mount *fs, uint32_t pool_id, c
 
 	if (ret == 0)
 		ret = meta_page_lookup(fs->meta, pool_id, name, &p, &pending);
+	if (ret == -ENOENT && pending)
+		return lookup_own(req, fs, pool_id, name);
 	if (ret == -ENOENT && !pending) {
 		memset(&e, 0, sizeof(e));
 		e.entry_timeout = fs->timeout;

@@ -63,11 +63,52 @@ static void reply_open(fuse_req_t req, struct fs_mount *fs, struct fs_handle *h,
 
 	fi->fh = (uintptr_t)h;
 	ret = e ? fuse_reply_create(req, e, fi) : fuse_reply_open(req, fi);
-	if (ret < 0) {
+	if (ret < 0)
+		fs_handle_release(fs, h);
+}
+
+void fs_handle_release(struct fs_mount *fs, struct fs_handle *h)
+{
+	pthread_mutex_lock(&h->lock);
+	int last = --h->opens == 0;
+	pthread_mutex_unlock(&h->lock);
+	if (last) {
 		fs_handles_remove(&fs->handles, h);
 		fs_handle_close(fs, h);
-		fs_handles_put(&fs->handles, h);
 	}
+	fs_handles_put(&fs->handles, h);
+}
+
+/* An open of a page the caller's process is still writing: another file
+ * handle on its writer (as a second descriptor of one file, on a local
+ * filesystem), emptied first with O_TRUNC. stress-ng --open creates a
+ * file, opens it again with O_TRUNC and unlinks it only if that open
+ * succeeds. A plain read-only open is ENOENT, as for anyone else: readers
+ * never see a page before its commit (another thread of the writer's
+ * process reading the name must not get half of it). */
+static void open_own(fuse_req_t req, struct fs_mount *fs, uint64_t page_id,
+                     struct fuse_file_info *fi)
+{
+	int reader = (fi->flags & O_ACCMODE) == O_RDONLY && !(fi->flags & O_TRUNC);
+	struct fs_handle *h = reader ? NULL : fs_handles_find_writer(&fs->handles, page_id);
+	int ret = -ENOENT;
+
+	if (h && fs_writer_thread(h, fuse_req_ctx(req)->pid)) {
+		pthread_mutex_lock(&h->lock);
+		if (h->opens > 0) { /* (0: its last release is under way) */
+			h->opens++;
+			ret = 0;
+		}
+		pthread_mutex_unlock(&h->lock);
+	}
+	if (ret == 0 && (fi->flags & O_TRUNC) && (ret = fs_writer_truncate(fs, h, 0)) < 0)
+		fs_handle_release(fs, h);
+	else if (ret < 0 && h)
+		fs_handles_put(&fs->handles, h);
+	if (ret < 0)
+		return (void)fuse_reply_err(req, -ret);
+	fi->direct_io = 1;
+	reply_open(req, fs, h, fi, NULL);
 }
 
 /* A writer handle for reservation r opened through inode ino, listed
@@ -256,6 +297,9 @@ static void open_read(fuse_req_t req, struct fs_mount *fs, fuse_ino_t ino, uint6
 	int verify = 0;
 	int ret = meta_page_pin(fs->meta, page_id, &p, &verify);
 
+	if (ret == -ENOENT && meta_page_get(fs->meta, page_id, &p) == 0 && !p.committed)
+		return open_own(req, fs, page_id, fi);
+
 	/* Gone since the kernel's lookup. Evicted or unlinked: for a reader
 	 * that is a cache miss, ENOENT (ESTALE would make the kernel look
 	 * again, and under churn the page it finds can be gone too; a second
@@ -316,13 +360,13 @@ void pagefs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return (void)fuse_reply_err(req, EISDIR);
 	if ((fi->flags & O_ACCMODE) == O_RDONLY)
 		return open_read(req, fs, ino, id, fi);
+	ret = meta_page_get(fs->meta, id, &p);
+	if (ret == 0 && !p.committed)
+		return open_own(req, fs, id, fi);
 	if (!(fi->flags & O_TRUNC))
 		return (void)fuse_reply_err(req, EPERM);
-	ret = meta_page_get(fs->meta, id, &p);
 	if (ret == -ENOENT)
 		ret = -ESTALE; /* see pagefs_op_open */
-	else if (ret == 0 && !p.committed)
-		ret = -ENOENT;
 	if (ret < 0)
 		return (void)fuse_reply_err(req, -ret);
 	open_replace(req, fs, ino, &p, fi);
@@ -398,9 +442,7 @@ void pagefs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 	(void)ino;
 	FS_RELEASING(h);
-	fs_handles_remove(&fs->handles, h);
-	fs_handle_close(fs, h);
-	fs_handles_put(&fs->handles, h);
+	fs_handle_release(fs, h);
 	fuse_reply_err(req, 0);
 }
 

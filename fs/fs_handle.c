@@ -43,6 +43,7 @@ struct fs_handle *fs_handle_new(enum fs_handle_kind kind)
 	h->kind = kind;
 	h->data_fd = -1;
 	h->refs = 1;
+	h->opens = 1;
 	if (kind == FS_WRITER) {
 		h->w.xxh = XXH3_createState();
 		if (!h->w.xxh) {

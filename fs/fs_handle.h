@@ -75,7 +75,9 @@ struct fs_handle {
 	uint64_t page_id;
 	int data_fd; /* the pool's data file, owned by meta */
 	uint64_t slot_size;
-	char name[META_NAME_MAX + 1]; /* writer: the name it was opened by */
+	/* Writer: the name it was opened by, or that its process renamed it
+	 * to since (set while the writer is FS_W_BUSY; for messages). */
+	char name[META_NAME_MAX + 1];
 
 	/* Reader only, fixed at open: the page as pinned (its slot, length
 	 * and attributes). */
@@ -90,8 +92,12 @@ struct fs_handle {
 
 	/* Writer (and a reader's kept bytes). */
 	pthread_mutex_t lock; /* a leaf; never held across meta_* calls */
-	pthread_cond_t idle;  /* signalled when state leaves BUSY or inflight hits 0 */
-	struct fs_writer w;   /* protected by lock */
+	/* Kernel file handles (fi->fh) on h, each holding a reference: 1,
+	 * more where the writer's process opened its page again (fs_file.c);
+	 * the last release ends h. Protected by lock. */
+	int opens;
+	pthread_cond_t idle; /* signalled when state leaves BUSY or inflight hits 0 */
+	struct fs_writer w;  /* protected by lock */
 
 	/* Protected by fs_handles.lock. */
 	struct fs_handle *prev, *next; /* list of all handles */
@@ -157,6 +163,10 @@ int fs_handles_add_checked(struct fs_handles *t, struct fs_handle *h);
  * away as well (it did, for 4 rewrites in 10 under two busy readers).
  */
 void fs_handles_expect_writer(struct fs_handles *t, uint64_t page_id);
+/* The release of one kernel file handle on h: the last one unlists h
+ * and ends its hold on the index (fs_handle_close); drops that file
+ * handle's reference. */
+void fs_handle_release(struct fs_mount *fs, struct fs_handle *h);
 /* Unlists h; the caller still owns its reference. No-op if not listed. */
 void fs_handles_remove(struct fs_handles *t, struct fs_handle *h);
 /* Unlists and returns any listed handle, with the table's view of it
@@ -169,6 +179,22 @@ struct fs_handle *fs_handles_find_writer(struct fs_handles *t, uint64_t page_id)
 /* A listed reader of page_id opened through inode ino, with a new
  * reference (put it), or NULL. */
 struct fs_handle *fs_handles_find_reader(struct fs_handles *t, uint64_t page_id, uint64_t ino);
+
+/* fs_name.c */
+
+/* Writer handles (new references: put them) of the pages of (pool_id,
+ * name) that thread tid is still writing (it opened them, or was the last
+ * other thread to write through them), at most max into out; returns how
+ * many. Only that thread: other threads of its process writing the same
+ * name each make a page of their own (the last close wins, every page
+ * whole), and none reads another's bytes before its commit. */
+#define FS_OWN_MAX 8
+/* 1 if thread tid opened writer h or was the last other thread to write
+ * through it: the thread whose unlink, rename, lookup and second open
+ * reach the page h is still writing. */
+int fs_writer_thread(struct fs_handle *h, pid_t tid);
+int fs_writers_owned(struct fs_mount *fs, uint32_t pool_id, const char *name, pid_t tid,
+                     struct fs_handle **out, int max);
 
 /* fs_write.c */
 
@@ -189,6 +215,11 @@ int fs_writer_truncate(struct fs_mount *fs, struct fs_handle *h, uint64_t size);
 void fs_writer_peek(struct fs_handle *h, uint64_t *length, int *pending);
 
 /* fs_commit.c */
+
+/* 1 if thread tid's process opened writer h or last wrote through it, or
+ * that cannot be told (tid 0: outside the daemon's pid namespace); then
+ * a close by tid publishes h. */
+int fs_writer_owned(struct fs_handle *h, pid_t tid);
 
 /*
  * The commit point, for a close() by thread tid: publishes writer h if tid

@@ -12,6 +12,7 @@
  * table) and is reported with timeout 0 so every stat asks again.
  */
 #include "fs/fs_inode.h"
+#include "fs/fs_inval.h"
 
 #include <errno.h>
 #include <string.h>
@@ -52,6 +53,15 @@ static struct timespec ns_to_ts(int64_t ns)
 
 void fs_attr_dir(const struct fs_mount *fs, fuse_ino_t ino, struct stat *st)
 {
+	struct meta_pool_info pool;
+	int64_t mtime_ns = 0;
+	uint64_t id;
+
+	if (fs_ino_kind(ino, &id) == FS_POOL) {
+		fs_inval_pool_served(fs->inval, (uint32_t)id); /* before the times are read */
+		if (meta_pool_get(fs->meta, (uint32_t)id, &pool) == 0)
+			mtime_ns = pool.mtime_ns;
+	}
 	memset(st, 0, sizeof(*st));
 	st->st_ino = ino;
 	st->st_mode = S_IFDIR | 0755;
@@ -62,8 +72,8 @@ void fs_attr_dir(const struct fs_mount *fs, fuse_ino_t ino, struct stat *st)
 	st->st_blocks = 8;
 	st->st_blksize = FS_BLKSIZE;
 	st->st_atim = fs->mounted;
-	st->st_mtim = fs->mounted;
-	st->st_ctim = fs->mounted;
+	st->st_mtim = mtime_ns > 0 ? ns_to_ts(mtime_ns) : fs->mounted;
+	st->st_ctim = st->st_mtim;
 }
 
 void fs_attr_page(const struct fs_mount *fs, const struct meta_page_info *p, int writing,
@@ -79,7 +89,7 @@ void fs_attr_page(const struct fs_mount *fs, const struct meta_page_info *p, int
 	st->st_blocks = (blkcnt_t)((length + 511) / 512);
 	st->st_blksize = FS_BLKSIZE;
 	st->st_mtim = ns_to_ts(p->mtime_ns);
-	st->st_ctim = st->st_mtim;
+	st->st_ctim = p->ctime_ns > p->mtime_ns ? ns_to_ts(p->ctime_ns) : st->st_mtim;
 	st->st_atim = ns_to_ts(p->atime_ns);
 	if (writing && p->mtime_ns == 0) {
 		/* Never committed: it is being written now. */

@@ -74,7 +74,9 @@ static inline int fs_ino_current(fuse_ino_t ino, const struct meta_page_info *p)
 /* What ino names; *id gets the rank, pool id or page id. */
 enum fs_kind fs_ino_kind(fuse_ino_t ino, uint64_t *id);
 
-/* Attributes of a directory inode (no index access). */
+/* Attributes of a directory inode. A pool's mtime and ctime are its
+ * (meta_pool_info.mtime_ns, read after noting that the kernel gets
+ * them: fs_inval_pool_served); the others' the mount's time. */
 void fs_attr_dir(const struct fs_mount *fs, fuse_ino_t ino, struct stat *st);
 /* Attributes of page p (as inode number: its current version);
  * `writing` reports a page still being written (mode 0644) whose current

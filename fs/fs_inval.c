@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,10 +32,12 @@ struct inval_item {
 	struct inval_item *next;
 	uint64_t seq;    /* queue order, for fs_inval_wait */
 	uint64_t parent; /* entry: the directory; 0 for an inode */
-	uint64_t ino;    /* inode: the inode */
+	uint64_t ino;    /* inode: the inode (a pool: its attributes only) */
 	size_t namelen;
 	char name[];
 };
+
+#define POOLS_SERVED 4096
 
 struct fs_inval {
 	pthread_mutex_t lock;
@@ -49,6 +52,10 @@ struct fs_inval {
 	pthread_t thread;
 	struct fuse_session *se; /* set before the thread starts */
 	char abort_path[64];     /* fusectl abort file of our connection, or "" */
+	/* Pools whose attributes a reply gave since their last invalidation,
+	 * by pool id modulo POOLS_SERVED (a collision costs one needless
+	 * invalidation). */
+	_Atomic unsigned char served[POOLS_SERVED];
 };
 
 int fs_inval_new(struct fs_inval **out)
@@ -127,10 +134,26 @@ void fs_inval_inode(struct fs_inval *iv, uint64_t ino)
 	queue(iv, 0, ino, NULL);
 }
 
+void fs_inval_pool_served(struct fs_inval *iv, uint32_t pool_id)
+{
+	atomic_store(&iv->served[pool_id % POOLS_SERVED], 1);
+}
+
+void fs_inval_pool(struct fs_inval *iv, uint32_t pool_id, int now)
+{
+	if (!atomic_exchange(&iv->served[pool_id % POOLS_SERVED], 0))
+		return;
+	if (now && iv->se)
+		fuse_lowlevel_notify_inval_inode(iv->se, fs_ino_pool(pool_id), -1, 0);
+	else
+		fs_inval_inode(iv, fs_ino_pool(pool_id));
+}
+
 void fs_inval_on_drop(void *arg, uint32_t pool_id, uint64_t page_id, const char *name)
 {
 	(void)page_id;
 	fs_inval_entry(arg, fs_ino_pool(pool_id), name);
+	fs_inval_pool(arg, pool_id, 0);
 }
 
 void fs_inval_on_dir(void *arg, int rank, const char *ns)
@@ -147,12 +170,14 @@ void fs_inval_on_dir(void *arg, int rank, const char *ns)
 
 static void send_one(struct fs_inval *iv, const struct inval_item *it)
 {
+	uint64_t id;
 	int ret;
 
 	if (it->parent)
 		ret = fuse_lowlevel_notify_inval_entry(iv->se, it->parent, it->name, it->namelen);
 	else
-		ret = fuse_lowlevel_notify_inval_inode(iv->se, it->ino, 0, 0);
+		ret = fuse_lowlevel_notify_inval_inode(
+			iv->se, it->ino, fs_ino_kind(it->ino, &id) == FS_POOL ? -1 : 0, 0);
 	if (ret < 0 && ret != -ENOENT)
 		log_debug("kernel invalidation of %s (inode %llu) failed: %s",
 		          it->parent ? it->name : "inode",

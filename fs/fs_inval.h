@@ -43,8 +43,22 @@ int fs_inval_stop(struct fs_inval *iv);
 /* Frees the queue (after stop, or if never started). */
 void fs_inval_free(struct fs_inval *iv);
 
+/*
+ * Pool directory attributes (their mtime and ctime move with every
+ * publish, rename, unlink and eviction; the kernel caches them for the
+ * attr timeout). fs_inval_pool_served: a reply is about to give the
+ * kernel pool_id's attributes (call before reading them). fs_inval_pool:
+ * pool_id's times moved; if a reply gave its attributes since the last
+ * call, they are dropped: from this thread when now (a request handler
+ * holding no lock on the directory: an inode invalidation takes none),
+ * else from the invalidation thread. Changes made through the kernel
+ * (create, unlink, rename) need none: the kernel drops them itself.
+ */
+void fs_inval_pool_served(struct fs_inval *iv, uint32_t pool_id);
+void fs_inval_pool(struct fs_inval *iv, uint32_t pool_id, int now);
+
 /* A meta_drop_cb (arg: the struct fs_inval): the engine dropped a page by
- * itself, so the kernel must forget its name. */
+ * itself, so the kernel must forget its name (and the pool's times). */
 void fs_inval_on_drop(void *arg, uint32_t pool_id, uint64_t page_id, const char *name);
 
 /* A meta_dir_cb (arg: the struct fs_inval): another node removed a rank

@@ -98,6 +98,8 @@ static void apply_commit(struct meta *m, const struct rec *r, struct dropped **d
 		if (p->slot != r->slot)
 			free_slot(m, pool, p->slot, r);
 		page_new_version(p);
+		pool_changed(pool, now_ns());
+		ctime_del(&m->ctimes, p->id); /* its ctime is the commit's */
 	} else if (p) {
 		/* A new page: leaves the pending state, relinked below. */
 		pool->pending--;
@@ -161,6 +163,7 @@ static void apply_rename(struct meta *m, const struct rec *r)
 	memcpy(q, p, offsetof(struct page, name_next));
 	page_free(p);
 	page_link_committed(m, q, name_hash(pool->id, r->name, r->name_len));
+	ctime_set(&m->ctimes, q->id, now_ns());
 }
 
 /* A chunk this node now holds: its used slots and those still in their
@@ -244,8 +247,22 @@ void apply_remote(struct meta *m, const struct store_change *c, struct dropped *
 	    p->has_checksum == r->has_checksum && pname_eq(p, r->name, r->name_len))
 		return; /* nothing this node does not know */
 	if (p && !pname_eq(p, r->name, r->name_len)) {
-		remote_drop(m, p, drops); /* renamed: made again below under its new name */
-		p = NULL;
+		/* Renamed: the same page under its new name, in the same slot,
+		 * which a reader here may pin (dropped and made again, its slot
+		 * was freed at that reader's close though the page kept it). */
+		struct page *q = page_alloc(r->name, r->name_len);
+		if (!q) {
+			remote_drop(m, p, drops); /* made again below, if memory allows */
+			p = NULL;
+		} else {
+			drops_add(drops, p); /* the kernel forgets the old name */
+			page_unlink_committed(m, p);
+			memcpy(q, p, offsetof(struct page, name_next));
+			page_free(p);
+			p = q;
+			page_link_committed(m, p, name_hash(pool->id, r->name, r->name_len));
+			ctime_set(&m->ctimes, p->id, now_ns());
+		}
 	}
 	if (p) {
 		/* Replaced in place on another node: new slot, new version. */

@@ -55,7 +55,8 @@ struct page {
 	uint32_t committed : 1;
 	uint32_t has_checksum : 1;
 	uint32_t verified : 1;  /* checksum verified since commit/mount */
-	uint32_t opened : 1;    /* a reader opened this version */
+	uint32_t opened : 1;    /* committed: a reader opened this version;
+	                         * not committed: page_orphaned */
 	uint64_t mtime_q : 48;  /* commit time in 2^-16 s (page_mtime) */
 	uint64_t pool_ix : 16;  /* its pool: page_pool() (pool_index.c) */
 	uint32_t name_next;     /* meta.by_name chain */
@@ -238,6 +239,10 @@ struct pool {
 
 	uint64_t pages, bytes, pending;
 	uint64_t hits, misses, evictions, checksum_failures;
+	/* The directory's mtime and ctime: the last time a page joined or
+	 * left its names or was replaced (dirtime.c); what a clean unmount
+	 * last recorded of it. */
+	int64_t dir_ns, dir_saved_ns;
 	uint64_t bytes_read, bytes_written;
 
 	/* Shared index only (chunks.c): the chunks of 64 slots this node
@@ -286,6 +291,17 @@ struct page_table {
 	uint64_t count;
 };
 
+/* Renamed pages' ctimes by page id (dirtime.c); id 0: an empty entry. */
+struct ctime_ent {
+	uint64_t id;
+	int64_t ns;
+};
+
+struct ctimes {
+	struct ctime_ent *v;
+	size_t cap, n; /* cap: a power of two, or 0 */
+};
+
 struct meta {
 	pthread_mutex_t lock;   /* protects everything below but cfg */
 	struct meta_config cfg; /* immutable after open; strings owned */
@@ -293,7 +309,9 @@ struct meta {
 	char *db_path; /* the index as messages name it (no password) */
 
 	struct pool *pools;
-	uint64_t pools_made; /* pools this node created (sync.c: stale reloads) */
+	uint64_t pools_made;    /* pools this node created (sync.c: stale reloads) */
+	uint64_t pools_set;     /* pool settings this node changed (the same) */
+	uint32_t pools_setting; /* of them, still on their way to the store */
 	uint8_t ranks[(META_RANK_MAX + 1) / 8]; /* explicitly created ranks */
 
 	struct page_table by_name; /* key: (pool id, name); chains via name_next */
@@ -303,6 +321,7 @@ struct meta {
 	 * (page_replaced, meta_page_replaced). */
 	uint64_t replaced[1024];
 	unsigned replaced_n;
+	struct ctimes ctimes; /* renamed pages' ctimes (dirtime.c) */
 	uint32_t epoch;
 
 	/* Several daemons on one index (PostgreSQL): this is one node. */
@@ -400,6 +419,10 @@ struct rec {
 	int replace, in_place;
 	/* pool fields (POOL_PUT/DEL, RANK_*) */
 	uint16_t rank;
+	/* POOL_PUT on a shared index: the new capacity changes the pool's
+	 * chunk size (pool_chunk_slots), which the store allows only while
+	 * no node holds a chunk of it and it has no page (else -EBUSY). */
+	uint16_t rechunk;
 	uint64_t slot_size, capacity;
 	int pool_update; /* POOL_PUT: changes an existing pool (never re-creates it) */
 	char ns[META_NS_MAX + 1];
@@ -562,6 +585,21 @@ uint64_t id_left(const struct idblock *b);
 /* fence.c: at mount, holds the free slots of pools whose HTTP clients may
  * still write slots the daemon before reserved. 0 or -ENOMEM. */
 int fences_load(struct meta *m);
+
+/* dirtime.c (meta.lock held, but by the load and close calls) */
+
+/* A page joined or left pool's names, or was replaced, at ns. */
+void pool_changed(struct pool *pool, int64_t ns);
+/* Pool times a clean unmount recorded (at open, after the load). */
+void dirtimes_load(struct meta *m);
+/* Queues the pool times that moved since the load (at close, before
+ * the journal stops). */
+void dirtimes_save(struct meta *m);
+/* A renamed page's ctime: set, look up (0: none), forget. */
+void ctime_set(struct ctimes *t, uint64_t id, int64_t ns);
+int64_t ctime_get(const struct ctimes *t, uint64_t id);
+void ctime_del(struct ctimes *t, uint64_t id);
+void ctimes_free(struct ctimes *t);
 /* keys_slots.c: stops the protocol's evictor thread and frees its state. */
 void keys_stop(struct meta *m);
 /* A page's slot freed in a pool the protocol uses here (a pool with HTTP
@@ -603,6 +641,10 @@ struct page *table_find_hashed(const struct page_table *t, uint32_t h, uint32_t 
 /* The committed page of b's name (in b's pool; it hashes to h), b
  * itself if committed. */
 struct page *table_find_same(const struct page_table *t, const struct page *b, uint32_t h);
+/* The ids of the pages of (pool_id, name) still being written, at most
+ * max of them, into ids; returns how many there are (may exceed max). */
+int table_find_pending(const struct page_table *t, uint32_t pool_id, const char *name,
+                       uint64_t *ids, int max);
 /* The same as table_find_name for n names at once (a NULL name finds
  * nothing); lens[i] is strlen(names[i]). */
 void table_find_names(const struct page_table *t, uint32_t pool_id, const char *const *names,
@@ -663,6 +705,21 @@ void page_take_row(struct page *p, const struct rec *r);
 /* Notes that p leaves because another page takes its name. meta.lock. */
 void page_replaced(struct meta *m, const struct page *p);
 void page_replaced_id(struct meta *m, uint64_t id);
+/* A page still being written whose writer unlinked it: out of the name
+ * table (nobody finds it by name; another page may take the name), in
+ * the id table until its writer commits (which publishes nothing) or
+ * aborts. The bit means "a reader opened it" only for committed pages,
+ * and an orphan never commits. */
+static inline int page_orphaned(const struct page *p)
+{
+	return !p->committed && p->opened;
+}
+
+static inline void page_set_orphaned(struct page *p)
+{
+	p->opened = 1;
+}
+
 /* A new version of p (a new inode in fs/): nobody has opened it yet. */
 static inline void page_new_version(struct page *p)
 {

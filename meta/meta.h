@@ -70,6 +70,9 @@ struct meta_pool_info {
 	uint64_t freed_open;   /* of them, slots of pages gone since: free at last close */
 	uint64_t hits, misses, evictions, checksum_failures;
 	uint64_t bytes_read, bytes_written;
+	/* The directory's mtime and ctime: the last publish, rename,
+	 * unlink or eviction of a page (0: none known). */
+	int64_t mtime_ns;
 	char data_file[4096]; /* absolute path of the pool's data file */
 	int data_fd;          /* open O_RDWR data file; valid while the pool
 	                          * exists (a pool with pages cannot be removed) */
@@ -89,6 +92,7 @@ struct meta_page_info {
 		version; /* in-place replacements (O_TRUNC), kept across remounts (wraps at 2^16) */
 	int opened;      /* a reader opened this version before this open */
 	int64_t mtime_ns; /* commit time */
+	int64_t ctime_ns; /* the commit's or, since this mount, the last rename's */
 	int64_t atime_ns; /* last use */
 	char name[META_NAME_MAX + 1];
 };
@@ -277,6 +281,25 @@ int meta_page_unlink(struct meta *m, uint32_t pool_id, const char *name);
  * 0, -ENOENT. Durable on return. */
 int meta_page_rename(struct meta *m, uint32_t pool_id, const char *from, const char *to,
                      int noreplace);
+
+/*
+ * A writer's name operations on a page it is still writing (fs/ knows
+ * which writer asks; docs/DECISIONS-posix.md). None touches the store:
+ * an unpublished page has no row.
+ *
+ * meta_page_pending: the ids of the pages of (pool_id, name) being
+ * written, at most max into ids; returns how many there are.
+ * meta_page_unlink_pending: page_id leaves its name; its commit then
+ * publishes nothing (meta_page_commit returns 0 and gives the slot back).
+ * 0, or -ENOENT (committed, gone, or unlinked already).
+ * meta_page_rename_pending: page_id takes name `to`, under which its
+ * commit publishes it (replacing a committed page of that name then).
+ * noreplace: -EEXIST while `to` has a committed page. 0, -ENOENT, -EINVAL,
+ * -ENAMETOOLONG, -ENOMEM.
+ */
+int meta_page_pending(struct meta *m, uint32_t pool_id, const char *name, uint64_t *ids, int max);
+int meta_page_unlink_pending(struct meta *m, uint64_t page_id);
+int meta_page_rename_pending(struct meta *m, uint64_t page_id, const char *to, int noreplace);
 
 /*
  * Calls cb for each committed page of a pool with id > after_id, in id

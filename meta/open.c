@@ -438,6 +438,8 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 			rc = open_loaded_data(m, err, errlen);
 		if (rc == 0 && (rc = fences_load(m)) < 0)
 			snprintf(err, errlen, "out of memory holding slots of pools");
+		if (rc == 0)
+			dirtimes_load(m);
 		if (rc < 0) {
 			if (!err[0])
 				snprintf(err, errlen, "cannot load index %s: %s; run 'pagefs fsck'",
@@ -468,6 +470,8 @@ void meta_close(struct meta *m)
 		return;
 	keys_stop(m);
 	sync_stop(m);
+	if (m->journal)
+		dirtimes_save(m);
 	journal_stop(m);
 	if (m->by_id.buckets) {
 		for (uint64_t i = 0; i < m->by_id.n; i++)
@@ -476,6 +480,7 @@ void meta_close(struct meta *m)
 	}
 	table_free(&m->by_id);
 	table_free(&m->by_name);
+	ctimes_free(&m->ctimes);
 	while (m->pools) {
 		struct pool *p = m->pools;
 		m->pools = p->next;

@@ -140,12 +140,14 @@ void page_link_loaded(struct meta *m, struct page *p, uint32_t h)
 	idtable_add(&m->by_id, p);
 	pool->pages++;
 	pool->bytes += p->length;
+	pool_changed(pool, page_mtime(p));
 }
 
 void page_link_committed(struct meta *m, struct page *p, uint32_t h)
 {
 	page_link_loaded(m, p, h);
 	lru_push_head(page_pool(p), p);
+	pool_changed(page_pool(p), now_ns());
 }
 
 void page_unlink_committed(struct meta *m, struct page *p)
@@ -157,9 +159,11 @@ void page_unlink_committed(struct meta *m, struct page *p)
 	lru_remove(pool, p);
 	pool->pages--;
 	pool->bytes -= p->length;
+	pool_changed(pool, now_ns());
+	ctime_del(&m->ctimes, p->id);
 }
 
-static void fill_info(const struct page *p, struct meta_page_info *out)
+static void fill_info(const struct meta *m, const struct page *p, struct meta_page_info *out)
 {
 	if (!out)
 		return;
@@ -174,6 +178,9 @@ static void fill_info(const struct page *p, struct meta_page_info *out)
 	out->version = p->version;
 	out->opened = p->opened;
 	out->mtime_ns = page_mtime(p);
+	out->ctime_ns = ctime_get(&m->ctimes, p->id);
+	if (out->ctime_ns < out->mtime_ns)
+		out->ctime_ns = out->mtime_ns;
 	out->atime_ns = (int64_t)p->atime_s * 1000000000LL;
 	pname_text(p, out->name);
 }
@@ -205,7 +212,7 @@ int meta_page_lookup(struct meta *m, uint32_t pool_id, const char *name, struct 
 		struct page *p = table_find_name(&m->by_name, pool_id, name, pending);
 		if (p) {
 			page_touch(m, p);
-			fill_info(p, out);
+			fill_info(m, p, out);
 			pool->hits++;
 			ret = 0;
 		} else {
@@ -247,7 +254,7 @@ int meta_page_get(struct meta *m, uint64_t page_id, struct meta_page_info *out)
 	pthread_mutex_lock(&m->lock);
 	struct page *p = idtable_find(&m->by_id, page_id);
 	if (p) {
-		fill_info(p, out);
+		fill_info(m, p, out);
 		ret = 0;
 	}
 	pthread_mutex_unlock(&m->lock);
@@ -608,7 +615,8 @@ void meta_page_abort(struct meta *m, const struct meta_resv *r)
 	if (pool && !r->replace) {
 		struct page *p = idtable_find(&m->by_id, r->page_id);
 		if (p && !p->committed) {
-			table_del_name(&m->by_name, p);
+			if (!page_orphaned(p))
+				table_del_name(&m->by_name, p);
 			idtable_del(&m->by_id, p);
 			pool->pending--;
 			page_free(p);
@@ -648,9 +656,10 @@ static int commit_once(struct meta *m, const struct meta_resv *r, uint64_t lengt
 		return -ENOMEM;
 	pthread_mutex_lock(&m->lock);
 	p = idtable_find(&m->by_id, r->page_id);
-	if (!p || (r->replace && !p->committed)) {
-		/* Replacing a page that was removed meanwhile: like writing
-		 * to an unlinked file, the bytes go nowhere. */
+	if (!p || (r->replace && !p->committed) || page_orphaned(p)) {
+		/* Replacing a page that was removed meanwhile, or a new page
+		 * its writer unlinked: like writing to an unlinked file, the
+		 * bytes go nowhere. */
 		pthread_mutex_unlock(&m->lock);
 		free(rec);
 		return 1;
@@ -712,7 +721,7 @@ int meta_page_pin(struct meta *m, uint64_t page_id, struct meta_page_info *out, 
 	if (p && p->committed) {
 		slot_pin(page_pool(p), p->slot);
 		page_touch(m, p);
-		fill_info(p, out);
+		fill_info(m, p, out);
 		p->opened = 1;
 		/* A page without a checksum (written by the key protocol or
 		 * imported) is read once to get one. */
@@ -732,7 +741,7 @@ int meta_page_new_version(struct meta *m, uint64_t page_id, struct meta_page_inf
 	struct page *p = idtable_find(&m->by_id, page_id);
 	if (p && p->committed) {
 		page_new_version(p);
-		fill_info(p, out);
+		fill_info(m, p, out);
 		ret = 0;
 	}
 	pthread_mutex_unlock(&m->lock);
@@ -782,6 +791,77 @@ void meta_page_verified(struct meta *m, uint64_t page_id, uint64_t slot, int ok)
 	}
 	pthread_mutex_unlock(&m->lock);
 	drops_notify(m, drops);
+}
+
+int meta_page_pending(struct meta *m, uint32_t pool_id, const char *name, uint64_t *ids, int max)
+{
+	int n = 0;
+
+	if (meta_check_name(name) < 0)
+		return 0;
+	pthread_mutex_lock(&m->lock);
+	if (pool_live(m, pool_id))
+		n = table_find_pending(&m->by_name, pool_id, name, ids, max);
+	pthread_mutex_unlock(&m->lock);
+	return n;
+}
+
+/* Page page_id while it is still being written and has its name, or
+ * NULL. meta.lock held. */
+static struct page *pending_page(struct meta *m, uint64_t page_id)
+{
+	struct page *p = idtable_find(&m->by_id, page_id);
+
+	return p && !p->committed && !page_orphaned(p) ? p : NULL;
+}
+
+int meta_page_unlink_pending(struct meta *m, uint64_t page_id)
+{
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&m->lock);
+	struct page *p = pending_page(m, page_id);
+	if (p) {
+		table_del_name(&m->by_name, p);
+		page_set_orphaned(p);
+		pool_changed(page_pool(p), now_ns());
+		rc = 0;
+	}
+	pthread_mutex_unlock(&m->lock);
+	return rc;
+}
+
+int meta_page_rename_pending(struct meta *m, uint64_t page_id, const char *to, int noreplace)
+{
+	size_t len;
+	int rc = meta_check_name_len(to, &len);
+
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&m->lock);
+	struct page *p = pending_page(m, page_id), *q;
+	uint32_t pool_id = p ? page_pool(p)->id : 0;
+	if (!p) {
+		rc = -ENOENT;
+	} else if (noreplace && table_find_name(&m->by_name, pool_id, to, NULL)) {
+		rc = -EEXIST;
+	} else if (pname_eq(p, to, len)) {
+		rc = 0;
+	} else if (!(q = page_alloc(to, len))) {
+		rc = -ENOMEM;
+	} else {
+		/* The name lives inside the struct: move the page into a new
+		 * one, as apply_rename does for a committed page. */
+		table_del_name(&m->by_name, p);
+		idtable_del(&m->by_id, p);
+		memcpy(q, p, offsetof(struct page, name_next));
+		page_free(p);
+		table_add_name(&m->by_name, q, name_hash(pool_id, to, len));
+		idtable_add(&m->by_id, q);
+		pool_changed(page_pool(q), now_ns());
+	}
+	pthread_mutex_unlock(&m->lock);
+	return rc;
 }
 
 /* Submits a waited record for a committed page found by name. */

@@ -137,6 +137,7 @@ void pool_fill_info(const struct pool *p, struct meta_pool_info *out)
 	out->misses = p->misses;
 	out->evictions = p->evictions;
 	out->checksum_failures = p->checksum_failures;
+	out->mtime_ns = p->dir_ns;
 	out->bytes_read = p->bytes_read;
 	out->bytes_written = p->bytes_written;
 	snprintf(out->data_file, sizeof(out->data_file), "%s", p->data_path);
@@ -338,6 +339,7 @@ static struct rec *pool_rec(struct meta *m, enum rec_type type, const struct poo
 	r->slot_size = p->slot_size;
 	r->capacity = p->capacity;
 	r->pool_update = !p->creating;
+	r->rechunk = p->shared && r->pool_update && pool_chunk_slots(p->capacity) != p->chunk_slots;
 	r->waited = 1;
 	journal_submit(m, r);
 	return r;
@@ -424,6 +426,7 @@ int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_siz
 		return -EAGAIN; /* no pool id left until the sync thread fetched more */
 	}
 	pool_link(m, p);
+	pool_changed(p, now_ns());
 	p->creating = 1;
 	rank_set(m, rank, 1);
 	m->ranks_busy++;
@@ -487,8 +490,10 @@ int meta_pool_set(struct meta *m, uint32_t pool_id, uint64_t slot_size, uint64_t
 		rc = -EINVAL;
 	else if ((slot_size != old_size && (p->pages || p->pending || p->nused)) ||
 	         new_cap < slot_top(p) ||
-	         /* nodes lease chunks of this size: it cannot change */
-	         (p->shared && pool_chunk_slots(new_cap) != p->chunk_slots))
+	         /* nodes lease chunks of this size: it changes only while
+	          * nothing is in the pool (the store checks the other nodes) */
+	         (p->shared && pool_chunk_slots(new_cap) != p->chunk_slots &&
+	          (p->pages || p->pending || p->nused || p->nchunks)))
 		rc = -EBUSY;
 	else if (new_cap * slot_size > old_cap * old_size &&
 	         ftruncate(p->fd, (off_t)(new_cap * slot_size)) < 0)
@@ -500,14 +505,22 @@ int meta_pool_set(struct meta *m, uint32_t pool_id, uint64_t slot_size, uint64_t
 	p->slot_size = slot_size;
 	p->capacity = new_cap;
 	r = pool_rec(m, REC_POOL_PUT, p);
+	m->pools_setting++;
+	uint32_t old_chunk = p->chunk_slots;
+	p->chunk_slots = pool_chunk_slots(new_cap); /* (a lease meanwhile: sized so) */
+	if (!p->shared)
+		p->chunk_slots = old_chunk;
 	pthread_mutex_unlock(&m->lock);
 	rc = r ? journal_wait(m, r) : -ENOMEM;
+	pthread_mutex_lock(&m->lock);
+	m->pools_setting--;
+	m->pools_set++; /* a reload read before it would undo it (sync.c) */
 	if (rc < 0) {
-		pthread_mutex_lock(&m->lock);
 		p->slot_size = old_size;
 		p->capacity = old_cap;
-		pthread_mutex_unlock(&m->lock);
+		p->chunk_slots = old_chunk;
 	}
+	pthread_mutex_unlock(&m->lock);
 	return rc;
 }
 

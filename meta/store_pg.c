@@ -75,6 +75,16 @@ static const char *const stmt_sql[PG_STMT_COUNT] = {
 	 * capacity -node (the node removing it). */
 	[PG_POOL_SET] =
 		"UPDATE pagefs_pools SET slot_size=$2, capacity=$3 WHERE id=$1 AND capacity>0",
+	/* A new capacity that changes the pool's chunk size: only while no
+	 * node holds a chunk of it and no page is in it (under the pool's
+	 * lock, taken exclusively: no lease or commit runs meanwhile). */
+	[PG_POOL_RECHUNK] =
+		"UPDATE pagefs_pools SET slot_size=$2, capacity=$3 WHERE id=$1 AND capacity>0"
+		" AND NOT EXISTS (SELECT 1 FROM pagefs_chunks WHERE pool=$1)"
+		" AND NOT EXISTS (SELECT 1 FROM pagefs_pages WHERE pool=$1)",
+	/* A lease sized for this capacity (a node that has not yet seen a
+	 * new capacity leases again once it has). */
+	[PG_POOL_CAP] = "SELECT 1 FROM pagefs_pools WHERE id=$1 AND capacity=$2",
 	[PG_POOL_LIVE] = "SELECT 1 FROM pagefs_pools WHERE id=$1 AND capacity>0",
 	[PG_POOL_LOCK] = "SELECT 1 FROM pagefs_pools WHERE id=$1 AND capacity>0 FOR UPDATE",
 	/* Pages in it; or another node may still read it: pins, or frees in

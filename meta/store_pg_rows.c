@@ -527,6 +527,9 @@ static int apply_lease(struct pg_store *s, struct rec *r)
 	int live = 0, rc = run_flag(s, PG_POOL_LIVE, &a, 0, &live);
 	if (rc <= 0)
 		return rc < 0 ? rc : -ENOENT;
+	pg_arg_i64(&a, (int64_t)r->capacity_slots);
+	if ((rc = run_flag(s, PG_POOL_CAP, &a, 0, &live)) <= 0)
+		return rc < 0 ? rc : -EAGAIN; /* resized: chunks of another size now */
 	a.n = 0;
 	int64_t nchunks = (int64_t)((r->capacity_slots + (uint64_t)k - 1) / (uint64_t)k);
 	pg_arg_i64(&a, r->pool_id);
@@ -751,6 +754,8 @@ static int apply_one(struct pg_store *s, struct rec *r)
 			pg_arg_i64(&a, r->pool_id);
 			pg_arg_i64(&a, (int64_t)r->slot_size);
 			pg_arg_i64(&a, (int64_t)r->capacity);
+			if (r->rechunk && s->base.node_id)
+				return run_rows(s, PG_POOL_RECHUNK, &a) == 0 ? 0 : -EBUSY;
 			return run_rows(s, PG_POOL_SET, &a);
 		}
 		if ((rc = run_ids(s, PG_RANK_PUT, 1, r->rank, 0)) < 0)
@@ -797,11 +802,13 @@ int pg_apply(struct store *base, struct rec *r)
 {
 	struct pg_store *s = (struct pg_store *)base;
 	int rc, shared = s->base.node_id != 0;
+	int rechunk = shared && r->type == REC_POOL_PUT && r->rechunk;
 	int pool_locked = shared && (r->type == REC_COMMIT || r->type == REC_LEASE ||
-	                             r->type == REC_POOL_RETIRE);
+	                             r->type == REC_POOL_RETIRE || rechunk);
 
 	if (pool_locked)
-		rc = pool_lock(s, "SAVEPOINT rec; ", r->pool_id, r->type == REC_POOL_RETIRE);
+		rc = pool_lock(s, "SAVEPOINT rec; ", r->pool_id,
+		               r->type == REC_POOL_RETIRE || rechunk);
 	else
 		rc = exec_simple(s, "SAVEPOINT rec");
 	r->xid = (uint64_t)s->xid;

@@ -100,7 +100,7 @@ static int reload_pools(struct meta *m)
 	/* Pools and ranks this node creates while the rows are read may be
 	 * missing from them: those are kept. */
 	pthread_mutex_lock(&m->lock);
-	uint64_t made = m->pools_made, ranks_made = m->ranks_made;
+	uint64_t made = m->pools_made, ranks_made = m->ranks_made, set = m->pools_set;
 	pthread_mutex_unlock(&m->lock);
 	if (m->store->sync->pools(m->store, &cb) < 0) {
 		free(pr.rows);
@@ -112,9 +112,15 @@ static int reload_pools(struct meta *m)
 			continue; /* being removed: gone below */
 		pthread_mutex_lock(&m->lock);
 		struct pool *p = pool_by_id(m, row->id);
-		if (p && !p->removed) {
+		if (p && !p->removed && (m->pools_set != set || m->pools_setting)) {
+			again = 1; /* rows read before a change here: read again */
+		} else if (p && !p->removed) {
 			p->slot_size = row->slot_size;
 			p->capacity = row->capacity;
+			/* Resized while nobody held a chunk of it (the store
+			 * checked): chunks of the new size from now on. */
+			if (pool_chunk_slots(p->capacity) != p->chunk_slots && !p->nchunks)
+				p->chunk_slots = pool_chunk_slots(p->capacity);
 		}
 		pthread_mutex_unlock(&m->lock);
 		if (p)

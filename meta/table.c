@@ -163,6 +163,22 @@ struct page *table_find_name(const struct page_table *t, uint32_t pool_id, const
 	return chain_find(page_at(t->buckets[slot_of(t, h)]), pool_id, name, len, pending);
 }
 
+int table_find_pending(const struct page_table *t, uint32_t pool_id, const char *name,
+                       uint64_t *ids, int max)
+{
+	size_t len = strlen(name);
+	int n = 0;
+
+	for (struct page *p = page_at(t->buckets[slot_of(t, name_hash(pool_id, name, len))]); p;
+	     p = page_at(p->name_next))
+		if (!p->committed && pname_eq(p, name, len) && page_pool(p)->id == pool_id) {
+			if (n < max)
+				ids[n] = p->id;
+			n++;
+		}
+	return n;
+}
+
 struct page *table_find_hashed(const struct page_table *t, uint32_t h, uint32_t pool_id,
                                const char *name, size_t len)
 {

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
+#include <unistd.h>
 
 #define CMD "pool create"
 
@@ -151,8 +152,11 @@ static int cli_pool_create_parse(int argc, char **argv, struct cli_pool_create_c
 	return cli_pool_split(argv[optind], cfg);
 }
 
-static int cli_pool_set(const struct cli_pool_create_config *cfg, const char *attr, uint64_t value)
+/* Sets one setting of the pool; changed: an earlier setting was set. */
+static int cli_pool_set(const struct cli_pool_create_config *cfg, const char *attr, uint64_t value,
+                        int changed)
 {
+	const char *none = changed ? "" : "; nothing was changed";
 	char buf[32], size[32];
 	int e;
 
@@ -164,13 +168,15 @@ static int cli_pool_set(const struct cli_pool_create_config *cfg, const char *at
 	if (e == EBUSY && strcmp(attr, CLI_XATTR_PAGE_SIZE) == 0)
 		return cli_fail(CMD,
 		                "%s: pool has pages; page size can change only while it is empty "
-		                "(remove its pages, or use another pool)",
-		                cfg->pool_dir);
+		                "(remove its pages, or use another pool)%s",
+		                cfg->pool_dir, none);
 	if (e == EBUSY)
 		return cli_fail(CMD,
-		                "%s: capacity %s is below the slots in use: choose a larger "
-		                "capacity, or remove pages first",
-		                cfg->pool_dir, size);
+		                "%s: capacity %s cannot be set while the pool is in use: it is "
+		                "below the slots in use, or, on an index several mounts share, "
+		                "it changes how they divide a pool of fewer than 2048 pages; "
+		                "remove its pages first, or use another pool%s",
+		                cfg->pool_dir, size, none);
 	if (e == EINVAL)
 		return cli_fail(CMD,
 		                "%s: the filesystem refused %s = %s: the capacity must be a "
@@ -182,12 +188,12 @@ static int cli_pool_set(const struct cli_pool_create_config *cfg, const char *at
 	return cli_fail(CMD, "%s: cannot set %s to %s: %s", cfg->pool_dir, attr, buf, strerror(e));
 }
 
+static int cli_pool_configure(const struct cli_pool_create_config *c, int existed);
+
 static int cli_pool_create(int argc, char **argv)
 {
 	struct cli_pool_create_config cfg;
-	uint64_t cur_ps = 0, cur_cap = 0, ps, cap;
-	char ps_buf[32], cap_buf[32];
-	int ret, existed = 0;
+	int ret, existed = 0, rank_made = 0;
 	pid_t pid;
 
 	ret = cli_pool_create_parse(argc, argv, &cfg);
@@ -207,7 +213,9 @@ static int cli_pool_create(int argc, char **argv)
 		return cli_fail(CMD, "cannot read %s of %s: %s", CLI_XATTR_PID, cfg.mountpoint,
 		                strerror(-ret));
 
-	if (mkdir(cfg.rank_dir, 0755) < 0 && errno != EEXIST)
+	if (mkdir(cfg.rank_dir, 0755) == 0)
+		rank_made = 1;
+	else if (errno != EEXIST)
 		return cli_fail(CMD, "cannot create rank directory %s: %s", cfg.rank_dir,
 		                strerror(errno));
 	if (mkdir(cfg.pool_dir, 0755) < 0) {
@@ -216,6 +224,28 @@ static int cli_pool_create(int argc, char **argv)
 			                strerror(errno));
 		existed = 1;
 	}
+	ret = cli_pool_configure(&cfg, existed);
+	/* A pool made here whose settings were refused goes again: a failed
+	 * command leaves nothing behind. */
+	if (ret != CLI_OK && !existed) {
+		if (rmdir(cfg.pool_dir) < 0)
+			fprintf(stderr,
+			        "pagefs %s: the new pool %s is left (%s): remove it with rmdir\n",
+			        CMD, cfg.pool_dir, strerror(errno));
+		else if (rank_made)
+			(void)rmdir(cfg.rank_dir);
+	}
+	return ret;
+}
+
+/* Gives pool cfg->pool_dir (made now, or existed) the settings asked for
+ * and reports them. CLI_OK or an exit code (the message printed). */
+static int cli_pool_configure(const struct cli_pool_create_config *c, int existed)
+{
+	struct cli_pool_create_config cfg = *c;
+	uint64_t cur_ps = 0, cur_cap = 0, ps, cap;
+	char ps_buf[32], cap_buf[32];
+	int ret, changed = 0;
 
 	ret = cli_getxattr_u64(cfg.pool_dir, CLI_XATTR_PAGE_SIZE, &cur_ps);
 	if (ret == 0)
@@ -246,18 +276,20 @@ static int cli_pool_create(int argc, char **argv)
 		                cfg.pool_dir);
 	/* A larger page size may not fit the old capacity: grow that first. */
 	if (cap != cur_cap && ps > cur_cap) {
-		ret = cli_pool_set(&cfg, CLI_XATTR_CAPACITY, cap);
+		ret = cli_pool_set(&cfg, CLI_XATTR_CAPACITY, cap, 0);
 		if (ret)
 			return ret;
 		cur_cap = cap;
+		changed = 1;
 	}
 	if (ps != cur_ps) {
-		ret = cli_pool_set(&cfg, CLI_XATTR_PAGE_SIZE, ps);
+		ret = cli_pool_set(&cfg, CLI_XATTR_PAGE_SIZE, ps, changed);
 		if (ret)
 			return ret;
+		changed = 1;
 	}
 	if (cap != cur_cap) {
-		ret = cli_pool_set(&cfg, CLI_XATTR_CAPACITY, cap);
+		ret = cli_pool_set(&cfg, CLI_XATTR_CAPACITY, cap, changed);
 		if (ret)
 			return ret;
 	}

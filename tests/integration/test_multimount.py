@@ -808,3 +808,84 @@ def test_makedirs_of_a_pool_another_node_just_made_succeeds(mount):
         assert os.path.isdir(b.path(0, f"p{i}"))
     a.umount()
     b.umount()
+
+
+def wait_used_slots(m, want, what, rank=0, ns="kv"):
+    pool = m.path(rank, ns)
+    t0 = time.monotonic()
+    while True:
+        got = (int(os.getxattr(pool, "user.pagefs.pages")),
+               int(os.getxattr(pool, "user.pagefs.used_slots")))
+        if got == want:
+            return
+        assert time.monotonic() - t0 < 10, f"{what}: (pages, used_slots) = {got}, want {want}"
+        time.sleep(0.05)
+
+
+def test_a_page_another_node_renames_while_it_is_open_here_keeps_its_slot_counted(mount):
+    """Node a has page p, which node b wrote, open for reading; b renames
+    it. On a the page is the same (same slot) under its new name: its slot
+    stays used while it is open and after the reader closes (a counted it
+    one low: the rename reached a as a drop of p, whose pinned slot in b's
+    chunk was freed when the reader closed, though the renamed page still
+    had it)."""
+    a, b = mounts(mount, 2, "--page-size", "64K", "--capacity", "4M")
+    pool_everywhere([a, b])
+    data = os.urandom(30000)
+    write_page(b.path(0, "kv", "p"), data)
+    write_page(a.path(0, "kv", "other"), b"o")
+    wait_visible(a.path(0, "kv", "p"), data)
+    fd = os.open(a.path(0, "kv", "p"), os.O_RDONLY)
+    try:
+        os.rename(b.path(0, "kv", "p"), b.path(0, "kv", "q"))
+        wait_visible(a.path(0, "kv", "q"), data)
+        wait_used_slots(a, (2, 2), "on a, the reader still open")
+        assert_bytes_equal(os.pread(fd, 30000, 0), data, "a's open page")
+    finally:
+        os.close(fd)
+    wait_used_slots(a, (2, 2), "on a, after the reader closed")
+    wait_used_slots(b, (2, 2), "on b")
+    assert read_page(a.path(0, "kv", "q")) == data
+
+
+def test_a_pool_resized_while_empty_is_divided_alike_by_every_node(mount):
+    """pool create --capacity on a new pool of a shared index changes its
+    chunk size (64 slots in chunks of 2, then 128 in chunks of 4): every
+    node leases chunks of the new size, and writers on both never share a
+    slot."""
+    a, b = mounts(mount, 2, "--page-size", "64K", "--capacity", "4M")
+    r = run_pagefs("pool", "create", a.path(0, "kv"), "--capacity", "8M")
+    assert r.returncode == 0, describe(r)
+    t0 = time.monotonic()
+    while not (os.path.isdir(b.path(0, "kv")) and
+               int(os.getxattr(b.path(0, "kv"), "user.pagefs.capacity")) == 8 << 20):
+        assert time.monotonic() - t0 < 5, "b never saw the new capacity"
+        time.sleep(0.05)
+    for i in range(60):
+        write_page((a if i % 2 else b).path(0, "kv", f"p{i}"), b"%d" % i)
+    wait_same_listing([a, b])
+    slots = slots_of(a)
+    assert len(slots) == 60 and len(set(slots.values())) == 60, f"a slot shared: {slots}"
+    for i in range(60):
+        assert read_page(a.path(0, "kv", f"p{i}")) == b"%d" % i
+        assert read_page(b.path(0, "kv", f"p{i}")) == b"%d" % i
+
+
+def test_a_page_published_on_another_node_moves_the_pool_times_seen_here(mount):
+    """The kernel here caches the pool's attributes for the attr timeout;
+    a page another node publishes, renames or unlinks moves them here too
+    within the bound (the change feed drops them from the kernel)."""
+    a, b = mounts(mount, 2)
+    pool_everywhere([a, b])
+    for what, op in (("publish", lambda: write_page(b.path(0, "kv", "x"), b"x")),
+                     ("rename", lambda: os.rename(b.path(0, "kv", "x"), b.path(0, "kv", "y"))),
+                     ("unlink", lambda: os.unlink(b.path(0, "kv", "y")))):
+        before = os.stat(a.path(0, "kv")).st_mtime_ns  # cached by a's kernel now
+        time.sleep(0.02)
+        start = time.time_ns()
+        op()
+        t0 = time.monotonic()
+        while os.stat(a.path(0, "kv")).st_mtime_ns < start:
+            assert time.monotonic() - t0 < VISIBLE_WITHIN_S, \
+                f"a's pool mtime stayed {before} after b's {what}"
+            time.sleep(0.02)

@@ -281,3 +281,38 @@ def test_rewriting_a_few_names_fast_evicts_nothing_from_a_nearly_empty_pool(moun
     assert sorted(os.listdir(d)) == [f"key{k}" for k in range(4)]
     assert int(os.getxattr(d, "user.pagefs.evictions")) == 0
     m.umount()
+
+
+def test_pool_create_sets_the_capacity_of_a_new_or_empty_pool(mount):
+    """pool create --capacity on a pool with no pages: a new one, and one
+    made before with the mount's defaults (its chunks of slots change
+    size; it used to be refused as "below the slots in use" on
+    PostgreSQL, and the new pool stayed behind)."""
+    m = pg_mount(mount)
+    for rank, opts in ((1, ("--page-size", "64K", "--capacity", "8M")),
+                       (2, ("--capacity", "2M"))):
+        path = m.path(rank, "kv")
+        r = run_pagefs("pool", "create", path, *opts)
+        assert r.returncode == 0, describe(r)
+        assert int(os.getxattr(path, "user.pagefs.capacity")) == int(opts[-1][:-1]) << 20
+    pool = m.pool(0, "kv")
+    r = run_pagefs("pool", "create", pool, "--capacity", "16M")
+    assert r.returncode == 0, describe(r)
+    assert int(os.getxattr(pool, "user.pagefs.capacity")) == 16 << 20
+    data = os.urandom(1000)
+    write_page(pool / "p", data)
+    m.remount()
+    assert int(os.getxattr(m.pool(0, "kv"), "user.pagefs.capacity")) == 16 << 20
+    assert read_page(m.pool(0, "kv") / "p") == data
+
+
+def test_pool_create_refused_on_a_pool_with_pages_leaves_it_as_it_was(mount):
+    """A capacity that changes how nodes divide a pool holding pages is
+    refused with a message that says so, and nothing changes."""
+    m = pg_mount(mount)
+    pool = m.pool(0, "kv")
+    write_page(pool / "p", b"x")
+    r = run_pagefs("pool", "create", pool, "--capacity", "16M")
+    assert r.returncode == 1 and "nothing was changed" in r.stderr, describe(r)
+    assert int(os.getxattr(pool, "user.pagefs.capacity")) == 4 << 20
+    assert read_page(pool / "p") == b"x"

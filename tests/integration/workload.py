@@ -3,6 +3,12 @@
   stat HEXPATH            -> JSON {ok, errno, size, mode, ino}
   read HEXPATH            -> JSON {ok, errno, data(hex)}
   listdir HEXPATH         -> JSON [hex names]
+  unlink HEXPATH HEXOTHER -> JSON {ok, errno} of unlink(PATH)
+  rename HEXPATH HEXNEW   -> JSON {ok, errno} of rename(PATH, NEW)
+  open_unlink HEXPOOL PROCS N
+                          -> PROCS processes, each N times: create a name
+                             of its own, write, unlink, close (what
+                             stress-ng --open does); JSON {errors}
   hold-writer PATH N      -> opens PATH for writing, writes N bytes, prints
                              "ready", then sleeps (the test kills it)
   journal-writer POOL JOURNAL MAXOPS SEED MAXLIVE PAGEMAX
@@ -66,6 +72,56 @@ def cmd_read(hexpath):
 
 def cmd_listdir(hexpath):
     return [n.hex() for n in os.listdir(bytes.fromhex(hexpath))]
+
+
+def cmd_name_op(op, hexpath, hexother):
+    p, other = bytes.fromhex(hexpath), bytes.fromhex(hexother)
+    try:
+        if op == "unlink":
+            os.unlink(p)
+        else:
+            os.rename(p, other)
+        return {"ok": True}
+    except OSError as e:
+        return {"ok": False, "errno": e.errno}
+
+
+def cmd_open_unlink(hexpool, procs, n):
+    pool = bytes.fromhex(hexpool)
+    kids = []
+    for k in range(int(procs)):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            errors = []
+            for i in range(int(n)):
+                name = os.path.join(pool, b"ou.%d.%d" % (os.getpid(), i))
+                try:
+                    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                    try:
+                        _write_all(fd, b"u" * 4096)
+                        os.unlink(name)
+                    finally:
+                        os.close(fd)
+                except OSError as e:
+                    errors.append(f"{name!r}: {errno.errorcode.get(e.errno, e.errno)}")
+            os.write(w, json.dumps(errors).encode())
+            os._exit(0)
+        os.close(w)
+        kids.append((pid, r))
+    errors = []
+    for pid, r in kids:
+        out = b""
+        while True:
+            b = os.read(r, 1 << 16)
+            if not b:
+                break
+            out += b
+        os.close(r)
+        os.waitpid(pid, 0)
+        errors += json.loads(out or b"[\"no report\"]")
+    return {"errors": errors}
 
 
 def cmd_hold_writer(path, n):
@@ -295,6 +351,10 @@ def main(argv):
         print(json.dumps(cmd_read(*args)))
     elif cmd == "listdir":
         print(json.dumps(cmd_listdir(*args)))
+    elif cmd in ("unlink", "rename"):
+        print(json.dumps(cmd_name_op(cmd, *args)))
+    elif cmd == "open_unlink":
+        print(json.dumps(cmd_open_unlink(*args)))
     elif cmd == "hold-writer":
         cmd_hold_writer(*args)
     elif cmd == "journal-writer":
