@@ -12,7 +12,7 @@
 # killed and the server stopped before it exits. Exit 0 only when the
 # checker found nothing wrong. NEMESIS_KEEP=1 keeps the directory (logs).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 ROOT=$PWD
 export PAGEFS_BIN=${PAGEFS_BIN:-$ROOT/build/pagefs}
 [[ -x $PAGEFS_BIN ]] || {

@@ -9,6 +9,8 @@
 #   4. the pytest integration suite (tests/integration) against the ASan
 #      binary, then the plain one (PAGEFS_BIN); the suite fails a test when
 #      a pagefs process (the daemon included) writes a sanitizer report
+#   4b. the nemesis (scripts/nemesis.sh, PAGEFS_NEMESIS_SECONDS=60; 0 skips):
+#      three nodes on one PostgreSQL index under faults, every read checked
 #   5. clang-format --dry-run -Werror over fs/ meta/ serve/ tools/ tests/unit/
 #   6. clang-tidy (.clang-tidy) over the .c files of fs/ meta/ serve/ tools/,
 #      when clang-tidy is installed (PAGEFS_TIDY=0 skips it; PAGEFS_TIDY=1
@@ -262,6 +264,39 @@ else
 			run_integration "$dir" "$skip"
 		fi
 	done
+fi
+
+# ---- 4b. the nemesis: three nodes on one PostgreSQL index under faults ----
+
+# scripts/nemesis.sh (docs/NEMESIS.md): its own PostgreSQL server (it
+# restarts it), NEMESIS_SECONDS (PAGEFS_NEMESIS_SECONDS here, 60; 0 skips)
+# of faults with every read checked, then umount and fsck. Against the ASan
+# binary when there is one (its daemons' reports fail the run). About 90 s.
+NEMESIS_S=${PAGEFS_NEMESIS_SECONDS:-60}
+if [[ $NEMESIS_S != 0 ]]; then
+	section "nemesis (${NEMESIS_S} s)"
+	nbin=""
+	for dir in build-asan build; do
+		[[ " ${BUILDS[*]} " == *" $dir "* ]] && nbin=$ROOT/$dir/pagefs && break
+	done
+	if [[ -z $nbin ]]; then
+		record "nemesis" 0 1 0 "no build"
+	elif [[ ! -c /dev/fuse ]]; then
+		record "nemesis" 0 1 0 "no /dev/fuse"
+	else
+		PAGEFS_BIN=$nbin NEMESIS_SECONDS=$NEMESIS_S timeout $((NEMESIS_S + 600)) \
+			bash scripts/nemesis.sh >"$WORK/nemesis.log" 2>&1
+		rc=$?
+		sed -n '/==== nemesis summary ====/,$p' "$WORK/nemesis.log" | grep -v '^  20' | head -n 40
+		line=$(grep -E '^faults injected|^reads checked' "$WORK/nemesis.log" | tr '\n' ';' |
+			sed -e 's/ (total [0-9]*)//' -e 's/;$//')
+		if ((rc == 0)); then
+			record "nemesis" 1 0 0 "$line"
+		else
+			grep -E 'nemesis: |ERROR' "$WORK/nemesis.log" | tail -n 20
+			record "nemesis" 0 1 0 "rc $rc; log: $WORK/nemesis.log"
+		fi
+	fi
 fi
 
 # ---- 5. formatting, 6. clang-tidy ----

@@ -54,7 +54,8 @@ SEED = int(os.environ.get("NEMESIS_SEED") or time.time_ns() % 1000000)
 NODES = int(os.environ.get("NEMESIS_NODES", "3"))
 STOP_S = float(os.environ.get("NEMESIS_STOP_SECONDS", "13"))
 ALL_FAULTS = ("kill9", "stop", "pg_restart", "pg_terminate", "storm", "http_burst")
-FAULTS = tuple(f for f in os.environ.get("NEMESIS_FAULTS", ",".join(ALL_FAULTS)).split(",") if f)
+FAULTS = tuple(f for f in os.environ.get("NEMESIS_FAULTS", ",".join(ALL_FAULTS)).split(",")
+               if f and f != "none")  # none: the load alone
 
 PAGE = 64 * 1024
 CAPACITY = "4M"          # 64 slots of 64 KiB: two per chunk
@@ -332,7 +333,14 @@ class Cluster:
                *args]
         if os.getuid() == 0:
             cmd = ["runuser", "-u", "postgres", "--"] + cmd
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        # The server it starts keeps whatever output it is given open: a
+        # file, never a pipe that run() would wait on.
+        with open(os.path.join(self.dir, "pg_ctl.log"), "a+") as out:
+            start = out.tell()
+            r = subprocess.run(cmd, stdout=out, stderr=out, stdin=subprocess.DEVNULL, timeout=120)
+            out.seek(start)
+            r.stderr = out.read()
+        return r
 
     def psql(self, sql):
         return subprocess.run(["psql", self.uri, "-XAtqc", sql], capture_output=True, text=True,
@@ -355,10 +363,15 @@ class Cluster:
                os.path.join(d, "log")]
         if i < HTTP_NODES:
             cmd += ["--http", f"127.0.0.1:{self.ports[i]}"]
+        env = dict(os.environ)
+        for var, stem in (("ASAN_OPTIONS", "asan"), ("UBSAN_OPTIONS", "ubsan"),
+                          ("LSAN_OPTIONS", "lsan")):
+            cur = env.get(var, "")
+            env[var] = (cur + ":" if cur else "") + f"log_path={os.path.join(d, stem)}"
         deadline = time.monotonic() + 60
         while True:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=90,
-                               stdin=subprocess.DEVNULL)
+                               stdin=subprocess.DEVNULL, env=env)
             if r.returncode == 0 and H.is_mounted(mnt):
                 break
             if time.monotonic() > deadline:
@@ -406,7 +419,12 @@ class Cluster:
         self.mount(i)
 
     def stop_node(self, i, seconds):
+        """SIGSTOP, SIGCONT after seconds; a node that finds its lease gone
+        serves nothing more (EIO) until remounted: as its operator would,
+        remount it (kill -9: its workers may hold files open)."""
         pid = self.pids[i]
+        log = os.path.join(self.node_dir(i), "log")
+        seen = os.path.getsize(log)
         with self.lock:
             self.stopped.add(pid)
         os.kill(pid, signal.SIGSTOP)
@@ -415,8 +433,17 @@ class Cluster:
         with self.lock:
             self.stopped.discard(pid)
 
+        def removed():
+            with open(log, errors="replace") as f:
+                f.seek(seen)
+                return "lease on index" in f.read()
+        if H.wait_until(removed, timeout=5.0, interval=0.1):
+            say(f"node {i} lost its lease while stopped: mounting it again")
+            self.kill9(i)
+
     def pg_restart(self):
-        r = self.pg_ctl("restart", "-m", "immediate", "-w", "-t", "60")
+        r = self.pg_ctl("restart", "-m", "immediate", "-w", "-t", "60", "-l",
+                        os.path.join(self.pg_dir, "server.log"))
         if r.returncode != 0:
             raise RuntimeError(f"pg_ctl restart failed: {r.stderr}")
 
@@ -466,7 +493,11 @@ class Cluster:
 def nemesis(cl, rng, stop_at, errors):
     """Injects one fault at a time at random intervals until stop_at."""
     burst = 0
-    while time.monotonic() + 1 < stop_at:
+    unknown = set(FAULTS) - set(ALL_FAULTS)
+    if unknown:
+        errors.append(f"unknown fault(s) {sorted(unknown)}: choose from {', '.join(ALL_FAULTS)}")
+        return
+    while FAULTS and time.monotonic() + 1 < stop_at:
         time.sleep(rng.uniform(1.0, 5.0))
         if time.monotonic() + 1 >= stop_at:
             break
@@ -532,10 +563,15 @@ def explain(cl, t, node):
     before = [f for f in cl.faults if f[0] <= t and t - f[0] < 60]
     if not before:
         return None
-    mine = [f for f in before if f[2] == node]
-    f = (mine or before)[-1]
-    return f"{f[1]}" + (f" of node {f[2]}" if f[2] is not None else "") + \
-        f" {t - f[0]:.1f} s before"
+
+    def one(f):
+        return f"{f[1]}" + (f" of node {f[2]}" if f[2] is not None else "") + \
+            f" {t - f[0]:.1f} s before"
+    why = one(before[-1])
+    mine = [f for f in before if f[2] == node and t - f[0] < 30]
+    if mine and mine[-1] is not before[-1]:
+        why += f" (this node's last: {one(mine[-1])})"
+    return why
 
 
 def main():
@@ -572,6 +608,8 @@ def main():
                                          f"http://127.0.0.1:{cl.ports[i]}", 0,
                                          rng.randrange(1 << 30), stop_at))
         nemesis(cl, rng, stop_at, errors)
+        while time.monotonic() < stop_at:
+            time.sleep(0.2)
         # workers end at stop_at; one stuck in a FUSE call past that is a hang
         deadline = stop_at + 60
         for pid in list(cl.workers):
@@ -627,6 +665,11 @@ def report(cl, errors):
         except (OSError, ValueError):
             pass
     wrong = [e for e in events if e["kind"] == "wrong_bytes"]
+    for i in range(NODES):
+        d = cl.node_dir(i)
+        for name in sorted(os.listdir(d)) if os.path.isdir(d) else ():
+            if "san." in name and os.path.getsize(os.path.join(d, name)):
+                errors.append(f"node {i}: sanitizer report {os.path.join(d, name)}")
     drops = []
     for i in range(NODES):
         for t, msg in node_log_lines(cl, i, "checksum mismatch"):
