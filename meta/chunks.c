@@ -138,6 +138,16 @@ void grace_add(struct pool *p, uint64_t slot, uint64_t xid)
 	p->grace[p->ngrace++].xid = xid;
 }
 
+void grace_forget(struct pool *p, uint64_t slot)
+{
+	for (size_t i = 0; i < p->ngrace; i++) {
+		if (p->grace[i].slot == slot) {
+			p->grace[i] = p->grace[--p->ngrace];
+			return;
+		}
+	}
+}
+
 static int pinned_elsewhere(const struct pool *p, uint64_t slot, const uint64_t (*pins)[2],
                             size_t npins)
 {

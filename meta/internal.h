@@ -535,6 +535,8 @@ void chunk_disown(struct pool *p, uint64_t chunk);
 void chunks_handover(struct meta *m, const uint64_t (*wants)[3], size_t nwants,
                      struct dropped **drops);
 void grace_add(struct pool *p, uint64_t slot, uint64_t xid);
+/* A page holds slot now: an earlier free of it no longer frees it. */
+void grace_forget(struct pool *p, uint64_t slot);
 /* Frees grace slots acked by every node (xid < min_ack) that nobody pins
  * here or in pins[] (pool id, slot). */
 void grace_release(struct pool *p, uint64_t min_ack, const uint64_t (*pins)[2], size_t npins);

@@ -19,8 +19,8 @@
  * while the machine sleeps, as the database's clock does.
  *
  * What this cannot close: a thread stopped after its check and before its
- * pwrite()/pread() returns, for longer than the removal takes (README of
- * docs/NEMESIS.md, "What is left"). The backing directory is a plain
+ * pwrite()/pread() returns, for longer than the removal takes
+ * (docs/NEMESIS.md, "What is left"). The backing directory is a plain
  * shared filesystem: nothing there can refuse a write of a node that is
  * no longer one.
  *
