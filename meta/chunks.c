@@ -83,6 +83,10 @@ int chunk_take(struct pool *p, uint64_t *slot)
 		*slot = h->chunk * p->chunk_slots + (uint64_t)__builtin_ctzll(free_bits);
 		if (slot_mark(p, *slot) < 0)
 			return -ENOMEM;
+		/* A grace period of a free slot is stale: it must not free
+		 * the slot again once this writer's page is there. */
+		if (p->ngrace)
+			grace_forget(p, *slot);
 		h->inflight++;
 		return 0;
 	}

@@ -836,10 +836,13 @@ static int exec_simple(struct pg_store *s, const char *sql)
 	return rc;
 }
 
-/* A commit found its slot named by another row: says whose, and who holds
- * the chunk, for the log (a slot given out twice is a bug). */
-static void slot_conflict(struct pg_store *s, const struct rec *r)
+/* A commit refused as a duplicate: 1 if another row names its slot (the
+ * slot was given out twice: a bug), which it logs with the chunk's holder,
+ * else 0 (another row of its name). */
+static int slot_conflict(struct pg_store *s, const struct rec *r)
 {
+	int taken = 0;
+
 	struct pg_args a = {0};
 
 	pg_arg_i64(&a, r->pool_id);
@@ -857,13 +860,17 @@ static void slot_conflict(struct pg_store *s, const struct rec *r)
 	                   " c.pool = $1::bigint AND c.chunk = $3::bigint), -1)"
 	                   " FROM pagefs_pages p WHERE p.pool = $1::bigint AND p.slot = $2::bigint",
 	                   a.n, NULL, a.val, a.len, a.fmt, 0);
-	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+	    strtoull(PQgetvalue(res, 0, 0), NULL, 10) != r->page_id) {
+		taken = 1;
 		log_error("index %s: node %u committed page %llu into slot %llu of pool %u, which "
 		          "page %s holds; node %s holds its chunk",
 		          s->display, s->base.node_id, (unsigned long long)r->page_id,
 		          (unsigned long long)r->slot, r->pool_id, PQgetvalue(res, 0, 0),
 		          PQgetvalue(res, 0, 1));
+	}
 	PQclear(res);
+	return taken;
 }
 
 int pg_apply(struct store *base, struct rec *r)
@@ -898,8 +905,9 @@ int pg_apply(struct store *base, struct rec *r)
 	} else if (rc < 0 && PQstatus(s->conn) == CONNECTION_OK) {
 		exec_simple(s, "ROLLBACK TO SAVEPOINT rec");
 	}
-	if (rc == -EEXIST && r->type == REC_COMMIT && shared && PQstatus(s->conn) == CONNECTION_OK)
-		slot_conflict(s, r);
+	if (rc == -EEXIST && r->type == REC_COMMIT && shared &&
+	    PQstatus(s->conn) == CONNECTION_OK && slot_conflict(s, r))
+		rc = -EADDRINUSE;
 	if (rc == -EDEADLK)
 		log_info("index (PostgreSQL): record %d (page %llu) met another node's "
 		         "transaction",
