@@ -691,11 +691,18 @@ def report(cl, errors):
                                         or "none"))
     print(f"checksum mismatches (EIO, page dropped): {len(drops)}")
     unexplained = 0
+    by_fault = Counter()
     for t, i, msg in drops:
         why = explain(cl, t, i)
         if not why:
             unexplained += 1
+        by_fault[why.split()[0] if why else "none"] += 1
         print(f"  {utc(t)} node {i}: {msg[:120]} <- {why or 'NO FAULT BEFORE IT'}")
+    if drops:
+        print("checksum mismatches by the fault before them: " +
+              ", ".join(f"{k} {v}" for k, v in sorted(by_fault.items())))
+    taken = sum(len(node_log_lines(cl, i, "holds; node")) for i in range(NODES))
+    print(f"commits refused because another page held their slot: {taken}")
     for e in wrong[:20]:
         print(f"  WRONG BYTES {utc(e['t'])} node {e['node']} {e['path']}: {e['what']} "
               f"<- {explain(cl, e['t'], e['node']) or 'no fault before it'}")
