@@ -9,7 +9,8 @@
 #   4. the pytest integration suite (tests/integration) against the ASan
 #      binary, then the plain one (PAGEFS_BIN); the suite fails a test when
 #      a pagefs process (the daemon included) writes a sanitizer report
-#   4b. the nemesis (scripts/nemesis.sh, PAGEFS_NEMESIS_SECONDS=60; 0 skips):
+#   4b. the nemesis (scripts/nemesis.sh, PAGEFS_NEMESIS_SECONDS=60; 0 skips;
+#      PAGEFS_NEMESIS_FAULTS, every fault by default):
 #      three nodes on one PostgreSQL index under faults, every read checked
 #   5. clang-format --dry-run -Werror over fs/ meta/ serve/ tools/ tests/unit/
 #   6. clang-tidy (.clang-tidy) over the .c files of fs/ meta/ serve/ tools/,
@@ -272,7 +273,9 @@ fi
 # restarts it), NEMESIS_SECONDS (PAGEFS_NEMESIS_SECONDS here, 60; 0 skips)
 # of faults with every read checked, then umount and fsck. Against the ASan
 # binary when there is one (its daemons' reports fail the run). About 90 s.
+# PAGEFS_NEMESIS_FAULTS picks faults (NEMESIS_FAULTS: all of them).
 NEMESIS_S=${PAGEFS_NEMESIS_SECONDS:-60}
+NEMESIS_F=${PAGEFS_NEMESIS_FAULTS:-kill9,stop,pg_restart,pg_terminate,storm,http_burst}
 if [[ $NEMESIS_S != 0 ]]; then
 	section "nemesis (${NEMESIS_S} s)"
 	nbin=""
@@ -284,7 +287,8 @@ if [[ $NEMESIS_S != 0 ]]; then
 	elif [[ ! -c /dev/fuse ]]; then
 		record "nemesis" 0 1 0 "no /dev/fuse"
 	else
-		PAGEFS_BIN=$nbin NEMESIS_SECONDS=$NEMESIS_S timeout $((NEMESIS_S + 600)) \
+		PAGEFS_BIN=$nbin NEMESIS_SECONDS=$NEMESIS_S NEMESIS_FAULTS=$NEMESIS_F \
+			timeout $((NEMESIS_S + 600)) \
 			bash scripts/nemesis.sh >"$WORK/nemesis.log" 2>&1
 		rc=$?
 		sed -n '/==== nemesis summary ====/,$p' "$WORK/nemesis.log" | grep -v '^  20' | head -n 40
