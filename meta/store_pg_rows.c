@@ -255,24 +255,29 @@ static int run_ids(struct pg_store *s, enum pg_stmt id, int nargs, int64_t x, in
 	return pg_run(s, id, &a, NULL);
 }
 
-/* REC_DROP: deletes the page's row. When the row was gone already (another
- * node removed it) and another page's row holds its slot now, a mirror
- * that was behind the index chose this page (a chunk just leased, whose
- * last holder freed the slot and wrote there again): -EEXIST, so that
- * apply.c keeps the slot taken instead of handing another page's bytes
- * to a writer. */
+/* REC_DROP: deletes the page's row. A mirror behind the index may have
+ * chosen it at a slot it no longer has (another node rewrote it in place
+ * elsewhere, or removed it) while another page's row holds that slot now
+ * (a chunk just leased, whose last holder freed the slot and wrote there
+ * again): then -EEXIST, so that apply.c keeps the slot taken instead of
+ * handing another page's bytes to a writer. */
 static int apply_drop(struct pg_store *s, const struct rec *r)
 {
 	struct pg_args a = {0};
-	PGresult *res = NULL;
 	int rc;
 
 	pg_arg_i64(&a, (int64_t)r->page_id);
-	if ((rc = pg_run(s, PG_DELETE, &a, &res)) < 0)
+	PGresult *res =
+		PQexecParams(s->conn, "DELETE FROM pagefs_pages WHERE id = $1 RETURNING slot", a.n,
+	                     NULL, a.val, a.len, a.fmt, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		rc = pg_error(s->conn, res, "drop");
+		PQclear(res);
 		return rc;
-	int deleted = atoi(PQcmdTuples(res)) > 0;
+	}
+	int same = PQntuples(res) == 1 && strtoull(PQgetvalue(res, 0, 0), NULL, 10) == r->drop_slot;
 	PQclear(res);
-	if (deleted || !s->base.node_id)
+	if (same || !s->base.node_id)
 		return 0;
 	a.n = 0;
 	pg_arg_i64(&a, r->pool_id);
@@ -290,8 +295,8 @@ static int apply_drop(struct pg_store *s, const struct rec *r)
 	PQclear(res);
 	if (!taken)
 		return 0;
-	log_warn("index %s: page %llu was dropped here after another node removed it, and "
-	         "slot %llu of pool %u holds another page now: the slot stays taken",
+	log_warn("index %s: page %llu was dropped here at slot %llu of pool %u, which another "
+	         "page holds now (the mirror was behind the index): the slot stays taken",
 	         s->display, (unsigned long long)r->page_id, (unsigned long long)r->drop_slot,
 	         r->pool_id);
 	return -EEXIST;
