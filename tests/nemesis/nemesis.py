@@ -636,6 +636,16 @@ def main():
         r = subprocess.run([BIN, "fsck", cl.backing, "--meta", cl.uri, "--verify-data"],
                            capture_output=True, text=True, timeout=300)
         fsck_ok = r.returncode == 0
+        # A key confirmed over HTTP has no checksum until pagefs reads it
+        # once (DESIGN.md, "The 3FS key protocol"): that alone is no fault.
+        kinds = {line.split()[0] for line in r.stdout.splitlines()
+                 if line[:1].isalpha() and not line.startswith(("pagefs", "Run "))}
+        if not fsck_ok and kinds == {"checksum-missing"} and \
+                all(f"of pool {HTTP_RANK}/kv" in line for line in r.stdout.splitlines()
+                    if line.startswith("checksum-missing")):
+            say(f"fsck: only keys confirmed over HTTP and never read lack a checksum "
+                f"({r.stdout.count('checksum-missing')}): clean")
+            fsck_ok = True
         if not fsck_ok:
             errors.append(f"pagefs fsck is not clean:\n{r.stdout}{r.stderr}")
         else:
