@@ -315,6 +315,8 @@ static void open_read(fuse_req_t req, struct fs_mount *fs, fuse_ino_t ino, uint6
 	ret = stale_open(fs, ino, &p);
 	if (ret == 0)
 		ret = meta_pool_get(fs->meta, p.pool_id, &pool);
+	if (ret == 0) /* the slot holds p's bytes only while this node is a node */
+		ret = meta_lease_hold(fs->meta);
 	if (ret == 0 && verify)
 		ret = verify_page(fs, &p, &pool, &kept);
 	h = ret == 0 ? fs_handle_new(FS_READER) : NULL;
@@ -427,6 +429,11 @@ void pagefs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (h->keeps && read_kept(req, &fs->handles, h, size, (uint64_t)off))
 		return;
 
+	int held = meta_lease_hold(fs->meta); /* see open_read */
+	if (held < 0) {
+		FS_ANSWERED(h);
+		return (void)fuse_reply_err(req, -held);
+	}
 	bv.buf[0].size = size;
 	bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	bv.buf[0].fd = h->data_fd;

@@ -99,14 +99,17 @@ static int pwrite_all(int fd, const char *buf, size_t len, uint64_t pos)
 }
 
 /* Zeroes [start, slot_size) of h's slot. Called with h->lock held. */
-static int zero_tail(struct fs_handle *h, uint64_t start)
+static int zero_tail(struct fs_mount *fs, struct fs_handle *h, uint64_t start)
 {
 	uint64_t pos = h->w.resv.slot * h->slot_size + start;
 	uint64_t end = h->w.resv.slot * h->slot_size + h->slot_size;
 	struct stat st;
+	int held;
 
 	if (start >= h->slot_size)
 		return 0;
+	if ((held = meta_lease_hold(fs->meta)) < 0) /* see fs_writer_write */
+		return held;
 	if (fallocate(h->data_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)pos,
 	              (off_t)(end - pos)) == 0)
 		return 0;
@@ -201,7 +204,10 @@ static int reopen(struct fs_mount *fs, struct fs_handle *h)
 	if (ret == 0)
 		ret = meta_page_reserve(fs->meta, h->pool_id, p.name, p.id, &r);
 	if (ret == 0) {
-		ret = copy_range(h->data_fd, p.slot * h->slot_size, r.slot * r.slot_size, p.length);
+		ret = meta_lease_hold(fs->meta); /* see fs_writer_write */
+		if (ret == 0)
+			ret = copy_range(h->data_fd, p.slot * h->slot_size, r.slot * r.slot_size,
+			                 p.length);
 		if (ret < 0)
 			meta_page_abort(fs->meta, &r);
 	}
@@ -270,7 +276,7 @@ ssize_t fs_writer_write(struct fs_mount *fs, struct fs_handle *h, const char *bu
 		h->w.report = EFBIG;
 	}
 	if (ret == 0 && off > h->w.safe_end) {
-		ret = zero_tail(h, h->w.safe_end);
+		ret = zero_tail(fs, h, h->w.safe_end);
 		if (ret < 0)
 			fail(h, -ret);
 		else
@@ -288,9 +294,9 @@ ssize_t fs_writer_write(struct fs_mount *fs, struct fs_handle *h, const char *bu
 	pos = h->w.resv.slot * h->slot_size + off;
 	pthread_mutex_unlock(&h->lock);
 
-	ret = pwrite_all(h->data_fd, buf, size, pos);
-
-	if (ret < 0)
+	/* The slot is this node's only while its lease is (meta_lease_hold). */
+	ret = meta_lease_hold(fs->meta);
+	if (ret == 0 && (ret = pwrite_all(h->data_fd, buf, size, pos)) < 0)
 		warn_backing(-ret);
 	pthread_mutex_lock(&h->lock);
 	if (ret < 0) {
@@ -351,7 +357,7 @@ int fs_writer_truncate(struct fs_mount *fs, struct fs_handle *h, uint64_t size)
 		if (size < h->w.length && size < h->w.safe_end)
 			h->w.safe_end = size;
 		if (size > h->w.safe_end) {
-			ret = zero_tail(h, h->w.safe_end);
+			ret = zero_tail(fs, h, h->w.safe_end);
 			if (ret < 0)
 				fail(h, -ret);
 			else

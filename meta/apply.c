@@ -270,6 +270,7 @@ void apply_remote(struct meta *m, const struct store_change *c, struct dropped *
 		if (p->slot != r->slot) {
 			slot_put(pool, p->slot);
 			slot_mark(pool, r->slot);
+			grace_forget(pool, r->slot); /* see below */
 			page_new_version(p);
 			/* The writer's version, unless this node is past it
 			 * already (its own new versions: the numbers it gave
@@ -288,6 +289,10 @@ void apply_remote(struct meta *m, const struct store_change *c, struct dropped *
 		p->version = r->version;
 		page_set_pool(p, pool);
 		slot_mark(pool, r->slot);
+		/* A free of this slot that the feed brought in after this
+		 * node leased its chunk came before this page (a lease reads
+		 * the rows; the feed may be behind it): the slot is taken. */
+		grace_forget(pool, r->slot);
 	}
 	page_take_row(p, r);
 	p->gen = r->gen;

@@ -83,6 +83,10 @@ int chunk_take(struct pool *p, uint64_t *slot)
 		*slot = h->chunk * p->chunk_slots + (uint64_t)__builtin_ctzll(free_bits);
 		if (slot_mark(p, *slot) < 0)
 			return -ENOMEM;
+		/* A grace period of a free slot is stale: it must not free
+		 * the slot again once this writer's page is there. */
+		if (p->ngrace)
+			grace_forget(p, *slot);
 		h->inflight++;
 		return 0;
 	}
@@ -136,6 +140,16 @@ void grace_add(struct pool *p, uint64_t slot, uint64_t xid)
 	}
 	p->grace[p->ngrace].slot = slot;
 	p->grace[p->ngrace++].xid = xid;
+}
+
+void grace_forget(struct pool *p, uint64_t slot)
+{
+	for (size_t i = 0; i < p->ngrace; i++) {
+		if (p->grace[i].slot == slot) {
+			p->grace[i] = p->grace[--p->ngrace];
+			return;
+		}
+	}
 }
 
 static int pinned_elsewhere(const struct pool *p, uint64_t slot, const uint64_t (*pins)[2],

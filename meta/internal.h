@@ -22,6 +22,7 @@
 #include "meta/meta.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 struct store;
@@ -326,9 +327,14 @@ struct meta {
 
 	/* Several daemons on one index (PostgreSQL): this is one node. */
 	int shared;
-	int fenced;               /* this node's lease was lost: no more writes */
-	uint32_t live_nodes;      /* as of the last heartbeat */
-	struct sync *sync;        /* the sync thread (sync.c) */
+	int fenced;          /* this node's lease was lost: no more writes */
+	uint32_t live_nodes; /* as of the last heartbeat */
+	struct sync *sync;   /* the sync thread (sync.c) */
+	/* Until when (lease_clock) this node is surely still one (lease.c). */
+	_Atomic int64_t lease_sure_until;
+	pthread_mutex_t lease_lock; /* a leaf: guards lease_fenced, lease_cond */
+	pthread_cond_t lease_cond;  /* a heartbeat renewed, or found the node gone */
+	int lease_fenced;
 	uint64_t (*peer_pins)[2]; /* (pool, slot) other nodes' readers pin, sorted */
 	size_t npeer_pins;
 	/* (pool, slot, until ns) pins a lease found in its chunk, kept until
@@ -527,6 +533,15 @@ int sync_start(struct meta *m, char *err, size_t errlen);
 void sync_stop(struct meta *m);
 void sync_kick(struct meta *m); /* wakes it for a heartbeat soon */
 
+/* lease.c: this node's lease as its own clock can be sure of it. */
+int64_t lease_clock(void); /* CLOCK_BOOTTIME, ns */
+void lease_init(struct meta *m);
+void lease_destroy(struct meta *m);
+/* A heartbeat whose transaction began at `began` (lease_clock) renewed. */
+void lease_renewed(struct meta *m, int64_t began);
+/* The node was removed: every meta_lease_hold fails from now on. */
+void lease_lost(struct meta *m);
+
 /* chunks.c (shared index; meta.lock held) */
 int chunk_owned(const struct pool *p, uint64_t chunk);
 struct held_chunk *chunk_find(struct pool *p, uint64_t chunk);
@@ -544,6 +559,8 @@ void chunk_disown(struct pool *p, uint64_t chunk);
 void chunks_handover(struct meta *m, const uint64_t (*wants)[3], size_t nwants,
                      struct dropped **drops);
 void grace_add(struct pool *p, uint64_t slot, uint64_t xid);
+/* A page holds slot now: an earlier free of it no longer frees it. */
+void grace_forget(struct pool *p, uint64_t slot);
 /* Frees grace slots acked by every node (xid < min_ack) that nobody pins
  * here or in pins[] (pool id, slot). */
 void grace_release(struct pool *p, uint64_t min_ack, const uint64_t (*pins)[2], size_t npins);

@@ -300,6 +300,10 @@ int meta_keys_get(struct meta *m, uint32_t pool_id, const char *const *keys, siz
 {
 	struct page *found[KEYS_CHUNK];
 	int64_t now = now_ns();
+	int held = meta_lease_hold(m); /* the client reads the slots we name */
+
+	if (held < 0)
+		return held;
 
 	pthread_mutex_lock(&m->lock);
 	struct pool *pool = pool_by_id(m, pool_id);
@@ -359,8 +363,10 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 	struct batch_set bs = {0};
 	struct keys_ahead ka;
 	size_t sz = 16;
-	int rc = 0, short_of_slots = 0;
+	int rc = meta_lease_hold(m), short_of_slots = 0; /* the client writes them */
 
+	if (rc < 0)
+		return rc;
 	while (sz < 2 * n)
 		sz *= 2;
 	if (!(bs.v = malloc(sz * sizeof(*bs.v))))

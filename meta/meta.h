@@ -261,6 +261,16 @@ void meta_page_abort(struct meta *m, const struct meta_resv *r);
  */
 int meta_page_pin(struct meta *m, uint64_t page_id, struct meta_page_info *out, int *verify);
 /*
+ * Before the bytes of a slot are read or written: 0 while this node is
+ * surely still a node of its shared index (a heartbeat renewed its lease
+ * less than 1.5 s ago), so that no other node writes into the slots its
+ * mirror names or its chunks hold. Otherwise waits (up to 10 s) for a
+ * heartbeat that renews it; -EIO when the node was removed (its lease ran
+ * out while it was stopped or cut off) or none renewed in time. An index
+ * of one daemon: 0. Takes no lock while the lease is sure (lease.c).
+ */
+int meta_lease_hold(struct meta *m);
+/*
  * Gives committed page page_id a new version, its bytes unchanged: a new
  * inode number for fs/, whose kernel caches of the old one must not meet
  * a writer (fs_file.c). 0 or -ENOENT.

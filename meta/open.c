@@ -395,6 +395,7 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 	m->page_ids = (struct idblock){1, UINT64_MAX, 0, 0};
 	m->pool_ids = (struct idblock){1, UINT32_MAX, 0, 0};
 	pthread_mutex_init(&m->lock, NULL);
+	lease_init(m);
 	if ((rc = store_parse_uri(cfg->uri, &u, err, errlen)) < 0)
 		goto fail;
 	if (stat(cfg->backing, &st) < 0 || !S_ISDIR(st.st_mode)) {
@@ -488,6 +489,7 @@ void meta_close(struct meta *m)
 	}
 	store_close(m->store); /* releases the daemon lock */
 	pthread_mutex_destroy(&m->lock);
+	lease_destroy(m);
 	free(m->peer_pins);
 	free(m->lease_pins);
 	free(m->uri);

@@ -608,7 +608,9 @@ out:
 	return rc;
 }
 
-void meta_page_abort(struct meta *m, const struct meta_resv *r)
+/* Gives back a reservation; keep: its slot stays taken (the index names
+ * another page on it). */
+static void abort_resv(struct meta *m, const struct meta_resv *r, int keep)
 {
 	pthread_mutex_lock(&m->lock);
 	struct pool *pool = pool_by_id(m, r->pool_id);
@@ -623,13 +625,19 @@ void meta_page_abort(struct meta *m, const struct meta_resv *r)
 		}
 	}
 	if (pool) {
-		slot_release(pool, r->slot);
+		if (!keep)
+			slot_release(pool, r->slot);
 		chunk_done(pool, r->slot);
 		if (pool->resv)
 			pool->resv--;
 		pool_reap(m, pool);
 	}
 	pthread_mutex_unlock(&m->lock);
+}
+
+void meta_page_abort(struct meta *m, const struct meta_resv *r)
+{
+	abort_resv(m, r, 0);
 }
 
 /* A reservation ended with its commit: the slot is its page's now. */
@@ -702,9 +710,15 @@ int meta_page_commit(struct meta *m, const struct meta_resv *r, uint64_t length,
 		if (rc != -EEXIST || !m->shared || r->replace || tries + 1 >= COLLISION_TRIES)
 			break;
 	}
-	if (rc != 0)
+	if (rc == -EADDRINUSE) {
+		/* The slot was given out while the index names another page
+		 * on it (store_pg_rows.c logs whose): it stays taken until
+		 * that page leaves, so no other writer lands there too. */
+		abort_resv(m, r, 1);
+		rc = -EIO;
+	} else if (rc != 0) {
 		meta_page_abort(m, r); /* -ENOENT: the pool was removed meanwhile */
-	else
+	} else
 		resv_done(m, r->pool_id, r->slot);
 	/* -ESTALE: a replacement whose page was unlinked or renamed over
 	 * since it was queued; 1: the page went before its commit. As for a

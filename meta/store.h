@@ -84,6 +84,11 @@ struct store_change {
 	struct rec row;
 };
 
+/* A node whose last renewal is this old may be removed by another node's
+ * heartbeat once its sync session is gone (store_pg_sync.c's reap rule;
+ * lease.c keeps under it). */
+#define STORE_REAP_SURE_NS 2000000000LL
+
 /* What one heartbeat learnt about the other nodes. */
 struct store_peers {
 	int fenced;          /* this node's row is gone: it must stop writing */

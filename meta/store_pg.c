@@ -12,7 +12,8 @@
  *
  * Durability: --durability process sets synchronous_commit=off (a
  * committed transaction is in the server's WAL buffers: it survives a
- * crash of pagefs, not of the server), power sets it on.
+ * crash of pagefs, not of the server), power sets it on. A node of a
+ * shared index always sets it on (pg_session).
  *
  * A lost connection fails the transaction in flight with -EIO; the next
  * begin reconnects (and retakes the lock). A COMMIT cut off on the wire
@@ -246,8 +247,12 @@ int pg_exec(struct pg_store *s, const char *sql)
 static int pg_session(struct pg_store *s)
 {
 	char sql[64];
-	int rc = pg_exec(s,
-	                 s->power ? "SET synchronous_commit = on" : "SET synchronous_commit = off");
+	/* A node of a shared index commits synchronously whatever its
+	 * --durability: other nodes act on what it committed (a lease, a
+	 * drop, a page), and a server crash that forgot it would leave a
+	 * slot with two owners. */
+	int rc = pg_exec(s, s->power || s->base.node_id ? "SET synchronous_commit = on"
+	                                                : "SET synchronous_commit = off");
 
 	/* The node the change feed's triggers name. */
 	if (rc == 0 && s->base.node_id) {
@@ -439,6 +444,10 @@ static int join(struct pg_store *s, char *err, size_t errlen)
 	struct pg_args a = {0};
 	pg_arg_text(&a, host);
 	pg_arg_i64(&a, getpid());
+	if ((rc = pg_exec(s, "SET synchronous_commit = on")) < 0) { /* see pg_session */
+		snprintf(err, errlen, "index %s: cannot set up the session", s->display);
+		return rc;
+	}
 	PGresult *res = PQexecParams(s->conn,
 	                             "INSERT INTO pagefs_nodes(host, pid, lease_until, acked)"
 	                             " VALUES($1, $2, now() + interval '10 seconds',"

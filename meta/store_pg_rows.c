@@ -255,6 +255,53 @@ static int run_ids(struct pg_store *s, enum pg_stmt id, int nargs, int64_t x, in
 	return pg_run(s, id, &a, NULL);
 }
 
+/* REC_DROP: deletes the page's row. A mirror behind the index may have
+ * chosen it at a slot it no longer has (another node rewrote it in place
+ * elsewhere, or removed it) while another page's row holds that slot now
+ * (a chunk just leased, whose last holder freed the slot and wrote there
+ * again): then -EEXIST, so that apply.c keeps the slot taken instead of
+ * handing another page's bytes to a writer. */
+static int apply_drop(struct pg_store *s, const struct rec *r)
+{
+	struct pg_args a = {0};
+	int rc;
+
+	pg_arg_i64(&a, (int64_t)r->page_id);
+	PGresult *res =
+		PQexecParams(s->conn, "DELETE FROM pagefs_pages WHERE id = $1 RETURNING slot", a.n,
+	                     NULL, a.val, a.len, a.fmt, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		rc = pg_error(s->conn, res, "drop");
+		PQclear(res);
+		return rc;
+	}
+	int same = PQntuples(res) == 1 && strtoull(PQgetvalue(res, 0, 0), NULL, 10) == r->drop_slot;
+	PQclear(res);
+	if (same || !s->base.node_id)
+		return 0;
+	a.n = 0;
+	pg_arg_i64(&a, r->pool_id);
+	pg_arg_i64(&a, (int64_t)r->drop_slot);
+	res = PQexecParams(
+		s->conn,
+		"SELECT id FROM pagefs_pages WHERE pool = $1::bigint AND slot = $2::bigint", a.n,
+		NULL, a.val, a.len, a.fmt, 1);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		rc = pg_error(s->conn, res, "drop");
+		PQclear(res);
+		return rc;
+	}
+	int taken = PQntuples(res) > 0;
+	PQclear(res);
+	if (!taken)
+		return 0;
+	log_warn("index %s: page %llu was dropped here at slot %llu of pool %u, which another "
+	         "page holds now (the mirror was behind the index): the slot stays taken",
+	         s->display, (unsigned long long)r->page_id, (unsigned long long)r->drop_slot,
+	         r->pool_id);
+	return -EEXIST;
+}
+
 /* REC_BULK in chunks of PG_BULK_ROWS pages: per chunk, one DELETE of the
  * other rows of their names and one INSERT, the columns passed as arrays
  * in text form (names in hex). The rows are what one PG_COMMIT_DEL and
@@ -730,8 +777,9 @@ static int apply_one(struct pg_store *s, struct rec *r)
 		args_page(&a, r);
 		return run_rows(s, PG_COMMIT_PUT, &a); /* -ENOENT: the pool went */
 	case REC_UNLINK:
-	case REC_DROP:
 		return run_ids(s, PG_DELETE, 1, (int64_t)r->page_id, 0);
+	case REC_DROP:
+		return apply_drop(s, r);
 	case REC_RENAME:
 		rc = run_pool_name_id(s, PG_RENAME_DEL, r->pool_id, r->name, r->name_len,
 		                      r->page_id);
@@ -798,6 +846,43 @@ static int exec_simple(struct pg_store *s, const char *sql)
 	return rc;
 }
 
+/* A commit refused as a duplicate: 1 if another row names its slot (the
+ * slot was given out twice: a bug), which it logs with the chunk's holder,
+ * else 0 (another row of its name). */
+static int slot_conflict(struct pg_store *s, const struct rec *r)
+{
+	int taken = 0;
+
+	struct pg_args a = {0};
+
+	pg_arg_i64(&a, r->pool_id);
+	PGresult *res = PQexecParams(s->conn, "SELECT capacity FROM pagefs_pools WHERE id = $1",
+	                             a.n, NULL, a.val, a.len, a.fmt, 0);
+	int64_t cap = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1
+	                      ? strtoll(PQgetvalue(res, 0, 0), NULL, 10)
+	                      : 0;
+	PQclear(res);
+	uint32_t k = pool_chunk_slots(cap > 0 ? (uint64_t)cap : 0);
+	pg_arg_i64(&a, (int64_t)r->slot);
+	pg_arg_i64(&a, (int64_t)(r->slot / k));
+	res = PQexecParams(s->conn,
+	                   "SELECT p.id, coalesce((SELECT node FROM pagefs_chunks c WHERE"
+	                   " c.pool = $1::bigint AND c.chunk = $3::bigint), -1)"
+	                   " FROM pagefs_pages p WHERE p.pool = $1::bigint AND p.slot = $2::bigint",
+	                   a.n, NULL, a.val, a.len, a.fmt, 0);
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+	    strtoull(PQgetvalue(res, 0, 0), NULL, 10) != r->page_id) {
+		taken = 1;
+		log_error("index %s: node %u committed page %llu into slot %llu of pool %u, which "
+		          "page %s holds; node %s holds its chunk",
+		          s->display, s->base.node_id, (unsigned long long)r->page_id,
+		          (unsigned long long)r->slot, r->pool_id, PQgetvalue(res, 0, 0),
+		          PQgetvalue(res, 0, 1));
+	}
+	PQclear(res);
+	return taken;
+}
+
 int pg_apply(struct store *base, struct rec *r)
 {
 	struct pg_store *s = (struct pg_store *)base;
@@ -832,6 +917,9 @@ int pg_apply(struct store *base, struct rec *r)
 	} else if (rc < 0 && PQstatus(s->conn) == CONNECTION_OK) {
 		exec_simple(s, "ROLLBACK TO SAVEPOINT rec");
 	}
+	if (rc == -EEXIST && r->type == REC_COMMIT && shared &&
+	    PQstatus(s->conn) == CONNECTION_OK && slot_conflict(s, r))
+		rc = -EADDRINUSE;
 	if (rc == -EDEADLK)
 		log_info("index (PostgreSQL): record %d (page %llu) met another node's "
 		         "transaction",

@@ -342,17 +342,22 @@ static void heartbeat(struct meta *m)
 	pthread_mutex_unlock(&m->lock);
 	if (npins && !pins)
 		return; /* no ack without the pins: try again */
+	int64_t began = lease_clock();
 	int rc = m->store->sync->heartbeat(m->store, (const uint64_t(*)[2])pins, npins, &peers);
 	free(pins);
 	if (rc < 0)
 		return;
 	metrics_heartbeat();
+	if (peers.fenced)
+		lease_lost(m);
+	else
+		lease_renewed(m, began);
 	pthread_mutex_lock(&m->lock);
 	m->live_nodes = peers.live;
 	if (peers.fenced && !m->fenced) {
 		m->fenced = 1;
 		log_error("this node's lease on index %s ran out (another node removed it): it "
-		          "writes nothing more; remount it",
+		          "reads and writes no page any more (EIO); remount it",
 		          m->db_path);
 	}
 	for (struct pool *p = m->pools; p; p = p->next)

@@ -14,6 +14,9 @@
 #      apt-get install ./pagefs_*.deb, pagefs --version, mount -t fuse.pagefs
 #      from the installed files, apt-get remove (about 10 s; PAGEFS_PACKAGE=0
 #      skips it)
+#   4c. the nemesis (scripts/nemesis.sh, PAGEFS_NEMESIS_SECONDS=60; 0 skips;
+#      PAGEFS_NEMESIS_FAULTS, every fault by default):
+#      three nodes on one PostgreSQL index under faults, every read checked
 #   5. clang-format --dry-run -Werror over fs/ meta/ serve/ tools/ tests/unit/
 #   6. clang-tidy (.clang-tidy) over the .c files of fs/ meta/ serve/ tools/,
 #      when clang-tidy is installed (PAGEFS_TIDY=0 skips it; PAGEFS_TIDY=1
@@ -279,6 +282,42 @@ if [[ ${PAGEFS_PACKAGE:-1} != 0 ]]; then
 		record "package" 1 0 0 "scripts/package_test.sh"
 	else
 		record "package" 0 1 0 "scripts/package_test.sh: see $WORK/package.log"
+	fi
+fi
+
+# ---- 4c. the nemesis: three nodes on one PostgreSQL index under faults ----
+
+# scripts/nemesis.sh (docs/NEMESIS.md): its own PostgreSQL server (it
+# restarts it), NEMESIS_SECONDS (PAGEFS_NEMESIS_SECONDS here, 60; 0 skips)
+# of faults with every read checked, then umount and fsck. Against the ASan
+# binary when there is one (its daemons' reports fail the run). About 90 s.
+# PAGEFS_NEMESIS_FAULTS picks faults (NEMESIS_FAULTS: all of them).
+NEMESIS_S=${PAGEFS_NEMESIS_SECONDS:-60}
+NEMESIS_F=${PAGEFS_NEMESIS_FAULTS:-kill9,stop,pg_restart,pg_terminate,storm,http_burst}
+if [[ $NEMESIS_S != 0 ]]; then
+	section "nemesis (${NEMESIS_S} s)"
+	nbin=""
+	for dir in build-asan build; do
+		[[ " ${BUILDS[*]} " == *" $dir "* ]] && nbin=$ROOT/$dir/pagefs && break
+	done
+	if [[ -z $nbin ]]; then
+		record "nemesis" 0 1 0 "no build"
+	elif [[ ! -c /dev/fuse ]]; then
+		record "nemesis" 0 1 0 "no /dev/fuse"
+	else
+		PAGEFS_BIN=$nbin NEMESIS_SECONDS=$NEMESIS_S NEMESIS_FAULTS=$NEMESIS_F \
+			timeout $((NEMESIS_S + 600)) \
+			bash scripts/nemesis.sh >"$WORK/nemesis.log" 2>&1
+		rc=$?
+		sed -n '/==== nemesis summary ====/,$p' "$WORK/nemesis.log" | grep -v '^  20' | head -n 40
+		line=$(grep -E '^faults injected|^reads checked' "$WORK/nemesis.log" | tr '\n' ';' |
+			sed -e 's/ (total [0-9]*)//' -e 's/;$//')
+		if ((rc == 0)); then
+			record "nemesis" 1 0 0 "$line"
+		else
+			grep -E 'nemesis: |ERROR' "$WORK/nemesis.log" | tail -n 20
+			record "nemesis" 0 1 0 "rc $rc; log: $WORK/nemesis.log"
+		fi
 	fi
 fi
 
