@@ -3,7 +3,7 @@
 
     /usr/bin/python3 scripts/layers.py            # counts; exit 1 on a violation
     ... --list                                    # and every arrow
-    ... --json                                    # the counts as JSON
+    ... --json                                    # the counts as JSON (the rest to stderr)
     ... --root DIR                                # another copy of the tree
 
 The layers, bottom to top, are LAYERS below; a file may include and call
