@@ -10,10 +10,42 @@
 #ifndef PAGEFS_META_KEYS_H
 #define PAGEFS_META_KEYS_H
 
-#include "meta/internal.h"
+#include "meta/index.h"
+#include "meta/ops.h"
+#include "meta/record.h"
 
 #include <stdint.h>
 #include <time.h>
+
+/* ---- what the layers above the index call of the protocol ---- */
+
+/* fence.c: at mount, holds the free slots of pools whose HTTP clients may
+ * still write slots the daemon before reserved. 0 or -ENOMEM. */
+int keys_fences_load(struct meta *m);
+
+/* keys_slots.c: stops the protocol's evictor thread and frees its state. */
+void keys_stop(struct meta *m);
+/* A page's slot freed in a pool the protocol uses here (a pool with HTTP
+ * state): 1 if it went into the quarantine (HTTP clients read slots they
+ * cannot pin), else 0. One daemon's index: a FUSE operation's free, which
+ * does not go back to the pool then. Shared index: any free the feed
+ * reports (the slot is pinned; its grace period runs as usual), unless
+ * this node's HTTP drop quarantined it already. meta.lock held. */
+int keys_quarantine_freed(struct meta *m, struct pool *pool, uint64_t slot);
+/* A FUSE writer of name found no free slot in pool: 1 if the protocol's
+ * evictor makes room there (its evicted slots wait out the quarantine, so
+ * none is handed to the writer at once): name is counted as a key owed a
+ * slot (once, however often it retries) and the evictor is woken. 0: not
+ * a protocol pool, evict as usual. meta.lock held. */
+int keys_refuse_fuse(struct meta *m, struct pool *pool, const char *name);
+/* The keys refused a slot in pool that are owed one (keys_want.c), 0 in
+ * a pool the protocol does not use. meta.lock held. */
+uint64_t keys_owed(struct meta *m, const struct pool *pool);
+
+/* The hooks open.c installs in struct meta (index.h). */
+extern const struct meta_hooks keys_hooks;
+
+/* ---- private to meta/keys/ ---- */
 
 #define SEC 1000000000LL
 
@@ -30,7 +62,7 @@ struct fifo {
 
 #define RESV_CHUNK 4096ULL /* slots per chunk of reservation deadlines */
 
-/* A reservation: its deadline (0: none) and its key's name_hash, which a
+/* A reservation: its deadline (0: none) and its key's index_name_hash, which a
  * confirm must name (a late confirm of an expired reservation whose slot
  * another key reserved since was taken for it). */
 struct resv {
@@ -38,7 +70,7 @@ struct resv {
 	uint32_t key;
 };
 
-/* A key refused a slot (keys_want.c): its name_hash and when it last
+/* A key refused a slot (keys_want.c): its index_name_hash and when it last
  * asked (monotonic ns; 0: an empty entry, -1: served). */
 struct want {
 	uint32_t key;
@@ -107,12 +139,12 @@ static inline void fifo_pop(struct fifo *f)
 
 /* keys_slots.c */
 int keys_fifo_push(struct fifo *f, uint64_t slot, int64_t at, int page_slot);
-struct kpool *kpool_get(struct meta *m, struct pool *pool); /* NULL: out of memory */
-int64_t resv_get(const struct kpool *kp, uint64_t s);       /* deadline, 0: none */
-uint32_t resv_key(const struct kpool *kp, uint64_t s);
-int resv_set(struct kpool *kp, uint64_t s, int64_t at, uint32_t key); /* at 0 clears */
-int keys_slot_used(const struct pool *p, uint64_t i);                 /* its bit is set */
-uint64_t keys_held_at(const struct pool *p, size_t i);                /* shared: i-th held chunk */
+struct kpool *keys_pool_get(struct meta *m, struct pool *pool); /* NULL: out of memory */
+int64_t keys_resv_get(const struct kpool *kp, uint64_t s);      /* deadline, 0: none */
+uint32_t keys_resv_key(const struct kpool *kp, uint64_t s);
+int keys_resv_set(struct kpool *kp, uint64_t s, int64_t at, uint32_t key); /* at 0 clears */
+int keys_slot_used(const struct pool *p, uint64_t i);                      /* its bit is set */
+uint64_t keys_held_at(const struct pool *p, size_t i); /* shared: i-th held chunk */
 uint64_t keys_held_free_bits(const struct pool *p, size_t i, uint64_t c);
 /* Shared index: leases a chunk (meta.lock dropped while waiting). */
 int keys_lease(struct meta *m, uint32_t pool_id, struct kpool *kp);

@@ -1,6 +1,6 @@
 /*
  * metrics.h - the engine's part of GET /metrics (Prometheus text format)
- * and of GET /ready, and the hooks the engine's threads call to count.
+ * and of GET /ready (the counters the engine's threads feed: counters.h).
  *
  * The counters the hooks feed are process-wide (one engine per daemon);
  * per-pool figures are read from the engine under meta.lock at scrape.
@@ -21,16 +21,5 @@ void meta_metrics_write(struct meta *m, FILE *out);
  * fenced and the last index transaction succeeded; otherwise -EIO with
  * a short reason in why. */
 int meta_metrics_ready(struct meta *m, char *why, size_t len);
-
-/* Hooks (meta/ only): a group commit of `records` records that took ns;
- * an index transaction that failed with err (< 0), or succeeded (0:
- * what /ready reports from then on); a reconnect to
- * PostgreSQL; a heartbeat that renewed this node's lease; a read of the
- * change feed. */
-void metrics_commit(uint64_t records, uint64_t ns);
-void metrics_store_error(int err);
-void metrics_reconnect(void);
-void metrics_heartbeat(void);
-void metrics_feed(void);
 
 #endif

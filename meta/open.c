@@ -13,8 +13,11 @@
  * directory with another index, or of an index with another backing
  * directory, is refused.
  */
-#include "meta/internal.h"
+#include "meta/cluster.h"
+#include "meta/keys.h"
 #include "meta/log.h"
+#include "meta/ops.h"
+#include "meta/record.h"
 #include "meta/store.h"
 
 #include <errno.h>
@@ -70,79 +73,12 @@ int meta_default_uri(const char *backing, char *buf, size_t len)
 	return rc < 0 || (size_t)rc >= len ? -ENAMETOOLONG : 0;
 }
 
-int index_lock(const char *db_path, int *fd, char *err, size_t errlen)
-{
-	char path[PATH_MAX + 8], pid[32] = "";
-
-	snprintf(path, sizeof(path), "%s.lock", db_path);
-	*fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (*fd < 0) {
-		int e = errno;
-		snprintf(err, errlen, "cannot open index lock %s: %s", path, strerror(e));
-		return -e;
-	}
-	if (flock(*fd, LOCK_EX | LOCK_NB) < 0) {
-		int e = errno;
-		ssize_t n = pread(*fd, pid, sizeof(pid) - 1, 0);
-		pid[n > 0 ? n : 0] = '\0';
-		pid[strcspn(pid, "\n")] = '\0';
-		snprintf(err, errlen,
-		         "index %s is in use by another pagefs daemon (pid %s); unmount that mount "
-		         "first ('pagefs umount'), or give this one its own --meta",
-		         db_path, pid[0] ? pid : "unknown");
-		close(*fd);
-		*fd = -1;
-		return e == EWOULDBLOCK ? -EBUSY : -e;
-	}
-	int n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
-	if (ftruncate(*fd, 0) < 0 || pwrite(*fd, pid, (size_t)n, 0) != n)
-		log_warn("cannot record the daemon pid in %s", path);
-	return 0;
-}
-
-int index_read_owner(const char *backing, char *id, size_t len)
-{
-	char path[PATH_MAX + 32], buf[512];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/%s", backing, OWNER_FILE);
-	if (!(f = fopen(path, "re")))
-		return errno == ENOENT ? -ENOENT : -errno;
-	id[0] = '\0';
-	while (fgets(buf, sizeof(buf), f))
-		if (sscanf(buf, "index_id %63s", id) == 1)
-			break;
-	fclose(f);
-	(void)len;
-	return id[0] ? 0 : -EINVAL;
-}
-
-int index_write_owner(const char *backing, const char *uri, const char *id)
-{
-	char path[PATH_MAX + 32], tmp[PATH_MAX + 40];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/%s", backing, OWNER_FILE);
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	if (!(f = fopen(tmp, "we")))
-		return -errno;
-	fprintf(f, "pagefs-owner 1\nindex_id %s\nmeta %s\n", id, uri);
-	if (fflush(f) != 0 || fsync(fileno(f)) < 0) {
-		int e = errno;
-		fclose(f);
-		unlink(tmp);
-		return -e;
-	}
-	fclose(f);
-	return rename(tmp, path) < 0 ? -errno : 0;
-}
-
 /* Checks (or establishes) that this index owns the backing directory. */
 static int check_owner(struct meta *m, char *err, size_t errlen)
 {
 	char mine[64] = "", theirs[64] = "";
 	int have_mine = store_get_setting(m->store, "index_id", mine, sizeof(mine)) == 0;
-	int rc = index_read_owner(m->backing, theirs, sizeof(theirs));
+	int rc = store_read_owner(m->backing, theirs, sizeof(theirs));
 
 	if (rc < 0 && rc != -ENOENT) {
 		snprintf(err, errlen, "cannot read %s/%s: %s", m->backing, OWNER_FILE,
@@ -189,72 +125,11 @@ static int check_owner(struct meta *m, char *err, size_t errlen)
 	char uri[1100]; /* the mark names the index without its password */
 	snprintf(uri, sizeof(uri), "%s%s", m->store->engine == STORE_SQLITE ? "sqlite:" : "",
 	         m->db_path);
-	rc = index_write_owner(m->backing, uri, mine);
+	rc = store_write_owner(m->backing, uri, mine);
 	if (rc < 0)
 		snprintf(err, errlen, "cannot write %s/%s: %s", m->backing, OWNER_FILE,
 		         strerror(-rc));
 	return rc;
-}
-
-int pool_open_data(struct meta *m, struct pool *p, char *err, size_t errlen)
-{
-	int rc =
-		data_open(p->data_path, p->capacity * p->slot_size, m->cfg.read_only, &p->fd, NULL);
-
-	if (rc < 0)
-		snprintf(err, errlen, "cannot open data file %s: %s", p->data_path, strerror(-rc));
-	return rc;
-}
-
-int pool_from_row(struct meta *m, const struct store_pool_row *row, int defer, struct pool **out,
-                  char *err, size_t errlen)
-{
-	char path[4096];
-	struct pool *p = pool_new();
-	int rc;
-
-	if (!p) {
-		snprintf(err, errlen, "%s",
-		         errno == ENOSPC ? "too many pools in one process" : "out of memory");
-		return errno == ENOSPC ? -ENOSPC : -ENOMEM;
-	}
-	p->id = row->id;
-	p->rank = row->rank;
-	memcpy(p->ns, row->ns, sizeof(p->ns));
-	p->slot_size = row->slot_size;
-	p->capacity = row->capacity;
-	p->shared = (uint8_t)m->shared;
-	p->chunk_slots = pool_chunk_slots(p->capacity);
-	if (p->slot_size && meta_check_geometry(p->slot_size, p->capacity) < 0) {
-		snprintf(err, errlen,
-		         "index %s: pool %u/%s has %llu slots of %llu bytes; this version of "
-		         "pagefs allows at most %llu slots of at most %llu bytes",
-		         m->db_path, p->rank, p->ns, (unsigned long long)p->capacity,
-		         (unsigned long long)p->slot_size, (unsigned long long)META_SLOTS_MAX,
-		         (unsigned long long)META_SLOT_SIZE_MAX);
-		pool_free(p);
-		return -EINVAL;
-	}
-	if (p->slot_size == 0 || meta_check_ns(p->ns) < 0 ||
-	    data_path(m, p->rank, p->ns, path, sizeof(path)) < 0 ||
-	    !(p->data_path = strdup(path))) {
-		snprintf(err, errlen, "index %s has a malformed pool (id %u); run 'pagefs fsck'",
-		         m->db_path, row->id);
-		pool_free(p);
-		return -EIO;
-	}
-	if (defer) {
-		struct stat st;
-		if (stat(path, &st) == 0)
-			p->data_size = (uint64_t)st.st_size;
-		else
-			p->data_missing = 1; /* (any other error: pool_open_data says it) */
-	} else if ((rc = pool_open_data(m, p, err, errlen)) < 0) {
-		pool_free(p);
-		return rc;
-	}
-	*out = p;
-	return 0;
 }
 
 /* After the load: a data file that lost pages the index names (missing,
@@ -282,7 +157,7 @@ static int open_loaded_data(struct meta *m, char *err, size_t errlen)
 				(unsigned long long)p->load_end);
 			return -EIO;
 		}
-		int rc = pool_open_data(m, p, err, errlen);
+		int rc = record_pool_open_data(m, p, err, errlen);
 		if (rc < 0)
 			return rc;
 	}
@@ -351,6 +226,7 @@ static int shared_ids(struct meta *m, char *err, size_t errlen)
 	int rc;
 
 	m->shared = 1;
+	m->cluster = &cluster_ops;
 	for (int pool = 0; pool < 2; pool++) {
 		struct idblock *b = pool ? &m->pool_ids : &m->page_ids;
 		if ((rc = m->store->sync->ids(m->store, pool, &first, &count)) < 0) {
@@ -395,7 +271,8 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 	m->page_ids = (struct idblock){1, UINT64_MAX, 0, 0};
 	m->pool_ids = (struct idblock){1, UINT32_MAX, 0, 0};
 	pthread_mutex_init(&m->lock, NULL);
-	lease_init(m);
+	cluster_lease_init(m);
+	m->hooks = &keys_hooks;
 	if ((rc = store_parse_uri(cfg->uri, &u, err, errlen)) < 0)
 		goto fail;
 	if (stat(cfg->backing, &st) < 0 || !S_ISDIR(st.st_mode)) {
@@ -426,21 +303,22 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 	uint64_t est = store_estimate(m->store);
 	if (est > (1ULL << 30))
 		est = 1ULL << 30;
-	if ((rc = table_init(&m->by_name, est)) < 0 || (rc = idtable_init(&m->by_id, est)) < 0)
+	if ((rc = index_table_init(&m->by_name, est)) < 0 ||
+	    (rc = index_idtable_init(&m->by_id, est)) < 0)
 		goto fail;
 	if (m->store->sync && (rc = shared_ids(m, err, errlen)) < 0)
 		goto fail;
 	if ((rc = check_prefix(m, err, errlen)) < 0 || (rc = bump_epoch(m, err, errlen)) < 0)
 		goto fail;
 	{
-		rc = index_load(m, err, errlen);
+		rc = record_load(m, err, errlen);
 		reverse_pools(m);
 		if (rc == 0)
 			rc = open_loaded_data(m, err, errlen);
-		if (rc == 0 && (rc = fences_load(m)) < 0)
+		if (rc == 0 && (rc = keys_fences_load(m)) < 0)
 			snprintf(err, errlen, "out of memory holding slots of pools");
 		if (rc == 0)
-			dirtimes_load(m);
+			record_dirtimes_load(m);
 		if (rc < 0) {
 			if (!err[0])
 				snprintf(err, errlen, "cannot load index %s: %s; run 'pagefs fsck'",
@@ -450,9 +328,9 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 	}
 	if ((rc = check_owner(m, err, errlen)) < 0)
 		goto fail;
-	if ((rc = journal_start(m, err, errlen)) < 0)
+	if ((rc = record_start(m, err, errlen)) < 0)
 		goto fail;
-	if (m->shared && (rc = sync_start(m, err, errlen)) < 0)
+	if (m->shared && (rc = cluster_sync_start(m, err, errlen)) < 0)
 		goto fail;
 	log_info("index %s: %llu pages in %llu-slot tables, epoch %u", m->db_path,
 	         (unsigned long long)m->by_id.count, (unsigned long long)m->by_id.n, m->epoch);
@@ -470,26 +348,26 @@ void meta_close(struct meta *m)
 	if (!m)
 		return;
 	keys_stop(m);
-	sync_stop(m);
+	cluster_sync_stop(m);
 	if (m->journal)
-		dirtimes_save(m);
-	journal_stop(m);
+		record_dirtimes_save(m);
+	record_stop(m);
 	if (m->by_id.buckets) {
 		for (uint64_t i = 0; i < m->by_id.n; i++)
 			if (m->by_id.buckets[i])
-				page_free(page_at(m->by_id.buckets[i]));
+				index_page_free(page_at(m->by_id.buckets[i]));
 	}
-	table_free(&m->by_id);
-	table_free(&m->by_name);
-	ctimes_free(&m->ctimes);
+	index_table_free(&m->by_id);
+	index_table_free(&m->by_name);
+	index_ctimes_free(&m->ctimes);
 	while (m->pools) {
 		struct pool *p = m->pools;
 		m->pools = p->next;
-		pool_free(p);
+		index_pool_free(p);
 	}
 	store_close(m->store); /* releases the daemon lock */
 	pthread_mutex_destroy(&m->lock);
-	lease_destroy(m);
+	cluster_lease_destroy(m);
 	free(m->peer_pins);
 	free(m->lease_pins);
 	free(m->uri);

@@ -14,7 +14,15 @@
 #ifndef PAGEFS_META_STORE_H
 #define PAGEFS_META_STORE_H
 
-#include "meta/internal.h"
+#include "meta/rec.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct store;
+struct meta;
 
 /* The SQLite index's schema version: 2 has no UNIQUE(pool, name) index on
  * pages (store_sqlite.c); version 1 indexes are used as they are. */
@@ -177,5 +185,14 @@ void store_rollback(struct store *s);
 /* Committed pages of a pool with id > after, in id order (a separate
  * read connection; serialised by its own mutex). */
 int store_iter_pages(struct store *s, uint32_t pool_id, uint64_t after, meta_page_cb cb, void *arg);
+
+/* owner.c: the SQLite index's daemon lock, and the backing's owner file
+ * (which index a backing directory belongs to; fsck reads it too). */
+#define OWNER_FILE ".pagefs-owner"
+/* Takes an SQLite index's exclusive lock (INDEX.lock); -EBUSY names the
+ * holder. store_sqlite.c's store_lock. */
+int store_index_lock(const char *db_path, int *fd, char *err, size_t errlen);
+int store_read_owner(const char *backing, char *id, size_t len);
+int store_write_owner(const char *backing, const char *uri, const char *id);
 
 #endif

@@ -95,34 +95,35 @@ struct pg_args {
 	uint64_t be[PG_MAX_ARGS];
 };
 
-void pg_arg_i64(struct pg_args *a, int64_t v);
-void pg_arg_bytes(struct pg_args *a, const void *p, int len);
-void pg_arg_text(struct pg_args *a, const char *s);
-void pg_arg_null(struct pg_args *a);
+void store_pg_arg_i64(struct pg_args *a, int64_t v);
+void store_pg_arg_bytes(struct pg_args *a, const void *p, int len);
+void store_pg_arg_text(struct pg_args *a, const char *s);
+void store_pg_arg_null(struct pg_args *a);
 /* A bigint (or int4) column of a binary result. */
-int64_t pg_col_i64(const PGresult *res, int row, int col);
+int64_t store_pg_col_i64(const PGresult *res, int row, int col);
 
 /* Runs prepared statement id on the write connection (preparing it
  * first on this connection). Returns 0 or a negative errno; *out (may
  * be NULL) gets the binary result, owned by the caller. */
-int pg_run(struct pg_store *s, enum pg_stmt id, const struct pg_args *a, PGresult **out);
+int store_pg_run(struct pg_store *s, enum pg_stmt id, const struct pg_args *a, PGresult **out);
 /* Runs a simple command on the write connection; 0 or a negative errno. */
-int pg_exec(struct pg_store *s, const char *sql);
+int store_pg_exec(struct pg_store *s, const char *sql);
 /* store_pg_schema.c: creates, checks or migrates the schema (err names
  * the fix). */
-int pg_check_schema(struct pg_store *s, char *err, size_t errlen);
+int store_pg_check_schema(struct pg_store *s, char *err, size_t errlen);
 /* Maps a failed result (or connection) to a negative errno and logs it. */
-int pg_error(PGconn *c, const PGresult *res, const char *what);
+int store_pg_error(PGconn *c, const PGresult *res, const char *what);
 /* Connects with pagefs's defaults (timeouts, keepalives, application
  * name) under the URI's own settings. NULL only on out of memory. */
-PGconn *pg_connect(struct pg_store *s);
+PGconn *store_pg_connect(struct pg_store *s);
 /* Keeps *c, a connection of its own (sync, iteration), up: 0 if it was,
  * 1 if it was made again now (what: for the log), -EIO if it cannot be. */
-int pg_keep_conn(struct pg_store *s, PGconn **c, const char *what);
+int store_pg_keep_conn(struct pg_store *s, PGconn **c, const char *what);
 
 /* store_pg_rows.c: the engine's row calls. */
-int pg_load(struct store *base, const struct store_load_cb *cb, char *err, size_t errlen);
-int pg_apply(struct store *base, struct rec *r);
-int pg_iter_pages(struct store *base, uint32_t pool_id, uint64_t after, meta_page_cb cb, void *arg);
+int store_pg_load(struct store *base, const struct store_load_cb *cb, char *err, size_t errlen);
+int store_pg_apply(struct store *base, struct rec *r);
+int store_pg_iter_pages(struct store *base, uint32_t pool_id, uint64_t after, meta_page_cb cb,
+                        void *arg);
 
 #endif

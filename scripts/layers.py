@@ -35,7 +35,9 @@ import sys
 LAYERS = ["base", "store", "index", "record", "ops", "cluster", "keys", "top"]
 FOLDERS = LAYERS[:-1]  # meta/<folder>/; "top" is meta/ itself
 
-HEADER_LAYER = {  # headers directly in meta/
+HEADER_LAYER = {
+    'counters.h': 'base',
+    'rec.h': 'store',  # headers directly in meta/
     "meta.h": "base",  # the public API's types and declarations
     "log.h": "base", "hash.h": "base", "hist.h": "base", "lock.h": "base",
     "store.h": "store", "store_pg.h": "store",

@@ -5,8 +5,11 @@
  * of a valid name (meta/pname.c). The input is one C string (cut at its
  * first NUL); each parser's answer is checked against its contract.
  */
-#include "meta/internal.h"
+#include "meta/cluster.h"
+#include "meta/index.h"
 #include "meta/meta.h"
+#include "meta/ops.h"
+#include "meta/record.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -78,14 +81,14 @@ static void check_name(const char *s)
 
 	/* a page of that name gives it back, and equals it and nothing else */
 	char text[META_NAME_MAX + 1], other[META_NAME_MAX + 1];
-	struct page *p = page_alloc(s, n);
-	CHECK(p != NULL, "page_alloc('%s') failed", s);
-	CHECK(strcmp(pname_text(p, text), s) == 0, "'%s' unpacks as '%s'", s, text);
-	CHECK(pname_eq(p, s, n), "'%s' is not its own name", s);
+	struct page *p = index_page_alloc(s, n);
+	CHECK(p != NULL, "index_page_alloc('%s') failed", s);
+	CHECK(strcmp(index_pname_text(p, text), s) == 0, "'%s' unpacks as '%s'", s, text);
+	CHECK(index_pname_eq(p, s, n), "'%s' is not its own name", s);
 	memcpy(other, s, n + 1);
 	other[n - 1] ^= 1; /* another name of the same length */
-	CHECK(!pname_eq(p, other, n), "'%s' equals '%s'", s, other);
-	page_free(p);
+	CHECK(!index_pname_eq(p, other, n), "'%s' equals '%s'", s, other);
+	index_page_free(p);
 }
 
 static void check_prefix(const char *s)

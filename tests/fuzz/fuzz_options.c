@@ -19,7 +19,10 @@
 #define FUZZ_NAME "fuzz_options"
 #include "tests/fuzz/fuzz_index.h"
 
-#include "meta/internal.h"
+#include "meta/cluster.h"
+#include "meta/index.h"
+#include "meta/ops.h"
+#include "meta/record.h"
 #include "meta/store.h"
 #include "serve/serve.h"
 #include "tools/cli_common.h"

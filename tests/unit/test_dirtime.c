@@ -5,7 +5,10 @@
  * every other findable (linear probing shifts entries back), in any
  * order, and a pool's time only moves forward.
  */
-#include "meta/internal.h"
+#include "meta/cluster.h"
+#include "meta/index.h"
+#include "meta/ops.h"
+#include "meta/record.h"
 
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -22,16 +25,17 @@ Test(dirtime, every_id_keeps_its_ctime_through_growth_and_updates)
 {
 	struct ctimes t = {0};
 
-	cr_assert_eq(ctime_get(&t, 7), 0, "an empty table knows no id");
+	cr_assert_eq(index_ctime_get(&t, 7), 0, "an empty table knows no id");
 	for (unsigned i = 0; i < IDS; i++)
-		ctime_set(&t, id_of(i), 1000 + i);
+		index_ctime_set(&t, id_of(i), 1000 + i);
 	for (unsigned i = 0; i < IDS; i += 2)
-		ctime_set(&t, id_of(i), 5000000 + i); /* renamed again */
+		index_ctime_set(&t, id_of(i), 5000000 + i); /* renamed again */
 	cr_assert_eq(t.n, IDS);
 	for (unsigned i = 0; i < IDS; i++)
-		cr_assert_eq(ctime_get(&t, id_of(i)), i % 2 ? 1000 + i : 5000000 + i, "id %u", i);
-	cr_assert_eq(ctime_get(&t, id_of(IDS) + 1), 0);
-	ctimes_free(&t);
+		cr_assert_eq(index_ctime_get(&t, id_of(i)), i % 2 ? 1000 + i : 5000000 + i, "id %u",
+		             i);
+	cr_assert_eq(index_ctime_get(&t, id_of(IDS) + 1), 0);
+	index_ctimes_free(&t);
 }
 
 Test(dirtime, a_removal_takes_out_only_its_own_id_in_any_order)
@@ -41,7 +45,7 @@ Test(dirtime, a_removal_takes_out_only_its_own_id_in_any_order)
 
 	cr_assert_not_null(order);
 	for (unsigned i = 0; i < IDS; i++) {
-		ctime_set(&t, id_of(i), 1 + i);
+		index_ctime_set(&t, id_of(i), 1 + i);
 		order[i] = i;
 	}
 	srand(1);
@@ -51,27 +55,27 @@ Test(dirtime, a_removal_takes_out_only_its_own_id_in_any_order)
 		order[j] = x;
 	}
 	for (unsigned k = 0; k < IDS; k++) {
-		ctime_del(&t, id_of(order[k]));
-		ctime_del(&t, id_of(order[k])); /* twice: nothing more goes */
-		cr_assert_eq(ctime_get(&t, id_of(order[k])), 0);
+		index_ctime_del(&t, id_of(order[k]));
+		index_ctime_del(&t, id_of(order[k])); /* twice: nothing more goes */
+		cr_assert_eq(index_ctime_get(&t, id_of(order[k])), 0);
 		if (k % 997 == 0) /* the rest are all still there */
 			for (unsigned r = k + 1; r < IDS; r++)
-				cr_assert_eq(ctime_get(&t, id_of(order[r])), 1 + order[r],
+				cr_assert_eq(index_ctime_get(&t, id_of(order[r])), 1 + order[r],
 				             "id %u lost after removing %u of them", order[r],
 				             k + 1);
 	}
 	cr_assert_eq(t.n, 0);
 	free(order);
-	ctimes_free(&t);
+	index_ctimes_free(&t);
 }
 
 Test(dirtime, a_pool_time_only_moves_forward)
 {
 	struct pool p = {0};
 
-	pool_changed(&p, 200);
-	pool_changed(&p, 100);
+	index_pool_changed(&p, 200);
+	index_pool_changed(&p, 100);
 	cr_assert_eq(p.dir_ns, 200);
-	pool_changed(&p, 300);
+	index_pool_changed(&p, 300);
 	cr_assert_eq(p.dir_ns, 300);
 }

@@ -223,7 +223,7 @@ Test(keys, adopt_is_all_or_nothing)
 	cr_assert_eq(lookup_ok(p, "a").length, FX_SLOT_SIZE);
 }
 
-/* exists/get look keys up a group at a time (table_find_names): every
+/* exists/get look keys up a group at a time (index_table_find_names): every
  * answer must still be the one of its own key, across chunk boundaries,
  * for invalid names and for the same name in another pool. */
 Test(keys, batched_lookups_answer_each_key_of_a_long_batch)

@@ -4,7 +4,10 @@
  * is smaller for SGLang's hex names and no larger for any other, and
  * equality holds only between identical texts.
  */
-#include "meta/internal.h"
+#include "meta/cluster.h"
+#include "meta/index.h"
+#include "meta/ops.h"
+#include "meta/record.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -17,14 +20,14 @@ static const char sha[] = "0f3a9c1e5b7d2468ace0135792468bdf0f3a9c1e5b7d2468ace01
 /* Bytes of packed[] a page of that name takes. */
 static size_t packed_size(const char *name, size_t len)
 {
-	struct pname_plan plan;
+	struct index_pname_plan plan;
 
-	return pname_plan(name, len, &plan);
+	return index_pname_plan(name, len, &plan);
 }
 
 static struct page *make(const char *name)
 {
-	struct page *p = page_alloc(name, strlen(name));
+	struct page *p = index_page_alloc(name, strlen(name));
 
 	cr_assert_not_null(p);
 	return p;
@@ -37,9 +40,9 @@ static void round_trip(const char *name)
 	struct page *p = make(name);
 
 	cr_assert_eq(p->name_len, strlen(name));
-	cr_assert_str_eq(pname_text(p, out), name);
-	cr_assert(pname_eq(p, name, strlen(name)), "'%s' is not equal to itself", name);
-	page_free(p);
+	cr_assert_str_eq(index_pname_text(p, out), name);
+	cr_assert(index_pname_eq(p, name, strlen(name)), "'%s' is not equal to itself", name);
+	index_page_free(p);
 }
 
 Test(pname, round_trips)
@@ -88,7 +91,7 @@ Test(pname, packs_hex_prefixes_only)
 	cr_assert_eq(p->packed[0], 0x0a);
 	cr_assert_eq(p->packed[3], 0x3d);
 	cr_assert_eq(memcmp(p->packed + 4, ".bin", 4), 0);
-	page_free(p);
+	index_page_free(p);
 }
 
 Test(pname, equal_only_to_the_same_text)
@@ -99,34 +102,34 @@ Test(pname, equal_only_to_the_same_text)
 	memcpy(other, sha, sizeof(other));
 	for (size_t i = 0; i < 64; i++) { /* one digit changed anywhere */
 		other[i] = other[i] == '0' ? '1' : '0';
-		cr_assert_not(pname_eq(p, other, 64), "equal with digit %zu changed", i);
+		cr_assert_not(index_pname_eq(p, other, 64), "equal with digit %zu changed", i);
 		other[i] = sha[i];
 	}
-	cr_assert(pname_eq(p, other, 64));
+	cr_assert(index_pname_eq(p, other, 64));
 	other[3] = 'A'; /* sha[3] is 'a': the uppercase name is another name */
 	cr_assert_eq(sha[3], 'a');
-	cr_assert_not(pname_eq(p, other, 64));
-	cr_assert_not(pname_eq(p, sha, 63)); /* a prefix */
-	page_free(p);
+	cr_assert_not(index_pname_eq(p, other, 64));
+	cr_assert_not(index_pname_eq(p, sha, 63)); /* a prefix */
+	index_page_free(p);
 
 	struct page *a = make("abc_x"), *b = make("abc_x"), *c = make("abc_y"), *d = make("ABC_x");
-	cr_assert(pname_same(a, b));
-	cr_assert_not(pname_same(a, c));
-	cr_assert_not(pname_same(a, d));
-	cr_assert_not(pname_eq(a, "abd_x", 5));
-	cr_assert_not(pname_eq(a, "abc_x_", 6));
+	cr_assert(index_pname_same(a, b));
+	cr_assert_not(index_pname_same(a, c));
+	cr_assert_not(index_pname_same(a, d));
+	cr_assert_not(index_pname_eq(a, "abd_x", 5));
+	cr_assert_not(index_pname_eq(a, "abc_x_", 6));
 	/* text that looks like another name's packed bytes is not that name */
-	struct page *raw = page_alloc("\xab"
-	                              "c_x",
-	                              4);
+	struct page *raw = index_page_alloc("\xab"
+	                                    "c_x",
+	                                    4);
 	cr_assert_not_null(raw);
-	cr_assert_not(pname_same(a, raw));
-	cr_assert_not(pname_eq(raw, "abc_x", 5));
-	page_free(raw);
-	page_free(a);
-	page_free(b);
-	page_free(c);
-	page_free(d);
+	cr_assert_not(index_pname_same(a, raw));
+	cr_assert_not(index_pname_eq(raw, "abc_x", 5));
+	index_page_free(raw);
+	index_page_free(a);
+	index_page_free(b);
+	index_page_free(c);
+	index_page_free(d);
 }
 
 Test(pname, hex_names_take_less_memory)
@@ -157,20 +160,20 @@ Test(pname, every_run_length)
 			name[len] = '\0';
 			size_t hex = (run > 254 ? 254 : run) & ~(size_t)1;
 			int interned = hex >= 16 && len - hex >= 3; /* the table never fills here */
-			struct page *p = page_alloc(name, len);
+			struct page *p = index_page_alloc(name, len);
 			cr_assert_not_null(p);
 			cr_assert_eq(pname_hex(p), hex, "len %zu run %zu", len, run);
 			cr_assert_eq(p->name_tail, interned, "len %zu run %zu", len, run);
 			cr_assert_eq(packed_size(name, len), hex / 2 + (interned ? 2 : len - hex));
-			cr_assert_eq(memcmp(pname_text(p, out), name, len + 1), 0,
+			cr_assert_eq(memcmp(index_pname_text(p, out), name, len + 1), 0,
 			             "len %zu run %zu", len, run);
-			cr_assert(pname_eq(p, name, len));
+			cr_assert(index_pname_eq(p, name, len));
 			size_t at = (seed >> 20) % len; /* one byte changed, anywhere */
 			memcpy(other, name, len + 1);
 			other[at] = other[at] == 'a' ? 'b' : 'a';
-			cr_assert_not(pname_eq(p, other, len), "len %zu run %zu at %zu", len, run,
-			              at);
-			page_free(p);
+			cr_assert_not(index_pname_eq(p, other, len), "len %zu run %zu at %zu", len,
+			              run, at);
+			index_page_free(p);
 		}
 	}
 }
@@ -179,10 +182,10 @@ Test(pname, every_run_length)
  * freed pieces are reused for pages of their size, pieces come zeroed. */
 Test(arena, references_and_reuse)
 {
-	size_t live = arena_live();
+	size_t live = index_arena_live();
 	struct page *a = make(sha), *b = make("page-b");
 
-	cr_assert_eq(arena_live(), live + 2);
+	cr_assert_eq(index_arena_live(), live + 2);
 	cr_assert_neq(page_ref(a), 0);
 	cr_assert_eq(page_at(page_ref(a)), a);
 	cr_assert_eq(page_at(page_ref(b)), b);
@@ -191,16 +194,16 @@ Test(arena, references_and_reuse)
 	cr_assert_eq((uintptr_t)a % 8, 0, "pages are 8-byte aligned");
 	a->id = 77;
 	a->lru_next = page_ref(b);
-	page_free(a);
-	cr_assert_eq(arena_live(), live + 1);
+	index_page_free(a);
+	cr_assert_eq(index_arena_live(), live + 1);
 	struct page *c = make(sha); /* same size: the piece a had */
 	cr_assert_eq(c, a);
 	cr_assert_eq(c->id, 0, "a reused piece comes zeroed");
 	cr_assert_eq(c->lru_next, 0);
-	page_free(c);
-	page_free(b);
-	cr_assert_eq(arena_live(), live);
-	cr_assert_null(arena_alloc(ARENA_MAX_PIECE + 1));
+	index_page_free(c);
+	index_page_free(b);
+	cr_assert_eq(index_arena_live(), live);
+	cr_assert_null(index_arena_alloc(ARENA_MAX_PIECE + 1));
 }
 
 /* Tails after a hash (tails.c): one id per text, shared by every page
@@ -214,65 +217,65 @@ Test(pname, tails_after_a_hash_are_shared)
 	snprintf(c_name, sizeof(c_name), "%s_Qwen-Qwen3-32B_1_2.bin", sha);
 	struct page *a = make(a_name), *b = make(b_name), *c = make(c_name);
 	cr_assert(a->name_tail && b->name_tail && c->name_tail);
-	cr_assert_eq(pname_stored(a), 34);
+	cr_assert_eq(index_pname_stored(a), 34);
 	cr_assert_eq(memcmp(a->packed + 32, b->packed + 32, 2), 0, "one id for one text");
 	cr_assert_neq(memcmp(a->packed + 32, c->packed + 32, 2), 0, "another text, another id");
-	cr_assert_str_eq(pname_text(a, out), a_name);
-	cr_assert_str_eq(pname_text(c, out), c_name);
-	cr_assert(pname_eq(a, a_name, strlen(a_name)));
-	cr_assert_not(pname_eq(a, c_name, strlen(c_name)));
-	cr_assert_not(pname_eq(a, b_name, strlen(b_name)));
-	cr_assert_not(pname_same(a, c));
+	cr_assert_str_eq(index_pname_text(a, out), a_name);
+	cr_assert_str_eq(index_pname_text(c, out), c_name);
+	cr_assert(index_pname_eq(a, a_name, strlen(a_name)));
+	cr_assert_not(index_pname_eq(a, c_name, strlen(c_name)));
+	cr_assert_not(index_pname_eq(a, b_name, strlen(b_name)));
+	cr_assert_not(index_pname_same(a, c));
 
 	struct page *short_hex = make("0a1b2c3d_Qwen-Qwen3-32B_0_2.bin"); /* 8 digits: no hash */
 	cr_assert_not(short_hex->name_tail);
-	cr_assert_eq(pname_stored(short_hex), 4 + 23);
+	cr_assert_eq(index_pname_stored(short_hex), 4 + 23);
 
 	/* the same name held inline (as it would be had the table been
 	 * full when its tail first came) is still the same name */
 	size_t n = strlen(a_name);
-	struct page *inline_a = arena_alloc(offsetof(struct page, packed) + 32 + (n - 64));
+	struct page *inline_a = index_arena_alloc(offsetof(struct page, packed) + 32 + (n - 64));
 	cr_assert_not_null(inline_a);
 	memcpy(inline_a->packed, a->packed, 32);
 	memcpy(inline_a->packed + 32, a_name + 64, n - 64);
 	inline_a->name_len = (uint16_t)n;
 	inline_a->hex_bytes = 32;
-	cr_assert_str_eq(pname_text(inline_a, out), a_name);
-	cr_assert(pname_same(a, inline_a));
-	cr_assert(pname_same(inline_a, a));
-	cr_assert_not(pname_same(inline_a, c));
-	page_free(inline_a);
-	page_free(short_hex);
-	page_free(a);
-	page_free(b);
-	page_free(c);
+	cr_assert_str_eq(index_pname_text(inline_a, out), a_name);
+	cr_assert(index_pname_same(a, inline_a));
+	cr_assert(index_pname_same(inline_a, a));
+	cr_assert_not(index_pname_same(inline_a, c));
+	index_page_free(inline_a);
+	index_page_free(short_hex);
+	index_page_free(a);
+	index_page_free(b);
+	index_page_free(c);
 }
 
 Test(pname, a_full_tail_table_leaves_new_tails_inline)
 {
 	char name[128], tail[32], out[256];
-	uint16_t known = tail_intern("_known.bin", 10);
+	uint16_t known = index_tail_intern("_known.bin", 10);
 
 	cr_assert_neq(known, 0);
 	for (unsigned i = 1; i < TAILS_MAX; i++) {
 		int len = snprintf(tail, sizeof(tail), "_filler_%u", i);
-		cr_assert_neq(tail_intern(tail, (size_t)len), 0, "tail %u", i);
+		cr_assert_neq(index_tail_intern(tail, (size_t)len), 0, "tail %u", i);
 	}
-	cr_assert_eq(tail_intern("_one_too_many", 13), 0, "the table is full");
-	cr_assert_eq(tail_intern("_known.bin", 10), known, "an interned text keeps its id");
+	cr_assert_eq(index_tail_intern("_one_too_many", 13), 0, "the table is full");
+	cr_assert_eq(index_tail_intern("_known.bin", 10), known, "an interned text keeps its id");
 
 	snprintf(name, sizeof(name), "%s_new.bin", sha);
 	struct page *p = make(name);
 	cr_assert_not(p->name_tail);
-	cr_assert_eq(pname_stored(p), 32 + 8);
-	cr_assert_str_eq(pname_text(p, out), name);
-	cr_assert(pname_eq(p, name, strlen(name)));
-	page_free(p);
+	cr_assert_eq(index_pname_stored(p), 32 + 8);
+	cr_assert_str_eq(index_pname_text(p, out), name);
+	cr_assert(index_pname_eq(p, name, strlen(name)));
+	index_page_free(p);
 	snprintf(name, sizeof(name), "%s_known.bin", sha);
 	p = make(name);
 	cr_assert(p->name_tail);
-	cr_assert_str_eq(pname_text(p, out), name);
-	page_free(p);
+	cr_assert_str_eq(index_pname_text(p, out), name);
+	index_page_free(p);
 }
 
 /* A page names its pool by a 2-byte index (pool_index.c): at most
@@ -283,25 +286,25 @@ Test(pool_index, pages_find_their_pool_and_the_table_has_a_limit)
 	struct page *p = make(sha);
 
 	for (unsigned i = 0; i < POOLS_MAX; i++) {
-		pools[i] = pool_new();
+		pools[i] = index_pool_new();
 		cr_assert_not_null(pools[i], "pool %u of %u: %s", i, POOLS_MAX, strerror(errno));
 		cr_assert_eq(pools[i]->fd, -1, "a new pool has no data file yet");
 	}
 	page_set_pool(p, pools[1234]);
 	cr_assert_eq(page_pool(p), pools[1234]);
 	errno = 0;
-	cr_assert_null(pool_new(), "pool %u", POOLS_MAX + 1);
+	cr_assert_null(index_pool_new(), "pool %u", POOLS_MAX + 1);
 	cr_assert_eq(errno, ENOSPC);
 	uint16_t ix = pools[7]->ix;
-	pool_free(pools[7]);
-	struct pool *again = pool_new();
+	index_pool_free(pools[7]);
+	struct pool *again = index_pool_new();
 	cr_assert_not_null(again, "a freed pool's index is free again");
 	cr_assert_eq(again->ix, ix);
 	pools[7] = again;
 	cr_assert_eq(page_pool(p), pools[1234]);
 	for (unsigned i = 0; i < POOLS_MAX; i++)
-		pool_free(pools[i]);
-	page_free(p);
+		index_pool_free(pools[i]);
+	index_page_free(p);
 }
 
 /* struct page keeps mtimes in 2^-16 s: a commit's time (page_mtime_grain)
@@ -330,7 +333,7 @@ Test(page, mtimes_keep_their_grain_and_come_back_exactly)
 	cr_assert_eq(page_mtime(p), 0);
 	page_set_mtime(p, INT64_MAX);
 	cr_assert_geq(page_mtime(p), (int64_t)UINT32_MAX * 1000000000ll, "clamped to 2106");
-	page_free(p);
+	index_page_free(p);
 }
 
 /* Pages keep 48 bits of an id (as inode numbers do): the ids run out
@@ -340,10 +343,10 @@ Test(page, ids_stop_at_48_bits)
 	struct idblock b = {.next = META_PAGE_ID_MAX - 1, .end = UINT64_MAX};
 	struct page *p = make(sha);
 
-	cr_assert_eq(id_take(&b), META_PAGE_ID_MAX - 1);
-	p->id = id_take(&b);
+	cr_assert_eq(index_id_take(&b), META_PAGE_ID_MAX - 1);
+	p->id = index_id_take(&b);
 	cr_assert_eq(p->id, META_PAGE_ID_MAX, "the last id fits a page");
-	cr_assert_eq(id_left(&b), 0);
-	cr_assert_eq(id_take(&b), 0, "no id past 48 bits");
-	page_free(p);
+	cr_assert_eq(index_id_left(&b), 0);
+	cr_assert_eq(index_id_take(&b), 0, "no id past 48 bits");
+	index_page_free(p);
 }

@@ -3,7 +3,7 @@
  * for the store while another one changes the same page in memory first
  * (an eviction, a checksum drop) or is queued just before it (an unlink).
  *
- * The journal is held (journal_hold, a test seam) while the records
+ * The journal is held (record_hold, a test seam) while the records
  * queue, so the order under test is the one every run sees. After each
  * race the store and memory must name the same pages (what a listing
  * shows and what the next mount loads), and every used slot must belong
@@ -11,7 +11,10 @@
  * PostgreSQL one (race_pg, skipped without PAGEFS_TEST_PG_URI).
  */
 #include "fixture_pg.h"
-#include "meta/internal.h"
+#include "meta/cluster.h"
+#include "meta/index.h"
+#include "meta/ops.h"
+#include "meta/record.h"
 
 #include <pthread.h>
 
@@ -28,14 +31,14 @@ static int held;
 
 static void hold(void)
 {
-	journal_hold(fx.m);
+	record_hold(fx.m);
 	held = 1;
 }
 
 static void release(void)
 {
 	held = 0;
-	journal_release(fx.m);
+	record_release(fx.m);
 }
 
 static void race_teardown(void)
@@ -172,13 +175,13 @@ static void *reserve_main(void *arg)
 
 static void start(struct op *op, void *(*fn)(void *))
 {
-	size_t before = journal_queued(fx.m);
+	size_t before = record_queued(fx.m);
 	int rc = pthread_create(&op->thread, NULL, fn, op);
 
 	cr_assert_eq(rc, 0, "pthread_create: %s", strerror(rc));
-	for (int i = 0; i < 500 && journal_queued(fx.m) == before; i++)
+	for (int i = 0; i < 500 && record_queued(fx.m) == before; i++)
 		sleep_ms(2);
-	cr_assert_eq(journal_queued(fx.m), before + 1, "the operation queued no record");
+	cr_assert_eq(record_queued(fx.m), before + 1, "the operation queued no record");
 }
 
 static void join(struct op *op)
@@ -217,11 +220,11 @@ static int replaced_lists(struct rec *batch, uint64_t id, int *rc, uint32_t *n)
 	struct resolver rs = {0};
 	int found = 0;
 
-	*rc = replaced_resolve(fx.m, batch, &rs);
+	*rc = record_replaced_resolve(fx.m, batch, &rs);
 	*n = batch->nrepl;
 	for (uint32_t i = 0; *rc == 0 && i < *n; i++)
 		found |= batch->repl[i] == id;
-	replaced_free(batch, &rs);
+	record_replaced_free(batch, &rs);
 	return found;
 }
 
@@ -283,7 +286,7 @@ RACE(replacement_committed_while_the_page_fails_its_checksum_leaves_no_page_only
 	hold();
 	start(&commit, commit_main);
 	meta_page_verified(fx.m, a.id, a.slot, 0); /* a reader of the old bytes */
-	cr_assert_eq(journal_queued(fx.m), 2, "the checksum failure queued no drop");
+	cr_assert_eq(record_queued(fx.m), 2, "the checksum failure queued no drop");
 	release();
 	join(&commit);
 	cr_assert_eq(commit.ret, 0, "commit of a's replacement: %s", strerror(-commit.ret));
@@ -357,7 +360,7 @@ RACE(rename_over_a_page_while_the_source_fails_its_checksum_replaces_it_in_memor
 	hold();
 	start(&ren, rename_main);
 	meta_page_verified(fx.m, a.id, a.slot, 0); /* a reader of a's bytes */
-	cr_assert_eq(journal_queued(fx.m), 2, "the checksum failure queued no drop");
+	cr_assert_eq(record_queued(fx.m), 2, "the checksum failure queued no drop");
 	release();
 	join(&ren);
 	/* The store renamed a over b, then dropped a: both are gone. */
@@ -424,10 +427,10 @@ Test(race, a_batch_deletes_the_row_of_its_name_whose_drop_waits_behind_it)
 
 	hold();
 	meta_page_verified(fx.m, a.id, a.slot, 0); /* leaves memory; its drop queues */
-	cr_assert_eq(journal_queued(fx.m), 1, "the checksum failure queued no drop");
+	cr_assert_eq(record_queued(fx.m), 1, "the checksum failure queued no drop");
 	int found = replaced_lists(&r, a.id, &rc, &n);
 	release(); /* (before any assertion: the fini waits for it) */
-	cr_assert_eq(rc, 0, "replaced_resolve: %s", strerror(-rc));
+	cr_assert_eq(rc, 0, "record_replaced_resolve: %s", strerror(-rc));
 	cr_assert(found, "the commit of \"a\" does not delete the row of page %llu (%u candidates)",
 	          (unsigned long long)a.id, n);
 }
@@ -446,7 +449,7 @@ RACE(replacement_of_a_renamed_page_dropped_meanwhile_leaves_its_old_name_to_the_
 	start(&ren2, rename_main);                 /* then b -> a */
 	start(&commit, commit_main);               /* memory still names a's page "a" */
 	meta_page_verified(fx.m, a.id, a.slot, 0); /* and drops it */
-	cr_assert_eq(journal_queued(fx.m), 4, "the checksum failure queued no drop");
+	cr_assert_eq(record_queued(fx.m), 4, "the checksum failure queued no drop");
 	release();
 	join(&ren1);
 	join(&ren2);
@@ -531,10 +534,10 @@ Test(race, a_batch_deletes_the_row_of_its_name_whose_drop_comes_after_it_in_the_
 	uint32_t n;
 	int rc;
 
-	drop.drop_hash = name_hash(fx.pool, "a", 1);
+	drop.drop_hash = index_name_hash(fx.pool, "a", 1);
 	r.next = &drop;
 	int found = replaced_lists(&r, gone, &rc, &n);
-	cr_assert_eq(rc, 0, "replaced_resolve: %s", strerror(-rc));
+	cr_assert_eq(rc, 0, "record_replaced_resolve: %s", strerror(-rc));
 	cr_assert(found, "the commit of \"a\" does not delete the row of page %llu (%u candidates)",
 	          (unsigned long long)gone, n);
 }
@@ -560,20 +563,20 @@ Test(race, two_rewrites_before_one_drop_leave_only_the_last_slot_to_the_drop)
 	hold();
 	meta_page_verified(fx.m, a.id, a.slot, 0); /* leaves memory; its drop queues */
 	pthread_mutex_lock(&fx.m->lock);
-	apply_record(fx.m, &c1, &drops);
-	apply_record(fx.m, &c2, &drops);
-	struct rec *d = journal_drop_after(fx.m, &c2);
+	record_apply(fx.m, &c1, &drops);
+	record_apply(fx.m, &c2, &drops);
+	struct rec *d = record_drop_after(fx.m, &c2);
 	int has = d && d->has_extra;
 	uint64_t extra = has ? d->extra_slot : 0;
-	struct pool *pool = pool_by_id(fx.m, fx.pool);
-	int first_free = slot_mark(pool, r1.slot) == 0; /* (a probe: marks a free slot) */
+	struct pool *pool = index_pool_by_id(fx.m, fx.pool);
+	int first_free = index_slot_mark(pool, r1.slot) == 0; /* (a probe: marks a free slot) */
 	if (first_free)
-		slot_release(pool, r1.slot);
-	int last_taken = slot_mark(pool, r2.slot) == -EEXIST;
+		index_slot_release(pool, r1.slot);
+	int last_taken = index_slot_mark(pool, r2.slot) == -EEXIST;
 	if (!last_taken)
-		slot_release(pool, r2.slot);
+		index_slot_release(pool, r2.slot);
 	pthread_mutex_unlock(&fx.m->lock);
-	drops_notify(fx.m, drops);
+	index_drops_notify(fx.m, drops);
 	release();
 	meta_page_abort(fx.m, &r1); /* (the reservations' counts; slots already free) */
 	meta_page_abort(fx.m, &r2);

@@ -8,6 +8,7 @@
  * ends the store's backend with pg_terminate_backend().
  */
 #include "fixture_pg.h"
+#include "meta/record.h"
 #include "meta/store.h"
 #include "meta/store_pg.h"
 
@@ -71,7 +72,7 @@ static void assert_mentions(const char *err, const char *what)
 /* A store-level page record. */
 static struct rec *page_rec(uint64_t id, const char *name, uint64_t slot)
 {
-	struct rec *r = rec_new(REC_COMMIT);
+	struct rec *r = record_new(REC_COMMIT);
 
 	cr_assert_not_null(r);
 	r->pool_id = 1;
@@ -142,7 +143,7 @@ static int batch(struct store *s, struct rec **recs, int n, int *errs);
 /* A store-level pool record (page records need their pool's row). */
 static struct rec *pool_rec(enum rec_type type, uint32_t id, int rank)
 {
-	struct rec *r = rec_new(type);
+	struct rec *r = record_new(type);
 
 	cr_assert_not_null(r);
 	r->pool_id = id;

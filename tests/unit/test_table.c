@@ -10,8 +10,11 @@
  * sizes both from the store's estimate, for short and long names.
  */
 #include "fixture.h"
+#include "meta/cluster.h"
 #include "meta/hash.h"
-#include "meta/internal.h"
+#include "meta/index.h"
+#include "meta/ops.h"
+#include "meta/record.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -33,28 +36,28 @@ static void name_of(unsigned i, char *buf, size_t len)
 
 static void setup(void)
 {
-	pool = pool_new();
+	pool = index_pool_new();
 	cr_assert_not_null(pool);
 	pool->id = 42;
 	for (unsigned i = 0; i < PAGES; i++) {
 		char name[96];
 		name_of(i, name, sizeof(name));
-		pages[i] = page_alloc(name, strlen(name));
+		pages[i] = index_page_alloc(name, strlen(name));
 		cr_assert_not_null(pages[i]);
 		pages[i]->id = 1000003ull * (i + 1); /* sparse, as ids after deletions */
 		pages[i]->committed = 1;
-		hashes[i] = name_hash(pool->id, name, strlen(name));
+		hashes[i] = index_name_hash(pool->id, name, strlen(name));
 		page_set_pool(pages[i], pool);
 		/* what removals and growth compute again from the packed name */
-		cr_assert_eq(page_name_hash(pages[i]), hashes[i], "hash of %s again", name);
+		cr_assert_eq(index_page_name_hash(pages[i]), hashes[i], "hash of %s again", name);
 	}
 }
 
 static void teardown(void)
 {
 	for (unsigned i = 0; i < PAGES; i++)
-		page_free(pages[i]);
-	pool_free(pool);
+		index_page_free(pages[i]);
+	index_pool_free(pool);
 }
 
 /* Every page i in [from, to) is found by id and by name; those before
@@ -66,8 +69,8 @@ static void check_found(const struct page_table *by_name, const struct page_tabl
 		char name[96];
 		name_of(i, name, sizeof(name));
 		struct page *want = i >= from ? pages[i] : NULL;
-		cr_assert_eq(idtable_find(by_id, pages[i]->id), want, "page %u by id", i);
-		cr_assert_eq(table_find_name(by_name, pool->id, name, NULL), want,
+		cr_assert_eq(index_idtable_find(by_id, pages[i]->id), want, "page %u by id", i);
+		cr_assert_eq(index_table_find_name(by_name, pool->id, name, NULL), want,
 		             "page %u by name", i);
 	}
 }
@@ -79,13 +82,13 @@ Test(table, grows_by_half_and_finds_every_page)
 	struct page_table by_name, by_id;
 	uint64_t sizes = 0, last = 0;
 
-	cr_assert_eq(table_init(&by_name, 1), 0);
-	cr_assert_eq(idtable_init(&by_id, 1), 0);
+	cr_assert_eq(index_table_init(&by_name, 1), 0);
+	cr_assert_eq(index_idtable_init(&by_id, 1), 0);
 	cr_assert_eq(by_name.n, 1024, "a table starts at 1024 buckets");
 	cr_assert_eq(by_id.n, 1024, "a table starts at 1024 buckets");
 	for (unsigned i = 0; i < PAGES; i++) {
-		table_add_name(&by_name, pages[i], hashes[i]);
-		idtable_add(&by_id, pages[i]);
+		index_table_add_name(&by_name, pages[i], hashes[i]);
+		index_idtable_add(&by_id, pages[i]);
 		cr_assert_leq(by_name.count, by_name.n, "load factor at most 1");
 		cr_assert_leq(by_id.count * 8, by_id.n * 7, "load factor at most 7/8 by id");
 		if (by_name.n != last) {
@@ -112,7 +115,7 @@ Test(table, grows_by_half_and_finds_every_page)
 			names[i] = buf[i];
 			lens[i] = strlen(buf[i]);
 		}
-		table_find_names(&by_name, pool->id, names, lens, 64, out);
+		index_table_find_names(&by_name, pool->id, names, lens, 64, out);
 		for (unsigned i = 0; i < 64; i++)
 			cr_assert_eq(out[i], pages[i * 311u], "batch key %u", i);
 	}
@@ -120,16 +123,16 @@ Test(table, grows_by_half_and_finds_every_page)
 	/* Removing the first half takes out those pages only; a removal
 	 * leaves every other page findable (checked after some of them). */
 	for (unsigned i = 0; i < PAGES / 2; i++) {
-		table_del_name(&by_name, pages[i]);
-		idtable_del(&by_id, pages[i]);
+		index_table_del_name(&by_name, pages[i]);
+		index_idtable_del(&by_id, pages[i]);
 		if (i % 1000 == 999)
 			check_found(&by_name, &by_id, i + 1, PAGES);
 	}
 	cr_assert_eq(by_id.count, PAGES - PAGES / 2);
 	cr_assert_eq(by_name.count, PAGES - PAGES / 2);
 	check_found(&by_name, &by_id, PAGES / 2, PAGES);
-	table_free(&by_name);
-	table_free(&by_id);
+	index_table_free(&by_name);
+	index_table_free(&by_id);
 }
 
 /* Sized up front (as the mount sizes them from the index file), the
@@ -143,13 +146,13 @@ Test(table, sized_up_front_holds_without_growing)
 	struct page *out[128];
 	char buf[128][96];
 
-	cr_assert_eq(table_init(&by_name, PAGES + 7), 0);
-	cr_assert_eq(idtable_init(&by_id, PAGES + 7), 0);
+	cr_assert_eq(index_table_init(&by_name, PAGES + 7), 0);
+	cr_assert_eq(index_idtable_init(&by_id, PAGES + 7), 0);
 	uint64_t id_buckets = by_id.n;
 	cr_assert_geq(id_buckets * 4, (PAGES + 7) * 5ull, "sized for a load near 0.8 by id");
 	for (unsigned i = 0; i < PAGES; i++) {
-		table_add_name(&by_name, pages[i], hashes[i]);
-		idtable_add(&by_id, pages[i]);
+		index_table_add_name(&by_name, pages[i], hashes[i]);
+		index_idtable_add(&by_id, pages[i]);
 	}
 	cr_assert_eq(by_name.n, PAGES + 7, "no growth below load factor 1");
 	cr_assert_eq(by_id.n, id_buckets, "no growth by id either");
@@ -160,13 +163,13 @@ Test(table, sized_up_front_holds_without_growing)
 		names[i] = buf[i];
 		lens[i] = strlen(buf[i]);
 	}
-	table_find_names(&by_name, pool->id, names, lens, 128, out);
+	index_table_find_names(&by_name, pool->id, names, lens, 128, out);
 	for (unsigned i = 0; i < 128; i++) {
 		unsigned k = (i * 7919u) % (PAGES + 64);
 		cr_assert_eq(out[i], k < PAGES ? pages[k] : NULL, "key %u (page %u)", i, k);
 	}
-	table_free(&by_name);
-	table_free(&by_id);
+	index_table_free(&by_name);
+	index_table_free(&by_id);
 }
 
 /* Ids as they come (one after another, in blocks of a shared index's
@@ -181,30 +184,30 @@ Test(table, ids_of_any_stride_spread_evenly)
 
 	cr_assert_not_null(v);
 	for (unsigned i = 0; i < N; i++) {
-		v[i] = page_alloc("x", 1);
+		v[i] = index_page_alloc("x", 1);
 		cr_assert_not_null(v[i]);
 	}
 	for (size_t k = 0; k < sizeof(strides) / sizeof(strides[0]); k++) {
 		struct page_table t;
 		uint64_t longest;
-		cr_assert_eq(idtable_init(&t, N + N / 16), 0);
+		cr_assert_eq(index_idtable_init(&t, N + N / 16), 0);
 		for (unsigned i = 0; i < N; i++) {
 			v[i]->id = 1 + strides[k] * i;
-			idtable_add(&t, v[i]);
+			index_idtable_add(&t, v[i]);
 		}
 		double load = (double)t.count / (double)t.n;
-		double avg = (double)idtable_probes(&t, &longest) / (double)t.count;
+		double avg = (double)index_idtable_probes(&t, &longest) / (double)t.count;
 		cr_assert_lt(avg, (1 + 1 / (1 - load)) / 2 + 0.1,
 		             "stride %llu: %.3f buckets a lookup at load %.2f",
 		             (unsigned long long)strides[k], avg, load);
 		cr_assert_leq(longest, LONGEST, "stride %llu: a lookup of %llu buckets",
 		              (unsigned long long)strides[k], (unsigned long long)longest);
 		for (unsigned i = 0; i < N; i += 997)
-			cr_assert_eq(idtable_find(&t, v[i]->id), v[i]);
-		table_free(&t);
+			cr_assert_eq(index_idtable_find(&t, v[i]->id), v[i]);
+		index_table_free(&t);
 	}
 	for (unsigned i = 0; i < N; i++)
-		page_free(v[i]);
+		index_page_free(v[i]);
 	free(v);
 }
 
@@ -272,9 +275,9 @@ Test(table, removals_shift_pages_back_across_the_end)
 	struct page *v[RUN];
 	uint64_t n;
 
-	cr_assert_eq(idtable_init(&t, 1), 0);
+	cr_assert_eq(index_idtable_init(&t, 1), 0);
 	n = t.n;
-	table_free(&t);
+	index_table_free(&t);
 	for (unsigned i = 0, k = 0; k < RUN; i++) { /* homes n-2, n-1, 0, n-2, ... */
 		uint64_t want = (k % 3 == 0) ? n - 2 : (k % 3 == 1) ? n - 1 : 0;
 		if (home_of(pages[i]->id, n) != want) {
@@ -284,19 +287,19 @@ Test(table, removals_shift_pages_back_across_the_end)
 		v[k++] = pages[i];
 	}
 	for (unsigned rot = 0; rot < RUN; rot++) {
-		cr_assert_eq(idtable_init(&t, 1), 0);
+		cr_assert_eq(index_idtable_init(&t, 1), 0);
 		for (unsigned k = 0; k < RUN; k++)
-			idtable_add(&t, v[k]);
+			index_idtable_add(&t, v[k]);
 		cr_assert_eq(t.n, n, "no growth at 12 pages");
 		cr_assert_neq(t.buckets[0], 0, "the run wraps into bucket 0");
 		for (unsigned d = 0; d < RUN; d++) {
 			struct page *gone = v[(rot + d * 5) % RUN]; /* 5 is prime to 12 */
-			idtable_del(&t, gone);
-			cr_assert_null(idtable_find(&t, gone->id),
+			index_idtable_del(&t, gone);
+			cr_assert_null(index_idtable_find(&t, gone->id),
 			               "rotation %u: removed page found", rot);
 			for (unsigned e = d + 1; e < RUN; e++) {
 				struct page *left = v[(rot + e * 5) % RUN];
-				cr_assert_eq(idtable_find(&t, left->id), left,
+				cr_assert_eq(index_idtable_find(&t, left->id), left,
 				             "rotation %u, %u removed: page %llu lost", rot, d + 1,
 				             (unsigned long long)left->id);
 			}
@@ -305,6 +308,6 @@ Test(table, removals_shift_pages_back_across_the_end)
 		for (uint64_t b = 0; b < t.n; b++)
 			cr_assert_eq(t.buckets[b], 0, "bucket %llu not emptied",
 			             (unsigned long long)b);
-		table_free(&t);
+		index_table_free(&t);
 	}
 }

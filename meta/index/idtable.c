@@ -1,0 +1,137 @@
+/*
+ * idtable.c - the table of pages by id, which resolves inode numbers:
+ * open addressing with linear probing, a 32-bit page reference a bucket
+ * and nothing in the page itself (a chain link there cost every page 4
+ * bytes). Callers hold meta.lock.
+ *
+ * A lookup probes from the id's home bucket to the page or an empty
+ * bucket, reading the id of each page it passes. The table is sized at
+ * mount for a load factor near 0.76 (store_estimate errs high) and grows
+ * by half at 0.875: at 0.76 a lookup that finds its page reads 2.6 pages
+ * on average. A delete shifts the pages after it back (no tombstones).
+ */
+#include "meta/hash.h"
+#include "meta/index.h"
+#include "meta/log.h"
+
+#include <stdlib.h>
+
+/* MurmurHash3's 64-bit finalizer: every bit of id moves every bit of the
+ * result, so ids that follow one another, or any stride, spread evenly
+ * (one multiply's high half clustered ids of some strides). */
+static uint64_t home(const struct page_table *t, uint64_t id)
+{
+	return ((meta_mix64(id) >> 32) * t->n) >> 32;
+}
+
+int index_idtable_init(struct page_table *t, uint64_t pages)
+{
+	return index_table_init(t, pages + pages / 4 + pages / 64); /* (clamped as by name) */
+}
+
+/* Puts ref (of a page not in t) into its first empty bucket. */
+static void place(struct page_table *t, uint32_t ref, uint64_t id)
+{
+	uint64_t i = home(t, id);
+
+	while (t->buckets[i])
+		i = i + 1 == t->n ? 0 : i + 1;
+	t->buckets[i] = ref;
+}
+
+/* Rehashes into half as many buckets again; keeps the old table on
+ * ENOMEM (it still works, only fuller). */
+static void grow(struct page_table *t)
+{
+	struct page_table g;
+
+	if (index_table_grown(t, &g) < 0)
+		return;
+	for (uint64_t i = 0; i < t->n; i++)
+		if (t->buckets[i])
+			place(&g, t->buckets[i], page_at(t->buckets[i])->id);
+	free(t->buckets);
+	*t = g;
+}
+
+void index_idtable_add(struct page_table *t, struct page *p)
+{
+	if ((t->count + 1) * 8 > t->n * 7)
+		grow(t);
+	if (t->count + 1 >= t->n) {
+		/* Every grow since the table was 7/8 full found no memory. */
+		log_error("out of memory: the table of pages by id is full (%llu pages)",
+		          (unsigned long long)t->count);
+		abort();
+	}
+	place(t, page_ref(p), p->id);
+	t->count++;
+}
+
+/* The bucket of the page of id, or t->n. */
+static uint64_t find(const struct page_table *t, uint64_t id)
+{
+	for (uint64_t i = home(t, id);; i = i + 1 == t->n ? 0 : i + 1) {
+		struct page *p = page_at(t->buckets[i]);
+		if (!p)
+			return t->n;
+		if (p->id == id)
+			return i;
+	}
+}
+
+struct page *index_idtable_find(const struct page_table *t, uint64_t id)
+{
+	uint64_t i = find(t, id);
+
+	return i < t->n ? page_at(t->buckets[i]) : NULL;
+}
+
+/* 1 if bucket h lies cyclically in (from, to]. */
+static int between(uint64_t from, uint64_t h, uint64_t to)
+{
+	return from <= to ? from < h && h <= to : from < h || h <= to;
+}
+
+void index_idtable_del(struct page_table *t, struct page *p)
+{
+	uint64_t hole = find(t, p->id);
+
+	if (hole == t->n || t->buckets[hole] != page_ref(p))
+		return;
+	/* Each page after the hole, up to the next empty bucket, moves into
+	 * it unless its home lies between the hole and where it is. */
+	for (uint64_t j = hole;;) {
+		j = j + 1 == t->n ? 0 : j + 1;
+		uint32_t ref = t->buckets[j];
+		if (!ref)
+			break;
+		if (between(hole, home(t, page_at(ref)->id), j))
+			continue;
+		t->buckets[hole] = ref;
+		hole = j;
+	}
+	t->buckets[hole] = 0;
+	t->count--;
+}
+
+void index_idtable_prefetch(const struct page_table *t, uint64_t id)
+{
+	__builtin_prefetch(&t->buckets[home(t, id)], 1);
+}
+
+uint64_t index_idtable_probes(const struct page_table *t, uint64_t *longest)
+{
+	uint64_t sum = 0;
+
+	*longest = 0;
+	for (uint64_t i = 0; i < t->n; i++) {
+		if (!t->buckets[i])
+			continue;
+		uint64_t h = home(t, page_at(t->buckets[i])->id);
+		uint64_t d = (i >= h ? i - h : i + t->n - h) + 1;
+		sum += d;
+		*longest = d > *longest ? d : *longest;
+	}
+	return sum;
+}
