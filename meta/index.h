@@ -12,6 +12,7 @@
 #ifndef PAGEFS_META_INDEX_H
 #define PAGEFS_META_INDEX_H
 
+#include "meta/lock.h"
 #include "meta/meta.h"
 #include "meta/rec.h"
 
@@ -307,8 +308,9 @@ struct cluster_ops {
 };
 
 struct meta {
-	pthread_mutex_t lock;   /* protects everything below but cfg */
-	struct meta_config cfg; /* immutable after open; strings owned */
+	pthread_mutex_t lock;         /* protects everything below but cfg */
+	struct lock_owner lock_owner; /* who holds lock (lock.h; checked builds) */
+	struct meta_config cfg;       /* immutable after open; strings owned */
 	char *uri, *backing, *prefix;
 	char *db_path; /* the index as messages name it (no password) */
 
@@ -628,5 +630,26 @@ static inline void index_cluster_kick(struct meta *m)
 	if (m->cluster && m->cluster->kick)
 		m->cluster->kick(m);
 }
+
+/* check.c: 0 when the index's structures agree with its counters (slot
+ * bits, pins, LRU links, page and byte counts); else -EUCLEAN with the
+ * first broken invariant in err. Walks every page. meta.lock held. */
+int index_check(struct meta *m, char *err, size_t errlen);
+
+/* meta.lock: take, release, and the preconditions that run (lock.h). */
+static inline void index_lock(struct meta *m)
+{
+	pthread_mutex_lock(&m->lock);
+	lock_taken(&m->lock_owner);
+}
+
+static inline void index_unlock(struct meta *m)
+{
+	lock_released(&m->lock_owner);
+	pthread_mutex_unlock(&m->lock);
+}
+
+#define index_assert_locked(m) lock_assert_held(&(m)->lock_owner, "meta.lock")
+#define index_assert_unlocked(m) lock_assert_not_held(&(m)->lock_owner, "meta.lock")
 
 #endif

@@ -256,6 +256,31 @@ static int copy_config(struct meta *m, const struct meta_config *cfg, const char
 	return 0;
 }
 
+/* Checked builds (PAGEFS_CHECKS): the index's invariants hold after the
+ * load and once the last record was applied; a broken one is a bug, and
+ * the daemon stops there rather than serve from it. A node the others
+ * removed is not checked: its mirror stopped following the index. */
+static void check_index(struct meta *m, const char *when)
+{
+#ifdef PAGEFS_CHECKS
+	char why[256];
+	int rc;
+
+	if (m->fenced)
+		return;
+	index_lock(m);
+	rc = index_check(m, why, sizeof(why));
+	index_unlock(m);
+	if (rc < 0) {
+		log_error("index %s: invariant broken %s: %s", m->db_path, when, why);
+		abort();
+	}
+#else
+	(void)m;
+	(void)when;
+#endif
+}
+
 int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_t errlen)
 {
 	struct meta *m = calloc(1, sizeof(*m));
@@ -317,8 +342,10 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 			rc = open_loaded_data(m, err, errlen);
 		if (rc == 0 && (rc = keys_fences_load(m)) < 0)
 			snprintf(err, errlen, "out of memory holding slots of pools");
-		if (rc == 0)
+		if (rc == 0) {
 			record_dirtimes_load(m);
+			check_index(m, "after the load");
+		}
 		if (rc < 0) {
 			if (!err[0])
 				snprintf(err, errlen, "cannot load index %s: %s; run 'pagefs fsck'",
@@ -347,11 +374,15 @@ void meta_close(struct meta *m)
 {
 	if (!m)
 		return;
+	int served = m->journal != NULL;
+
 	keys_stop(m);
 	cluster_sync_stop(m);
 	if (m->journal)
 		record_dirtimes_save(m);
 	record_stop(m);
+	if (served)
+		check_index(m, "at close");
 	if (m->by_id.buckets) {
 		for (uint64_t i = 0; i < m->by_id.n; i++)
 			if (m->by_id.buckets[i])

@@ -101,9 +101,9 @@ static int reload_pools(struct meta *m)
 
 	/* Pools and ranks this node creates while the rows are read may be
 	 * missing from them: those are kept. */
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	uint64_t made = m->pools_made, ranks_made = m->ranks_made, set = m->pools_set;
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	if (m->store->sync->pools(m->store, &cb) < 0) {
 		free(pr.rows);
 		return 1;
@@ -112,7 +112,7 @@ static int reload_pools(struct meta *m)
 		const struct store_pool_row *row = &pr.rows[i];
 		if (row->retired)
 			continue; /* being removed: gone below */
-		pthread_mutex_lock(&m->lock);
+		index_lock(m);
 		struct pool *p = index_pool_by_id(m, row->id);
 		if (p && !p->removed && (m->pools_set != set || m->pools_setting)) {
 			again = 1; /* rows read before a change here: read again */
@@ -124,7 +124,7 @@ static int reload_pools(struct meta *m)
 			if (pool_chunk_slots(p->capacity) != p->chunk_slots && !p->nchunks)
 				p->chunk_slots = pool_chunk_slots(p->capacity);
 		}
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		if (p)
 			continue;
 		/* A pool another node made: open its data file outside the lock. */
@@ -133,19 +133,19 @@ static int reload_pools(struct meta *m)
 			         row->ns, err);
 			continue;
 		}
-		pthread_mutex_lock(&m->lock);
+		index_lock(m);
 		struct pool *q = index_pool_by_name(m, row->rank, row->ns);
 		if (index_pool_by_id(m, row->id) || q) {
 			again |= q && q->id != row->id && q->creating;
-			pthread_mutex_unlock(&m->lock);
+			index_unlock(m);
 			index_pool_free(p);
 			continue;
 		}
 		index_pool_link(m, p);
 		index_rank_set(m, p->rank, 1);
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 	}
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	/* Pools another node removed (retired or deleted their rows; it
 	 * removes empty ones only). A pool whose row this node is retiring
 	 * itself is left to pool.c. */
@@ -174,7 +174,7 @@ static int reload_pools(struct meta *m)
 			index_dirs_add(&dirs, r, NULL);
 		}
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	index_drops_notify(m, drops);
 	index_dirs_notify(m, dirs);
 	free(pr.rows);
@@ -228,7 +228,7 @@ static void add_current_names(struct meta *m, struct sync *y)
 	    !(lens = malloc(n * sizeof(*lens))) || !(pools = malloc(n * sizeof(*pools))))
 		goto out;
 	n = 0;
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	for (size_t i = 0; i < nb; i++) {
 		struct page *p =
 			y->ch[i].exists ? NULL : index_idtable_find(&m->by_id, y->ch[i].page_id);
@@ -237,7 +237,7 @@ static void add_current_names(struct meta *m, struct sync *y)
 		index_pname_text(p, names[n]);
 		pools[n++] = page_pool(p)->id;
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	/* one query per pool (a batch is mostly one pool) */
 	for (size_t i = 0; i < n; i++) {
 		size_t k = 0;
@@ -277,7 +277,7 @@ static void poll_feed(struct meta *m, struct sync *y)
 		return;
 	size_t batch = y->nch;
 	add_current_names(m, y);
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	for (size_t i = 0; i < y->nch; i++) {
 		/* A current row read for a name (after the batch) only fills a
 		 * name the batch left without a page, with a page this node does
@@ -299,7 +299,7 @@ static void poll_feed(struct meta *m, struct sync *y)
 		if (now && now->id != d->page_id && !index_idtable_find(&m->by_id, d->page_id))
 			index_page_replaced_id(m, d->page_id);
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	index_drops_notify(m, drops);
 }
 
@@ -335,7 +335,7 @@ static void heartbeat(struct meta *m)
 	struct store_peers peers;
 	struct dropped *drops = NULL;
 
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	for (struct pool *p = m->pools; p; p = p->next)
 		npins += index_slots_pinned(p, NULL, 0);
 	if (npins && (pins = calloc(npins, sizeof(*pins)))) {
@@ -343,7 +343,7 @@ static void heartbeat(struct meta *m)
 		for (struct pool *p = m->pools; p; p = p->next)
 			n += index_slots_pinned(p, pins + n, npins - n);
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	if (npins && !pins)
 		return; /* no ack without the pins: try again */
 	int64_t began = cluster_lease_clock();
@@ -356,7 +356,7 @@ static void heartbeat(struct meta *m)
 		cluster_lease_lost(m);
 	else
 		cluster_lease_renewed(m, began);
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	m->live_nodes = peers.live;
 	if (peers.fenced && !m->fenced) {
 		m->fenced = 1;
@@ -370,7 +370,7 @@ static void heartbeat(struct meta *m)
 	index_peer_pins_set(m, peers.pins, peers.npins); /* (takes them over) */
 	if (!m->fenced)
 		cluster_chunks_handover(m, (const uint64_t(*)[3])peers.wants, peers.nwants, &drops);
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	index_drops_notify(m, drops);
 	free(peers.wants);
 	finish_orphans(m, peers.orphans, peers.norphans);
@@ -383,15 +383,15 @@ static void top_up_ids(struct meta *m)
 	for (int pool = 0; pool < 2; pool++) {
 		struct idblock *b = pool ? &m->pool_ids : &m->page_ids;
 		uint64_t first, count;
-		pthread_mutex_lock(&m->lock);
+		index_lock(m);
 		int need = b->spare_count == 0;
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		if (!need || m->store->sync->ids(m->store, pool, &first, &count) < 0)
 			continue;
-		pthread_mutex_lock(&m->lock);
+		index_lock(m);
 		b->spare_first = first;
 		b->spare_count = count;
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 	}
 }
 

@@ -57,7 +57,7 @@ int meta_adopt(struct meta *m, const struct meta_adopt_page *in, size_t n,
 			goto fail;
 		}
 	}
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	/* Ids first. A shared index hands them out in blocks of 2^20 from its
 	 * sequence: a bigger import waits for the sync thread to fetch each
 	 * next block (one a heartbeat), with meta.lock dropped. */
@@ -67,10 +67,10 @@ int meta_adopt(struct meta *m, const struct meta_adopt_page *in, size_t n,
 				rc = -EAGAIN;
 				break;
 			}
-			pthread_mutex_unlock(&m->lock);
+			index_unlock(m);
 			index_cluster_kick(m);
 			nanosleep(&(struct timespec){0, 20 * 1000000L}, NULL);
-			pthread_mutex_lock(&m->lock);
+			index_lock(m);
 		}
 	}
 	for (i = 0; rc == 0 && i < n; i++) {
@@ -92,7 +92,7 @@ int meta_adopt(struct meta *m, const struct meta_adopt_page *in, size_t n,
 	}
 	if (rc != 0) { /* (0 only if every pools[i] was found and its slot marked) */
 		release_slots(in, pools, marked);
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		goto fail;
 	}
 	for (i = 0; i < n; i++) {
@@ -113,14 +113,14 @@ int meta_adopt(struct meta *m, const struct meta_adopt_page *in, size_t n,
 	r->bulk = &bulk;
 	r->waited = 1;
 	record_submit(m, r);
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 
 	rc = record_wait(m, r);
 	r = NULL;
 	if (rc < 0) {
-		pthread_mutex_lock(&m->lock);
+		index_lock(m);
 		release_slots(in, pools, n);
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		log_error("import of %zu pages failed: %s", n, strerror(-rc));
 		goto fail;
 	}

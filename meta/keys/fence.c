@@ -46,6 +46,7 @@ static void fence_key(uint32_t pool_id, char *buf, size_t len)
 static struct rec *fence_rec(struct meta *m, uint32_t pool_id, int64_t value, int64_t window,
                              int waited)
 {
+	index_assert_locked(m);
 	struct rec *r = record_new(REC_SETTING);
 
 	if (!r)
@@ -65,9 +66,9 @@ static int fence_write(struct meta *m, uint32_t pool_id, int64_t value, int64_t 
 
 	if (!r)
 		return -ENOMEM;
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	int rc = record_wait(m, r);
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	return rc;
 }
 

@@ -183,11 +183,11 @@ int meta_keys_initialize(struct meta *m, int rank, const char *ns, uint64_t num_
 		         rank, ns, (unsigned long long)info.capacity,
 		         (unsigned long long)num_pages);
 	}
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	struct pool *pool = index_pool_by_id(m, info.id);
 	if (pool && !keys_pool_get(m, pool))
 		rc = -ENOMEM;
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	return rc;
 }
 
@@ -197,13 +197,13 @@ int meta_keys_pool(struct meta *m, int rank, const char *ns, uint32_t *pool_id)
 
 	if (rank < 0 || rank > META_RANK_MAX || meta_check_ns(ns) < 0)
 		return -ENOENT;
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	struct pool *p = index_pool_by_name(m, rank, ns);
 	if (p) {
 		*pool_id = p->id;
 		rc = keys_pool_get(m, p) ? 0 : -ENOMEM;
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	return rc;
 }
 
@@ -223,6 +223,7 @@ static void keys_touch(struct meta *m, struct page *p, int64_t now)
 /* The committed page named key, if the name is valid. meta.lock held. */
 static struct page *find_key(struct meta *m, uint32_t pool_id, const char *key)
 {
+	index_assert_locked(m);
 	if (meta_check_name(key) < 0)
 		return NULL;
 	return index_table_find_name(&m->by_name, pool_id, key, NULL);
@@ -280,9 +281,9 @@ int meta_keys_exists(struct meta *m, uint32_t pool_id, const char *const *keys, 
 {
 	struct page *found[KEYS_CHUNK];
 
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	if (!index_pool_by_id(m, pool_id)) {
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		return -ENOENT;
 	}
 	for (size_t base = 0; base < n; base += KEYS_CHUNK) {
@@ -291,7 +292,7 @@ int meta_keys_exists(struct meta *m, uint32_t pool_id, const char *const *keys, 
 		for (size_t i = 0; i < g; i++)
 			out[base + i] = found[i] != NULL;
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	return 0;
 }
 
@@ -305,10 +306,10 @@ int meta_keys_get(struct meta *m, uint32_t pool_id, const char *const *keys, siz
 	if (held < 0)
 		return held;
 
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	struct pool *pool = index_pool_by_id(m, pool_id);
 	if (!pool) {
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		return -ENOENT;
 	}
 	for (size_t base = 0; base < n; base += KEYS_CHUNK) {
@@ -332,7 +333,7 @@ int meta_keys_get(struct meta *m, uint32_t pool_id, const char *const *keys, siz
 			}
 		}
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	return 0;
 }
 
@@ -373,7 +374,7 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 		return -ENOMEM;
 	memset(bs.v, 0xff, sz * sizeof(*bs.v));
 	bs.mask = sz - 1;
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	struct pool *pool = index_pool_by_id(m, pool_id);
 	struct kpool *kp = pool ? keys_pool_get(m, pool) : NULL;
 	if (!kp || m->cfg.read_only) {
@@ -443,7 +444,7 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 	                              pool->capacity * m->keys->t.headroom_pct / 100)
 		pthread_cond_signal(&m->keys->wake);
 out:
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	free(bs.v);
 	return rc;
 }
@@ -456,9 +457,9 @@ static int ids_wait(struct meta *m)
 	for (int waited = 0; index_id_left(&m->page_ids) == 0; waited += 20) {
 		if (waited >= 2000)
 			return -EAGAIN;
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		nap(m);
-		pthread_mutex_lock(&m->lock);
+		index_lock(m);
 	}
 	return 0;
 }
@@ -487,12 +488,12 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 		free(r);
 		return -ENOMEM;
 	}
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	struct pool *pool = index_pool_by_id(m, pool_id);
 	struct kpool *kp = pool ? keys_pool_get(m, pool) : NULL;
 	if (!kp || m->cfg.read_only) {
 		rc = !pool ? -ENOENT : m->cfg.read_only ? -EROFS : -ENOMEM;
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		free(pages);
 		free(hash);
 		free(done);
@@ -569,7 +570,7 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 		r->waited = 1;
 		record_submit(m, r);
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 
 	int drc = keys_drops_finish(m, &dl, drops);
 	if (bulk.n) {
@@ -585,21 +586,21 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 		}
 		if (err < 0) {
 			rc = rc ? rc : err;
-			pthread_mutex_lock(&m->lock);
+			index_lock(m);
 			if ((pool = index_pool_by_id(m, pool_id)))
 				for (size_t i = 0; i < bulk.n; i++)
 					index_slot_release(pool, pages[i]->slot);
-			pthread_mutex_unlock(&m->lock);
+			index_unlock(m);
 			for (size_t i = 0; i < bulk.n; i++)
 				index_page_free(pages[i]);
 		}
 		/* Committed or given back: the slots are no writer's any more,
 		 * their chunks may be handed over (pages[] may be gone: done[]). */
-		pthread_mutex_lock(&m->lock);
+		index_lock(m);
 		if (shared && (pool = index_pool_by_id(m, pool_id)))
 			for (size_t i = 0; i < bulk.n; i++)
 				index_chunk_done(pool, done[i]);
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 	} else {
 		free(r);
 	}
@@ -617,10 +618,10 @@ int meta_keys_delete(struct meta *m, uint32_t pool_id, const char *const *keys, 
 	int rc = 0;
 
 	*deleted = 0;
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	struct pool *pool = index_pool_by_id(m, pool_id);
 	if (!pool || m->cfg.read_only) {
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		return !pool ? -ENOENT : -EROFS;
 	}
 	if (!keys_pool_get(m, pool))
@@ -630,7 +631,7 @@ int meta_keys_delete(struct meta *m, uint32_t pool_id, const char *const *keys, 
 		if (p && (rc = keys_drop_page(m, p, &dl, &drops)) == 0)
 			(*deleted)++;
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	int drc = keys_drops_finish(m, &dl, drops);
 	return rc ? rc : drc;
 }
@@ -641,11 +642,11 @@ int meta_keys_clear(struct meta *m, uint32_t pool_id)
 	struct dropped *drops = NULL;
 	int rc = 0;
 
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	struct pool *pool = index_pool_by_id(m, pool_id);
 	struct kpool *kp = pool ? keys_pool_get(m, pool) : NULL;
 	if (!kp || m->cfg.read_only) {
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		return !pool ? -ENOENT : m->cfg.read_only ? -EROFS : -ENOMEM;
 	}
 	while (rc == 0 && pool->lru_tail)
@@ -654,7 +655,7 @@ int meta_keys_clear(struct meta *m, uint32_t pool_id)
 	 * writers may still write the slots (they went back after the 6 s
 	 * quarantine, to other keys that a late writer then overwrote; found
 	 * by a probe). A confirm after the clear makes its page. */
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	int drc = keys_drops_finish(m, &dl, drops);
 	return rc ? rc : drc;
 }

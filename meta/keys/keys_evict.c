@@ -66,7 +66,7 @@ int keys_drops_finish(struct meta *m, struct drop_list *dl, struct dropped *drop
 		uint32_t pool_id = r->pool_id;
 		uint64_t slot = r->drop_slot;
 		int err = record_wait(m, r);
-		pthread_mutex_lock(&m->lock);
+		index_lock(m);
 		struct pool *pool = index_pool_by_id(m, pool_id);
 		struct kpool *kp = pool && m->keys ? keys_pool_get(m, pool) : NULL;
 		if (err < 0) {
@@ -80,7 +80,7 @@ int keys_drops_finish(struct meta *m, struct drop_list *dl, struct dropped *drop
 		} else if (pool) {
 			index_slot_put(pool, slot);
 		}
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 	}
 	free(dl->recs);
 	return rc;
@@ -93,6 +93,7 @@ int keys_drops_finish(struct meta *m, struct drop_list *dl, struct dropped *drop
 static void evict(struct meta *m, struct pool *pool, uint64_t n, struct drop_list *dl,
                   struct dropped **drops)
 {
+	index_assert_locked(m);
 	if (pool->shared && !pool->chunk_slots)
 		return; /* (never: pool_chunk_slots is at least 1; cluster_chunks_handover checks too) */
 	uint64_t total =
@@ -183,6 +184,7 @@ static void headroom_shared(struct meta *m, struct keys *k, struct pool *pool, s
 static void housekeep(struct meta *m, struct keys *k, struct drop_list *dl, struct dropped **drops,
                       uint32_t *lease)
 {
+	index_assert_locked(m);
 	int64_t now = mono_ns();
 
 	for (struct kpool *kp = k->pools; kp; kp = kp->next) {
@@ -220,16 +222,16 @@ void *keys_evictor_main(void *arg)
 	struct meta *m = arg;
 	struct keys *k = m->keys;
 
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	while (!k->stop) {
 		struct drop_list dl = {0};
 		struct dropped *drops = NULL;
 		uint32_t lease = 0;
 		housekeep(m, k, &dl, &drops, &lease);
 		if (dl.n || drops) {
-			pthread_mutex_unlock(&m->lock);
+			index_unlock(m);
 			keys_drops_finish(m, &dl, drops);
-			pthread_mutex_lock(&m->lock);
+			index_lock(m);
 			continue;
 		}
 		free(dl.recs);
@@ -248,8 +250,10 @@ void *keys_evictor_main(void *arg)
 			ts.tv_sec++;
 			ts.tv_nsec -= SEC;
 		}
+		lock_released(&m->lock_owner);
 		pthread_cond_timedwait(&k->wake, &m->lock, &ts);
+		lock_taken(&m->lock_owner);
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	return NULL;
 }

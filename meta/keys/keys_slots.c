@@ -61,7 +61,7 @@ static struct keys *keys_get(struct meta *m)
 
 void meta_keys_tune(struct meta *m, const struct meta_keys_tuning *t)
 {
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	struct keys *k = keys_get(m);
 	if (k) {
 		if (t->reserve_timeout_ns > 0)
@@ -72,7 +72,7 @@ void meta_keys_tune(struct meta *m, const struct meta_keys_tuning *t)
 		if (t->headroom_pct > 0 && t->headroom_pct <= 50)
 			k->t.headroom_pct = t->headroom_pct;
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 }
 
 /* Chunks of reservation deadlines that cover `slots` slots. */
@@ -176,16 +176,16 @@ void keys_stop(struct meta *m)
 
 	if (!k)
 		return;
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	k->stop = 1;
 	pthread_cond_broadcast(&k->wake);
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	if (k->started)
 		pthread_join(k->thread, NULL);
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	for (struct kpool *kp = k->pools; kp; kp = kp->next)
 		keys_fence_clear(m, kp);
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	while (k->pools) {
 		struct kpool *kp = k->pools;
 		k->pools = kp->next;
@@ -304,6 +304,7 @@ static int take_top_held(struct pool *p, struct kpool *kp, uint64_t *slot)
  * dropped while waiting: the caller looks the pool up again. */
 int keys_lease(struct meta *m, uint32_t pool_id, struct kpool *kp)
 {
+	index_assert_locked(m);
 	struct pool *pool = index_pool_by_id(m, pool_id);
 	struct rec *r;
 
@@ -318,9 +319,9 @@ int keys_lease(struct meta *m, uint32_t pool_id, struct kpool *kp)
 	r->ask = 1; /* the protocol always evicts: a full unheld chunk, or a handover */
 	r->waited = 1;
 	record_submit(m, r);
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	int rc = record_wait(m, r);
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	/* LEASE_FULL: a chunk came without a free slot (the evictor makes
 	 * room in it); LEASE_ASKED: a node over its share hands one over at
 	 * its next heartbeat. */
@@ -339,6 +340,7 @@ int keys_lease(struct meta *m, uint32_t pool_id, struct kpool *kp)
  */
 int keys_take(struct meta *m, uint32_t pool_id, struct kpool *kp, uint64_t *slot)
 {
+	index_assert_locked(m);
 	struct pool *pool = index_pool_by_id(m, pool_id);
 	int rc;
 
@@ -396,6 +398,7 @@ void keys_quarantine_release(struct pool *p, struct kpool *kp, int64_t now)
 
 int keys_refuse_fuse(struct meta *m, struct pool *pool, const char *name)
 {
+	index_assert_locked(m);
 	struct kpool *kp = kpool_find(m, pool);
 
 	if (!kp)
@@ -407,6 +410,7 @@ int keys_refuse_fuse(struct meta *m, struct pool *pool, const char *name)
 
 uint64_t keys_owed(struct meta *m, const struct pool *pool)
 {
+	index_assert_locked(m);
 	const struct kpool *kp = kpool_find(m, pool);
 
 	return kp ? kp->want.live : 0;
@@ -414,6 +418,7 @@ uint64_t keys_owed(struct meta *m, const struct pool *pool)
 
 int keys_quarantine_freed(struct meta *m, struct pool *pool, uint64_t slot)
 {
+	index_assert_locked(m);
 	struct kpool *kp = kpool_find(m, pool);
 
 	if (!kp || slot >= kp->capacity)

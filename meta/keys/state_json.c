@@ -434,7 +434,7 @@ static json_t *export_pool(struct meta *m, uint32_t pool_id, uint64_t *skipped)
 	json_t *obj = json_object(), *free_list = json_array(), *keys = json_array();
 	uint8_t *used = NULL;
 
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	struct pool *p = index_pool_by_id(m, pool_id);
 	if (!p || !obj || !free_list || !keys || !(used = calloc((p->capacity + 7) / 8, 1)))
 		goto fail;
@@ -455,13 +455,13 @@ static json_t *export_pool(struct meta *m, uint32_t pool_id, uint64_t *skipped)
 		    json_array_append_new(free_list, json_integer((json_int_t)s)) < 0)
 			goto fail;
 	json_object_set_new(obj, "num_pages", json_integer((json_int_t)p->capacity));
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	free(used);
 	json_object_set_new(obj, "free_pages", free_list);
 	json_object_set_new(obj, "key_to_index", keys);
 	return obj;
 fail:
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	free(used);
 	json_decref(obj);
 	json_decref(free_list);
@@ -538,12 +538,12 @@ static const char *own_file(struct meta *m, const char *path)
 	if (m->store->engine == STORE_SQLITE && stat(m->db_path, &b) == 0 && a.st_dev == b.st_dev &&
 	    a.st_ino == b.st_ino)
 		return "the index itself";
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	for (struct pool *p = m->pools; p && !what; p = p->next)
 		if (p->data_path && stat(p->data_path, &b) == 0 && a.st_dev == b.st_dev &&
 		    a.st_ino == b.st_ino)
 			what = "a pool's data file";
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	return what;
 }
 

@@ -73,7 +73,7 @@ static size_t pool_rows(struct meta *m, struct pool_row **out)
 {
 	size_t n = 0, i = 0;
 
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	for (struct pool *p = m->pools; p; p = p->next)
 		n += p->removed ? 0 : 1;
 	*out = n ? calloc(n, sizeof(**out)) : NULL;
@@ -103,7 +103,7 @@ static size_t pool_rows(struct meta *m, struct pool_row **out)
 		                p->data_missing};
 		memcpy(r->v, v, sizeof(r->v));
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	return *out ? i : 0;
 }
 
@@ -158,10 +158,10 @@ void meta_metrics_write(struct meta *m, FILE *out)
 	fprintf(out, "pagefs_store_reconnects_total %llu\n",
 	        (unsigned long long)atomic_load(&counters.reconnects));
 
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	int shared = m->shared, fenced = m->fenced;
 	unsigned nodes = m->live_nodes;
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	hist_family(out, "pagefs_store_shared", "gauge",
 	            "1 if the index is shared by several nodes (PostgreSQL).");
 	fprintf(out, "pagefs_store_shared %d\n", shared);
@@ -183,9 +183,9 @@ void meta_metrics_write(struct meta *m, FILE *out)
 
 int meta_metrics_ready(struct meta *m, char *why, size_t len)
 {
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	int fenced = m->fenced;
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	int err = atomic_load(&counters.last_error);
 
 	if (fenced) {

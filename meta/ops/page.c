@@ -72,7 +72,7 @@ int meta_page_lookup(struct meta *m, uint32_t pool_id, const char *name, struct 
 
 	if (pending)
 		*pending = 0;
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	struct pool *pool = index_pool_live(m, pool_id);
 	if (pool) {
 		struct page *p = index_table_find_name(&m->by_name, pool_id, name, pending);
@@ -85,7 +85,7 @@ int meta_page_lookup(struct meta *m, uint32_t pool_id, const char *name, struct 
 			pool->misses++;
 		}
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	return ret;
 }
 
@@ -94,10 +94,10 @@ int meta_page_replaced(struct meta *m, uint64_t page_id)
 	size_t n = sizeof(m->replaced) / sizeof(m->replaced[0]);
 	int found = 0;
 
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	for (size_t i = 0; i < n && !found; i++)
 		found = page_id != 0 && m->replaced[i] == page_id;
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	return found;
 }
 
@@ -105,13 +105,13 @@ int meta_page_get(struct meta *m, uint64_t page_id, struct meta_page_info *out)
 {
 	int ret = -ENOENT;
 
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	struct page *p = index_idtable_find(&m->by_id, page_id);
 	if (p) {
 		fill_info(m, p, out);
 		ret = 0;
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	return ret;
 }
 
@@ -131,6 +131,7 @@ static struct page *lru_victim(struct pool *pool, uint64_t skip)
  * meta.lock held on entry and return, dropped while waiting. */
 static int lease_chunk(struct meta *m, uint32_t pool_id)
 {
+	index_assert_locked(m);
 	struct rec *lease = record_new(REC_LEASE);
 
 	if (!lease)
@@ -147,9 +148,9 @@ static int lease_chunk(struct meta *m, uint32_t pool_id)
 	lease->ask = m->cfg.evict == META_EVICT_LRU; /* (others evict for it) */
 	lease->waited = 1;
 	record_submit(m, lease);
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	int rc = record_wait(m, lease);
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	return rc;
 }
 
@@ -171,6 +172,7 @@ static int evictable(struct meta *m, struct pool *pool, const struct page *p, ui
  * meta.lock held on entry and return. 0, or -ENOSPC: nothing to evict. */
 static int evict_shared(struct meta *m, uint32_t pool_id, uint64_t skip, struct dropped **drops)
 {
+	index_assert_locked(m);
 	struct pool *pool = index_pool_live(m, pool_id);
 	struct page *victims[EVICT_BATCH];
 	uint64_t window, seen = 0;
@@ -208,9 +210,9 @@ static int evict_shared(struct meta *m, uint32_t pool_id, uint64_t skip, struct 
 		return -ENOMEM;
 	last->waited = 1;
 	record_submit(m, last);
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	rc = record_wait(m, last);
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	return rc;
 }
 
@@ -227,10 +229,10 @@ static void nap(struct meta *m, long ms)
 {
 	struct timespec ts = {0, ms * 1000000L};
 
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	index_cluster_kick(m);
 	nanosleep(&ts, NULL);
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 }
 
 /* Shared index: a slot in this node's chunks. When they are full: a
@@ -244,6 +246,7 @@ static void nap(struct meta *m, long ms)
 static int take_shared(struct meta *m, uint32_t pool_id, const char *name, uint64_t skip,
                        uint64_t *slot, struct dropped **drops)
 {
+	index_assert_locked(m);
 	int64_t start = now_ms(), since = start; /* since: last lease or eviction */
 	struct pool *pool;
 	int rc, in_vain = 0; /* a lease found no chunk with a free slot */
@@ -343,7 +346,7 @@ static int reserve(struct meta *m, uint32_t pool_id, const char *name, uint64_t 
 		return -EROFS;
 	if (m->fenced)
 		return -EIO;
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	pool = index_pool_live(m, pool_id);
 	if (!pool) {
 		rc = -ENOENT;
@@ -438,14 +441,14 @@ static int reserve(struct meta *m, uint32_t pool_id, const char *name, uint64_t 
 	if (drop)
 		record_submit(m, drop);
 out:
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	index_drops_notify(m, drops);
 	if (drop && rc == 0) {
 		rc = record_wait(m, drop);
 		if (rc < 0) {
 			/* The store still names the victim: its slot stays taken
 			 * (apply.c logs it); only the pending page goes. */
-			pthread_mutex_lock(&m->lock);
+			index_lock(m);
 			if (pend) {
 				index_table_del_name(&m->by_name, pend);
 				index_idtable_del(&m->by_id, pend);
@@ -454,7 +457,7 @@ out:
 			}
 			pool->resv--;
 			ops_pool_reap(m, pool);
-			pthread_mutex_unlock(&m->lock);
+			index_unlock(m);
 		}
 	} else if (drop) {
 		free(drop);
@@ -466,7 +469,7 @@ out:
  * another page on it). */
 static void abort_resv(struct meta *m, const struct meta_resv *r, int keep)
 {
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	struct pool *pool = index_pool_by_id(m, r->pool_id);
 	if (pool && !r->replace) {
 		struct page *p = index_idtable_find(&m->by_id, r->page_id);
@@ -486,7 +489,7 @@ static void abort_resv(struct meta *m, const struct meta_resv *r, int keep)
 			pool->resv--;
 		ops_pool_reap(m, pool);
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 }
 
 void meta_page_abort(struct meta *m, const struct meta_resv *r)
@@ -497,13 +500,13 @@ void meta_page_abort(struct meta *m, const struct meta_resv *r)
 /* A reservation ended with its commit: the slot is its page's now. */
 static void resv_done(struct meta *m, uint32_t pool_id, uint64_t slot)
 {
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	struct pool *pool = index_pool_by_id(m, pool_id);
 	if (pool && pool->resv)
 		pool->resv--;
 	if (pool)
 		index_chunk_done(pool, slot); /* (a shared index: it may be handed over now) */
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 }
 
 /* One try of meta_page_commit: 0, 1 (the page went meanwhile), or a
@@ -516,13 +519,13 @@ static int commit_once(struct meta *m, const struct meta_resv *r, uint64_t lengt
 
 	if (!rec)
 		return -ENOMEM;
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	p = index_idtable_find(&m->by_id, r->page_id);
 	if (!p || (r->replace && !p->committed) || page_orphaned(p)) {
 		/* Replacing a page that was removed meanwhile, or a new page
 		 * its writer unlinked: like writing to an unlinked file, the
 		 * bytes go nowhere. */
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		free(rec);
 		return 1;
 	}
@@ -542,7 +545,7 @@ static int commit_once(struct meta *m, const struct meta_resv *r, uint64_t lengt
 	record_note_replaced(m, rec);
 	rec->waited = 1;
 	record_submit(m, rec);
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	return record_wait(m, rec);
 }
 
@@ -584,7 +587,7 @@ int meta_page_pin(struct meta *m, uint64_t page_id, struct meta_page_info *out, 
 {
 	int ret = -ENOENT;
 
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	struct page *p = index_idtable_find(&m->by_id, page_id);
 	if (p && p->committed) {
 		index_slot_pin(page_pool(p), p->slot);
@@ -597,7 +600,7 @@ int meta_page_pin(struct meta *m, uint64_t page_id, struct meta_page_info *out, 
 		          (m->cfg.verify == META_VERIFY_FIRST && !p->verified);
 		ret = 0;
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	return ret;
 }
 
@@ -605,41 +608,41 @@ int meta_page_new_version(struct meta *m, uint64_t page_id, struct meta_page_inf
 {
 	int ret = -ENOENT;
 
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	struct page *p = index_idtable_find(&m->by_id, page_id);
 	if (p && p->committed) {
 		page_new_version(p);
 		fill_info(m, p, out);
 		ret = 0;
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	return ret;
 }
 
 void meta_slot_unpin(struct meta *m, uint32_t pool_id, uint64_t slot)
 {
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	struct pool *pool = index_pool_by_id(m, pool_id);
 	if (pool) {
 		index_slot_unpin(pool, slot);
 		ops_pool_reap(m, pool);
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 }
 
 void meta_page_verified(struct meta *m, uint64_t page_id, uint64_t slot, int ok)
 {
 	struct dropped *drops = NULL;
 
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	struct page *p = index_idtable_find(&m->by_id, page_id);
 	if (!p || !p->committed || p->slot != slot) {
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		return;
 	}
 	if (ok) {
 		p->verified = 1;
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		return;
 	}
 	struct pool *pool = page_pool(p);
@@ -657,7 +660,7 @@ void meta_page_verified(struct meta *m, uint64_t page_id, uint64_t slot, int ok)
 	} else {
 		free(r);
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	index_drops_notify(m, drops);
 }
 
@@ -667,10 +670,10 @@ int meta_page_pending(struct meta *m, uint32_t pool_id, const char *name, uint64
 
 	if (meta_check_name(name) < 0)
 		return 0;
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	if (index_pool_live(m, pool_id))
 		n = index_table_find_pending(&m->by_name, pool_id, name, ids, max);
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	return n;
 }
 
@@ -678,6 +681,7 @@ int meta_page_pending(struct meta *m, uint32_t pool_id, const char *name, uint64
  * NULL. meta.lock held. */
 static struct page *pending_page(struct meta *m, uint64_t page_id)
 {
+	index_assert_locked(m);
 	struct page *p = index_idtable_find(&m->by_id, page_id);
 
 	return p && !p->committed && !page_orphaned(p) ? p : NULL;
@@ -687,7 +691,7 @@ int meta_page_unlink_pending(struct meta *m, uint64_t page_id)
 {
 	int rc = -ENOENT;
 
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	struct page *p = pending_page(m, page_id);
 	if (p) {
 		index_table_del_name(&m->by_name, p);
@@ -695,7 +699,7 @@ int meta_page_unlink_pending(struct meta *m, uint64_t page_id)
 		index_pool_changed(page_pool(p), index_now_ns());
 		rc = 0;
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	return rc;
 }
 
@@ -706,7 +710,7 @@ int meta_page_rename_pending(struct meta *m, uint64_t page_id, const char *to, i
 
 	if (rc < 0)
 		return rc;
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	struct page *p = pending_page(m, page_id), *q;
 	uint32_t pool_id = p ? page_pool(p)->id : 0;
 	if (!p) {
@@ -728,7 +732,7 @@ int meta_page_rename_pending(struct meta *m, uint64_t page_id, const char *to, i
 		index_idtable_add(&m->by_id, q);
 		index_pool_changed(page_pool(q), index_now_ns());
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	return rc;
 }
 
@@ -736,17 +740,17 @@ int meta_page_rename_pending(struct meta *m, uint64_t page_id, const char *to, i
 static int submit_named(struct meta *m, struct rec *r, uint32_t pool_id, const char *name,
                         const char *to, int noreplace)
 {
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	struct page *p = index_pool_live(m, pool_id)
 	                         ? index_table_find_name(&m->by_name, pool_id, name, NULL)
 	                         : NULL;
 	if (!p) {
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		free(r);
 		return -ENOENT;
 	}
 	if (to && noreplace && index_table_find_name(&m->by_name, pool_id, to, NULL)) {
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		free(r);
 		return -EEXIST;
 	}
@@ -759,7 +763,7 @@ static int submit_named(struct meta *m, struct rec *r, uint32_t pool_id, const c
 	}
 	r->waited = 1;
 	record_submit(m, r);
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	return record_wait(m, r);
 }
 
@@ -786,9 +790,9 @@ int meta_page_rename(struct meta *m, uint32_t pool_id, const char *from, const c
 		return -EROFS;
 	if (strcmp(from, to) == 0) {
 		int found;
-		pthread_mutex_lock(&m->lock);
+		index_lock(m);
 		found = index_table_find_name(&m->by_name, pool_id, from, NULL) != NULL;
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		return found ? (noreplace ? -EEXIST : 0) : -ENOENT;
 	}
 	/* (A shared index: another node's rename or commit onto `to` in the
@@ -804,7 +808,7 @@ int meta_page_rename(struct meta *m, uint32_t pool_id, const char *from, const c
 
 void meta_page_set_checksum(struct meta *m, uint64_t page_id, uint64_t slot, uint64_t checksum)
 {
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	struct page *p = index_idtable_find(&m->by_id, page_id);
 	if (p && p->committed && p->slot == slot && !p->has_checksum && !m->cfg.read_only) {
 		struct rec *r = record_new(REC_CHECKSUM);
@@ -819,5 +823,5 @@ void meta_page_set_checksum(struct meta *m, uint64_t page_id, uint64_t slot, uin
 			record_submit(m, r);
 		}
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 }

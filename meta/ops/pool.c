@@ -102,9 +102,9 @@ int meta_rank_exists(struct meta *m, int rank)
 
 	if (rank < 0 || rank > META_RANK_MAX)
 		return 0;
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	yes = index_rank_is_set(m, rank);
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	return yes;
 }
 
@@ -116,22 +116,22 @@ int meta_rank_create(struct meta *m, int rank)
 		return -EINVAL;
 	if (m->cfg.read_only)
 		return -EROFS;
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	if (index_rank_is_set(m, rank)) {
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		return -EEXIST;
 	}
 	index_rank_set(m, rank, 1);
 	m->ranks_busy++;
 	r = rank_rec(m, REC_RANK_PUT, rank);
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	int rc = r ? record_wait(m, r) : -ENOMEM;
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	m->ranks_busy--;
 	m->ranks_made++;
 	if (rc < 0)
 		index_rank_set(m, rank, index_rank_has_pools(m, rank));
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	return rc;
 }
 
@@ -143,24 +143,24 @@ int meta_rank_remove(struct meta *m, int rank)
 		return -ENOENT;
 	if (m->cfg.read_only)
 		return -EROFS;
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	if (!index_rank_is_set(m, rank) || index_rank_has_pools(m, rank)) {
 		int rc = index_rank_is_set(m, rank) ? -ENOTEMPTY : -ENOENT;
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		return rc;
 	}
 	index_rank_set(m, rank, 0);
 	m->ranks_busy++;
 	r = rank_rec(m, REC_RANK_DEL, rank);
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	/* A shared index checks again that no node made a pool in it. */
 	int rc = r ? record_wait(m, r) : -ENOMEM;
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	m->ranks_busy--;
 	m->ranks_made++;
 	if (rc < 0 && rc != -ENOENT)
 		index_rank_set(m, rank, 1);
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	if (rc == -ENOENT && m->dir_cb) {
 		m->dir_cb(m->dir_arg, rank, NULL); /* another node removed it first */
 	}
@@ -171,7 +171,7 @@ int meta_rank_list(struct meta *m, int after, uint16_t *out, int max)
 {
 	int n = 0;
 
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	for (int r = after < 0 ? 0 : after + 1; r <= META_RANK_MAX && n < max; r++) {
 		if (!m->ranks[r / 8]) {
 			r |= 7; /* skip a whole empty byte */
@@ -180,28 +180,28 @@ int meta_rank_list(struct meta *m, int after, uint16_t *out, int max)
 		if (index_rank_is_set(m, r))
 			out[n++] = (uint16_t)r;
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	return n;
 }
 
 int meta_pool_find(struct meta *m, int rank, const char *ns, struct meta_pool_info *out)
 {
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	struct pool *p = index_pool_by_name(m, rank, ns);
 	if (p && p->creating)
 		p = NULL; /* visible once its row is committed */
 	index_pool_fill_info(p, p ? out : NULL);
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	return p ? 0 : -ENOENT;
 }
 
 int meta_pool_get(struct meta *m, uint32_t pool_id, struct meta_pool_info *out)
 {
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	struct pool *p = index_pool_live(m, pool_id);
 	if (p)
 		index_pool_fill_info(p, out);
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	return p ? 0 : -ENOENT;
 }
 
@@ -258,9 +258,9 @@ int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_siz
 	rc = record_data_path(m, rank, ns, path, sizeof(path));
 	if (rc < 0)
 		return rc;
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	rc = index_pool_by_name(m, rank, ns) ? -EEXIST : 0;
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	if (rc < 0)
 		return rc; /* checked again below, after the file is made */
 	if (!(p = index_pool_new()))
@@ -288,9 +288,9 @@ int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_siz
 		index_pool_free(p);
 		return rc;
 	}
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	if (index_pool_by_name(m, rank, ns)) {
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		index_pool_free(p); /* (the other pool's file: kept) */
 		return -EEXIST;
 	}
@@ -298,7 +298,7 @@ int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_siz
 	p->shared = (uint8_t)m->shared;
 	p->chunk_slots = pool_chunk_slots(p->capacity);
 	if (!p->id) {
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		if (made && !m->shared)
 			unlink(path);
 		index_pool_free(p);
@@ -311,17 +311,17 @@ int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_siz
 	m->ranks_busy++;
 	r = pool_rec(m, REC_POOL_PUT, p);
 	index_pool_fill_info(p, out);
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	rc = r ? record_wait(m, r) : -ENOMEM;
 	if (rc == 0 && m->shared &&
 	    (drc = record_data_open(path, p->capacity * slot_size, 0, &p->fd, &made)) < 0)
 		log_error("cannot create data file %s: %s", path, strerror(-drc));
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	p->creating = 0;
 	p->created = ++m->pools_made;
 	m->ranks_busy--;
 	m->ranks_made++;
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	if (drc < 0) {
 		/* The row is in: out again, as an rmdir takes it. */
 		uint32_t id = p->id;
@@ -332,9 +332,9 @@ int meta_pool_create(struct meta *m, int rank, const char *ns, uint64_t slot_siz
 		return drc;
 	}
 	if (rc < 0) {
-		pthread_mutex_lock(&m->lock);
+		index_lock(m);
 		index_pool_unlink(m, p);
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		if (made && !m->shared)
 			unlink(path); /* the index never named it (shared: another node's may) */
 		index_pool_free(p);
@@ -351,10 +351,10 @@ int meta_pool_set(struct meta *m, uint32_t pool_id, uint64_t slot_size, uint64_t
 
 	if (m->cfg.read_only)
 		return -EROFS;
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	p = index_pool_live(m, pool_id);
 	if (!p) {
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		return -ENOENT;
 	}
 	old_size = p->slot_size;
@@ -378,7 +378,7 @@ int meta_pool_set(struct meta *m, uint32_t pool_id, uint64_t slot_size, uint64_t
 	         ftruncate(p->fd, (off_t)(new_cap * slot_size)) < 0)
 		rc = -errno;
 	if (rc < 0) {
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		return rc;
 	}
 	p->slot_size = slot_size;
@@ -389,9 +389,9 @@ int meta_pool_set(struct meta *m, uint32_t pool_id, uint64_t slot_size, uint64_t
 	p->chunk_slots = pool_chunk_slots(new_cap); /* (a lease meanwhile: sized so) */
 	if (!p->shared)
 		p->chunk_slots = old_chunk;
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	rc = r ? record_wait(m, r) : -ENOMEM;
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	m->pools_setting--;
 	m->pools_set++; /* a reload read before it would undo it (sync.c) */
 	if (rc < 0) {
@@ -399,7 +399,7 @@ int meta_pool_set(struct meta *m, uint32_t pool_id, uint64_t slot_size, uint64_t
 		p->capacity = old_cap;
 		p->chunk_slots = old_chunk;
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	return rc;
 }
 
@@ -413,6 +413,7 @@ int meta_pool_set(struct meta *m, uint32_t pool_id, uint64_t slot_size, uint64_t
  */
 static int remove_shared(struct meta *m, struct pool *p)
 {
+	index_assert_locked(m);
 	struct dropped *drops = NULL;
 	struct rec *r;
 	int rc;
@@ -420,7 +421,7 @@ static int remove_shared(struct meta *m, struct pool *p)
 	p->removing = 1; /* keeps p allocated while the lock is released */
 	for (int waited = 0;; waited += 50) {
 		r = pool_rec(m, REC_POOL_RETIRE, p);
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		rc = r ? record_wait(m, r) : -ENOMEM;
 		if (rc != -EAGAIN || waited >= RETIRE_WAIT_MS)
 			break;
@@ -430,7 +431,7 @@ static int remove_shared(struct meta *m, struct pool *p)
 		struct timespec ts = {0, 50 * 1000000L};
 		index_cluster_kick(m);
 		nanosleep(&ts, NULL);
-		pthread_mutex_lock(&m->lock);
+		index_lock(m);
 	}
 	if (rc < 0) {
 		if (rc == -EAGAIN)
@@ -440,21 +441,21 @@ static int remove_shared(struct meta *m, struct pool *p)
 		int rank = p->rank;
 		char ns[META_NS_MAX + 1];
 		memcpy(ns, p->ns, sizeof(ns));
-		pthread_mutex_lock(&m->lock);
+		index_lock(m);
 		p->removing = 0;
 		/* -ENOENT: another node retired or removed it first (the reload
 		 * that saw it left it to this call). */
 		if (rc == -ENOENT)
 			ops_pool_retire(m, p, &drops); /* may free p */
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		index_drops_notify(m, drops);
 		if (rc == -ENOENT && m->dir_cb)
 			m->dir_cb(m->dir_arg, rank, ns);
 		return rc == -EAGAIN ? -EBUSY : rc;
 	}
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	retire_pages(m, p, &drops); /* not reaped: p->removing holds it until the end */
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	index_drops_notify(m, drops);
 	/* No commit or lease lands in the pool now: its file may go. */
 	if (p->keep_file) /* an undone import's adopted file */
@@ -470,10 +471,10 @@ static int remove_shared(struct meta *m, struct pool *p)
 		log_warn("pool %u/%s: its retired row stays in the index (%s); another node "
 		         "deletes it once this one is gone, or 'pagefs fsck --repair' does",
 		         p->rank, p->ns, strerror(-rc));
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	p->removing = 0;
 	ops_pool_reap(m, p);
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	return 0;
 }
 
@@ -490,17 +491,17 @@ int ops_pool_remove(struct meta *m, uint32_t pool_id, int keep_file)
 
 	if (m->cfg.read_only)
 		return -EROFS;
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	p = index_pool_live(m, pool_id);
 	/* (A shared index's slots in their grace period hold no page, nor do
 	 * the slots a restart holds.) */
 	if (!p || p->pages || p->pending || p->resv || pool_pinned(p) ||
 	    pool_used(p) > (p->shared ? p->ngrace : 0)) {
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		return p ? -ENOTEMPTY : -ENOENT;
 	}
 	if (p->removing) {
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		return -EBUSY; /* another rmdir of it is running here */
 	}
 	p->keep_file = (uint8_t)(keep_file != 0);
@@ -508,12 +509,12 @@ int ops_pool_remove(struct meta *m, uint32_t pool_id, int keep_file)
 		return remove_shared(m, p);
 	index_pool_unlink(m, p);
 	r = pool_rec(m, REC_POOL_DEL, p);
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	rc = r ? record_wait(m, r) : -ENOMEM;
 	if (rc < 0) {
-		pthread_mutex_lock(&m->lock);
+		index_lock(m);
 		index_pool_link(m, p);
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		return rc;
 	}
 	/* The data file holds no page any more: give its space back. */
@@ -527,10 +528,10 @@ int meta_pool_list(struct meta *m, int rank, uint32_t after, struct meta_pool_in
 {
 	int n = 0;
 
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	for (struct pool *p = m->pools; p && n < max; p = p->next)
 		if (p->rank == rank && p->id > after && !p->removed && !p->creating)
 			index_pool_fill_info(p, &out[n++]);
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	return n;
 }

@@ -8,19 +8,19 @@
 
 void meta_count_io(struct meta *m, uint32_t pool_id, uint64_t read, uint64_t written)
 {
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	struct pool *p = index_pool_by_id(m, pool_id);
 	if (p) {
 		p->bytes_read += read;
 		p->bytes_written += written;
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 }
 
 void meta_get_stats(struct meta *m, struct meta_stats *out)
 {
 	*out = (struct meta_stats){0};
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	for (struct pool *p = m->pools; p; p = p->next) {
 		if (p->removed)
 			continue;
@@ -39,7 +39,7 @@ void meta_get_stats(struct meta *m, struct meta_stats *out)
 		out->bytes_read += p->bytes_read;
 		out->bytes_written += p->bytes_written;
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	record_counters(m, &out->store_batches, &out->store_records);
 }
 
@@ -55,16 +55,16 @@ const struct meta_config *meta_config(struct meta *m)
 
 void meta_set_drop_cb(struct meta *m, meta_drop_cb cb, void *arg)
 {
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	m->drop_cb = cb;
 	m->drop_arg = arg;
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 }
 
 void meta_set_dir_cb(struct meta *m, meta_dir_cb cb, void *arg)
 {
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	m->dir_cb = cb;
 	m->dir_arg = arg;
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 }

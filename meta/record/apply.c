@@ -202,6 +202,7 @@ static void remote_drop(struct meta *m, struct page *p, struct dropped **drops)
 
 void record_apply_remote(struct meta *m, const struct store_change *c, struct dropped **drops)
 {
+	index_assert_locked(m);
 	struct pool *pool = index_pool_by_id(m, c->pool_id);
 	const struct rec *r = &c->row;
 	struct page *p, *o;
@@ -304,6 +305,7 @@ void record_apply_remote(struct meta *m, const struct store_change *c, struct dr
 
 void record_apply(struct meta *m, const struct rec *r, struct dropped **drops)
 {
+	index_assert_locked(m);
 	struct pool *pool;
 	struct page *p;
 

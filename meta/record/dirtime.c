@@ -49,7 +49,7 @@ void record_dirtimes_save(struct meta *m)
 {
 	if (m->cfg.read_only)
 		return;
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	for (struct pool *p = m->pools; p; p = p->next) {
 		if (p->removed || p->dir_ns <= p->dir_saved_ns)
 			continue;
@@ -61,7 +61,7 @@ void record_dirtimes_save(struct meta *m)
 		p->dir_saved_ns = p->dir_ns;
 		record_submit(m, r);
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 }
 
 /* ---- ctimes of renamed pages ---- */

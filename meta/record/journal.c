@@ -263,7 +263,7 @@ static void write_touches(struct meta *m, struct touch *ts, size_t n)
 	for (size_t i = 0; recs && i < n;) {
 		struct rec *head = NULL, **tail = &head;
 		size_t k = 0;
-		pthread_mutex_lock(&m->lock);
+		index_lock(m);
 		for (; i < n && k < TOUCH_CHUNK; i++) {
 			struct page *p = i + 1 < n && ts[i + 1].id == ts[i].id
 			                         ? NULL /* a later one follows */
@@ -277,7 +277,7 @@ static void write_touches(struct meta *m, struct touch *ts, size_t n)
 			*tail = &recs[k++];
 			tail = &(*tail)->next;
 		}
-		pthread_mutex_unlock(&m->lock);
+		index_unlock(m);
 		if (!head)
 			continue;
 		write_batch(m, head);
@@ -299,10 +299,10 @@ static void run_batch(struct meta *m, struct rec *batch)
 	uint64_t n = 0;
 
 	write_batch(m, batch);
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	for (struct rec *r = batch; r; r = r->next, n++)
 		record_apply(m, r, &drops);
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	index_drops_notify(m, drops);
 
 	pthread_mutex_lock(&j->lock);
@@ -335,6 +335,7 @@ static void finish(struct journal *j)
 
 int record_wait(struct meta *m, struct rec *r)
 {
+	index_assert_unlocked(m);
 	struct journal *j = m->journal;
 	int err;
 
@@ -489,6 +490,7 @@ static struct rec *drop_of(struct rec *from, uint64_t page_id)
 
 struct rec *record_drop_after(struct meta *m, const struct rec *r)
 {
+	index_assert_locked(m);
 	struct journal *j = m->journal;
 	struct rec *d = drop_of(r->next, r->page_id);
 

@@ -190,7 +190,7 @@ int record_replaced_resolve(struct meta *m, struct rec *batch, struct resolver *
 	rs->mask = buckets - 1;
 
 	uint32_t *at = rs->at;
-	pthread_mutex_lock(&m->lock);
+	index_lock(m);
 	for (const struct rec *r = batch; r; r = r->next)
 		if (r->type == REC_DROP)
 			later_add(rs, r);
@@ -232,7 +232,7 @@ int record_replaced_resolve(struct meta *m, struct rec *batch, struct resolver *
 			at += b->n + 1;
 		}
 	}
-	pthread_mutex_unlock(&m->lock);
+	index_unlock(m);
 	if (rc < 0)
 		return rc;
 	/* Pointers only now: cand moved while it grew. */

@@ -562,7 +562,7 @@ Test(race, two_rewrites_before_one_drop_leave_only_the_last_slot_to_the_drop)
 	c2.slot = r2.slot;
 	hold();
 	meta_page_verified(fx.m, a.id, a.slot, 0); /* leaves memory; its drop queues */
-	pthread_mutex_lock(&fx.m->lock);
+	index_lock(fx.m);
 	record_apply(fx.m, &c1, &drops);
 	record_apply(fx.m, &c2, &drops);
 	struct rec *d = record_drop_after(fx.m, &c2);
@@ -575,7 +575,7 @@ Test(race, two_rewrites_before_one_drop_leave_only_the_last_slot_to_the_drop)
 	int last_taken = index_slot_mark(pool, r2.slot) == -EEXIST;
 	if (!last_taken)
 		index_slot_release(pool, r2.slot);
-	pthread_mutex_unlock(&fx.m->lock);
+	index_unlock(fx.m);
 	index_drops_notify(fx.m, drops);
 	release();
 	meta_page_abort(fx.m, &r1); /* (the reservations' counts; slots already free) */
