@@ -13,6 +13,7 @@ PACKAGES=(
 	python3 python3-pytest python3-requests
 	python3-xxhash # python/pagefs: checksums on the direct read path (ctypes libxxhash otherwise)
 	python3-numpy # tests/python: numpy buffers (the package works without it)
+	python3-torch # tests/python/test_torch.py: torch tensors, bf16 and fp16 pages, HiCache host pools (the package works without it)
 	python3-setuptools # pip install ./python (pyproject), tests/python/test_package.py
 	clang-format clang-tidy
 	attr gnuplot-nox

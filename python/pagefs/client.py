@@ -28,6 +28,7 @@ Client.last_error says why.
 import ctypes
 import errno
 import json
+import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -56,6 +57,18 @@ def encode_name(name):
         return raw
     raise ValueError("invalid page name %r: 1 to %d bytes, no '/' or NUL, not '.' or '..'"
                      % (name, NAME_MAX))
+
+
+def parse_size(value):
+    """Bytes of a size as the daemon reads it (4096, "64K", "1M", "2G", "1T":
+    powers of 1024), or None when it is not one."""
+    text = str(value).strip()
+    units = {"k": 10, "m": 20, "g": 30, "t": 40}
+    shift = units.get(text[-1:].lower(), 0)
+    digits = text[:-1] if shift else text
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    return int(digits) << shift
 
 
 def _address(mv):
@@ -176,7 +189,9 @@ class Client:
         """Creates pool (rank, ns) if missing (mkdir -p) and applies page_size
         and capacity (bytes, or sizes such as "64K"). The page size can change
         only while the pool is empty: otherwise ValueError, the pool unchanged.
-        Returns the Pool."""
+        A new page size on an empty pool keeps its capacity rounded down to
+        a whole number of the new pages (at least one), unless capacity is
+        given. Returns the Pool."""
         path = os.path.join(self.mountpoint, str(int(rank)), str(ns))
         try:
             os.makedirs(path, exist_ok=True)
@@ -190,12 +205,49 @@ class Client:
             try:
                 os.setxattr(path, "user.pagefs." + key, str(want).encode())
             except OSError as e:
+                if key == "page_size" and e.errno == errno.EINVAL and \
+                        self._resize_empty(p, parse_size(want), capacity):
+                    continue
                 why = {errno.EBUSY: "the pool is not empty (or its pages would not fit)",
                        errno.EINVAL: "the size does not fit (slot sizes up to 2 GiB, a "
                                      "capacity that is a whole number of pages)"}
                 raise ValueError("cannot set %s=%s on pool %s: %s: %s"
                                  % (key, want, path, e.strerror, why.get(e.errno, ""))) from None
         return p
+
+    def _resize_empty(self, p, size, capacity):
+        """Sets page size `size` on empty pool p whose capacity is no whole
+        number of such pages: through a capacity that is a whole number of
+        both the old and the new pages (the data file, sparse, keeps the
+        larger of its sizes), to the old capacity rounded down to the new
+        pages (or `capacity` when that is one). True when done; False, the
+        pool as it was, when it cannot be."""
+        try:
+            if size is None or not 0 < size <= 1 << 31 or p.xattr("pages") or \
+                    p.xattr("used_slots"):
+                return False
+            old, cap = p.xattr("page_size"), p.xattr("capacity")
+            target = parse_size(capacity) if capacity is not None else \
+                max(size, cap // size * size)
+            if target is None or target % size or cap % size == 0:
+                return False
+            both = old * size // math.gcd(old, size)
+            if both > max(cap, target, 1 << 30):
+                return False  # the data file would grow too far on the way
+            os.setxattr(p.path, "user.pagefs.capacity", b"%d" % max(both, cap // both * both))
+        except OSError:
+            return False
+        try:
+            os.setxattr(p.path, "user.pagefs.page_size", b"%d" % size)
+            os.setxattr(p.path, "user.pagefs.capacity", b"%d" % target)
+            return True
+        except OSError:
+            for key, value in (("page_size", old), ("capacity", cap)):
+                try:
+                    os.setxattr(p.path, "user.pagefs." + key, b"%d" % value)
+                except OSError:
+                    pass
+            return False
 
     def _pool(self, rank, ns):
         key = (int(rank), str(ns))

@@ -21,7 +21,8 @@ extra_config fields besides the three SGLang reads:
   mountpoint  (required) the pagefs mount
   rank        rank directory to use instead of the one derived from the
               TP/PP/CP position (0..65535)
-  capacity    a size ("1T") or {pool name: size} applied to the pools
+  capacity    a size ("1T") or {pool name: size} applied to the pools,
+              rounded down to a whole number of their pages
   verify      "first" (default), "always" or "none": checksum checks on
               the direct read path (pagefs.Client)
   threads     pages of a batch opened, read or written at once (default 4)
@@ -33,7 +34,7 @@ import threading
 import time
 
 from . import client as _client
-from ._buffers import byte_view
+from ._buffers import byte_view, is_tensor, tensor_span
 
 try:  # SGLang's own interface when it is installed
     from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, HiCacheStorageConfig,
@@ -72,27 +73,49 @@ def _count(indices):
     return len(indices)
 
 
-def _in_host_memory(t, host):
-    """True when page t is memory of host's kv_buffer itself, so reading into
-    t fills the host pool (else the read goes to a scratch page and
-    set_from_flat_data_page copies it in)."""
-    buf = getattr(host, "kv_buffer", None)
-    if buf is None:
-        return False
-    if type(t).__module__.startswith("torch"):
-        if not t.is_contiguous() or t._base is None:
-            return False
-        start = buf.untyped_storage().data_ptr()
-        end = start + buf.untyped_storage().nbytes()
-        return t.untyped_storage().data_ptr() == start and \
-            start <= t.data_ptr() and t.data_ptr() + t.numel() * t.element_size() <= end
-    try:
-        import numpy
+def _span(a):
+    """(first byte address, byte count) that tensor or array a spans, or
+    None for anything else."""
+    if is_tensor(a):
+        if getattr(a.device, "type", None) != "cpu":
+            return None
+        return tensor_span(a)
+    ai = getattr(a, "__array_interface__", None)  # numpy
+    if not ai or not getattr(a, "size", 0):
+        return None
+    start, es = ai["data"][0], a.itemsize
+    lo = hi = 0
+    for size, stride in zip(a.shape, a.strides):
+        step = (size - 1) * stride
+        lo, hi = (lo + step, hi) if step < 0 else (lo, hi + step)
+    return start + lo, hi - lo + es
 
-        return (isinstance(t, numpy.ndarray) and t.flags["C_CONTIGUOUS"] and
-                t.base is not None and numpy.shares_memory(t, buf))
-    except ImportError:
+
+def _in_host_memory(t, host):
+    """True when page t is contiguous memory inside one of host's buffers
+    (kv_buffer, k_buffer or v_buffer; a tensor, an array or a list of
+    them, as SGLang's host pools keep them), so reading into t fills the
+    host pool; else the read goes to a scratch page and
+    set_from_flat_data_page copies it in. A page that get_data_page
+    copied lives in its own allocation, outside every buffer of the pool."""
+    if is_tensor(t):
+        if not t.is_contiguous():
+            return False
+    elif not getattr(getattr(t, "flags", None), "c_contiguous", False):
         return False
+    page = _span(t)
+    if page is None or page[1] == 0:
+        return False
+    for attr in ("kv_buffer", "k_buffer", "v_buffer"):
+        try:
+            bufs = getattr(host, attr, None)
+        except Exception:  # noqa: BLE001 - a property that does not apply to this pool
+            continue
+        for buf in bufs if isinstance(bufs, (list, tuple)) else (bufs,):
+            span = _span(buf) if buf is not None else None
+            if span and span[0] <= page[0] and page[0] + page[1] <= span[0] + span[1]:
+                return True
+    return False
 
 
 def _nbytes(t):
@@ -191,6 +214,10 @@ class PagefsStorage(HiCacheStorage):
             if size < page_bytes:
                 want = page_bytes
             if want or known is None and cap:
+                if cap:  # whole pages: at most the size asked, at least one page
+                    unit = want or size
+                    cap_bytes = _client.parse_size(cap)
+                    cap = max(unit, cap_bytes // unit * unit) if cap_bytes else cap
                 try:
                     pool = self.client.pool(self.rank, ns, page_size=want, capacity=cap)
                 except ValueError:

@@ -258,6 +258,9 @@ def test_a_page_size_that_does_not_fit_is_refused_and_changes_nothing(client):
     m, c = client
     with pytest.raises(ValueError, match="page_size"):
         c.pool(0, "huge", page_size="4G")
+    huge = m.path(0, "huge")
+    assert [int(os.getxattr(huge, "user.pagefs." + k)) for k in ("page_size", "capacity")] \
+        == [64 * KB, 4 * KB * KB]
     c.write(0, "kv", ["a"], [b"x"])
     with pytest.raises(ValueError, match="not empty"):
         c.pool(0, "kv", page_size="1M")
@@ -267,6 +270,26 @@ def test_a_page_size_that_does_not_fit_is_refused_and_changes_nothing(client):
     with pytest.raises(ValueError, match="more than pool"):
         c.write(0, "kv", ["fits", "too_big"], [b"x", b"y" * (64 * KB + 1)])
     assert c.exists(0, "kv", ["fits", "too_big"]) == [False, False], "nothing was written"
+
+
+def test_a_page_size_that_does_not_divide_the_capacity_rounds_it_down(client):
+    """An MLA page (576 values x 2 bytes x 61 layers x 64 tokens) is no
+    divisor of the 4 MiB capacity, and larger: the empty pool takes it, with
+    as many whole pages as fit in 4 MiB, at least one."""
+    m, c = client
+    size = 576 * 2 * 61 * 64
+    p = c.pool(0, "mla", page_size=size)
+    assert p.page_size == size
+    assert p.xattr("capacity") == size
+    page = body("mla", size)
+    assert c.write(0, "mla", ["a"], [page]) == [True]
+    out = bytearray(size)
+    assert c.read_into(0, "mla", ["a"], [out]) == [True] and out == page
+    assert c.pool(0, "small", page_size=1536).xattr("capacity") == (4 << 20) // 1536 * 1536
+    c.pool(0, "given", page_size=1536, capacity=1536 * 100)
+    assert c._pool(0, "given").xattr("capacity") == 1536 * 100
+    with pytest.raises(ValueError, match="capacity"):
+        c.pool(0, "bad", page_size=1536, capacity="1M")  # asked, and no whole number
 
 
 def test_a_buffer_of_the_wrong_size_is_a_miss_and_is_left_alone(client):
