@@ -134,7 +134,7 @@ void pagefs_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 		 * its row reaches this node within the feed's bound. The pool
 		 * it made is the one asked for: answered as made here. (EEXIST
 		 * with the name still missing failed `mkdir -p` and makedirs
-		 * with exist_ok on nodes starting at once; found by a probe.) */
+		 * with exist_ok on nodes starting at once.) */
 		for (int waited = 0; ret == -EEXIST && waited < 2000; waited += 10) {
 			if (meta_pool_find(fs->meta, (int)id, name, &pool) == 0) {
 				ret = 0;

@@ -32,7 +32,7 @@ static int sync_conn(struct pg_store *s)
 
 	if (rc <= 0)
 		return rc;
-	/* While this session lives, the node's lock is held: a node whose
+	/* While this connection lives, the node's lock is held: a node whose
 	 * lock is free has lost its sessions (died) and is reaped early. */
 	snprintf(sql, sizeof(sql), "SELECT pg_advisory_lock(" PG_NODE_LOCK_KEY ", %u)",
 	         s->base.node_id);

@@ -33,7 +33,7 @@ PG_URI = os.environ.get("PAGEFS_TEST_PG_URI", "")
 PG_SKIP = ("PAGEFS_TEST_PG_URI is unset: no PostgreSQL server (scripts/test.sh starts one)"
            if not PG_URI else os.environ.get("PAGEFS_IT_PG_SKIP", ""))
 
-# Every Mount and child process alive in this session; the watchdog and the
+# Every Mount and child process alive in this test run; the watchdog and the
 # teardowns kill what is left here.
 LIVE_MOUNTS = []
 CHILDREN = []

@@ -56,7 +56,7 @@ def test_full_backing_directory_reports_enospc_and_commits_nothing_partial(mount
 def test_fsck_on_a_full_filesystem_names_the_full_disk_not_a_corrupt_index(mount):
     """Reading an index in WAL mode needs room for its -shm file: on a full
     filesystem fsck called a healthy index unreadable and suggested moving
-    it away, which would throw every page away (found by a probe)."""
+    it away, which would throw every page away."""
     disk = mount.mount_tmpfs(mount.new_dir() / "disk", "4M")
     (disk / "backing").mkdir()
     m = mount(backing=disk / "backing", meta=f"sqlite:{disk}/index.db", start=False)

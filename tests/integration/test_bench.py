@@ -82,7 +82,7 @@ def test_bench_floors_reports_round_trips_copies_and_the_ratios_they_leave(tmp_p
     each pagefs contender's highest ratio to raw computed from them. Its
     pool and page go when it ends: an index given with --meta is left as
     it was (a leftover pool named a data file in the removed temporary
-    directory, and the next run's mount failed: found by a probe)."""
+    directory, and the next run's mount failed)."""
     out = tmp_path / "floors.json"
     env = dict(os.environ, TMPDIR=str(tmp_path))
     index = f"sqlite:{tmp_path}/floors.db"

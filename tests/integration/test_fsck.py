@@ -204,7 +204,7 @@ def refused_twice(pages, path, what):
     """A mount refuses the lost data file, naming it and fsck --repair, and
     changes nothing on the backing (the file stays missing, or as short),
     so that the next mount refuses too: one that made or grew the file
-    served the lost pages as zeros (found by a probe)."""
+    served the lost pages as zeros."""
     size = os.path.getsize(path) if os.path.exists(path) else None
     for attempt in (1, 2):
         r = pages.m.attempt()

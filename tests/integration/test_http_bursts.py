@@ -167,7 +167,7 @@ def test_pages_a_lookup_just_touched_outlive_colder_ones_under_a_burst(server):
 def test_a_seeded_trace_keeps_the_pool_and_lookups_agree(server):
     """400 steps of reserve/confirm/get/exists/delete/clear over 48 keys in
     16 pages, 0.05 s apart: far more new keys than the quarantine lets
-    through, so most are refused (as many before the fix), but the pool
+    through, so most are refused, but the pool
     keeps pages live throughout instead of ending empty, and a key
     get_page_indices just found (its most recent use) is still there for
     the exists that follows."""

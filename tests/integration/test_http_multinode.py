@@ -127,7 +127,7 @@ def test_a_pool_initialized_on_two_nodes_with_two_sizes_keeps_the_page_size(node
     file the other had just made, before that node's pool row was in, and
     its row could win: 64 slots of 128 KiB or 128 of 32 KiB, so HTTP
     clients (index * 64 KiB) and the FUSE tree disagreed on every page
-    (found by a probe, 6 times in 40)."""
+   ."""
     uri = nodes.index()
     schema = uri.split("search_path%3D")[1].split("&")[0]
     a, b = nodes(2, meta=uri)
@@ -462,8 +462,8 @@ def test_a_node_arriving_in_a_pool_another_filled_gets_pages_by_global_eviction(
 def test_a_slot_quarantined_while_its_chunk_changes_hands_comes_back(nodes):
     """Node A quarantines the slots node B's deletes free in B's chunk
     (A's HTTP clients may have looked those keys up), even once B is gone
-    and A leased the chunk: before the eleventh session A reserved them
-    within the quarantine. When it ends they come free on A."""
+    and A leased the chunk: A must not reserve them within the quarantine.
+    When it ends they come free on A."""
     a, b = nodes(2)
     initialize_together([a.client, b.client], 64)  # chunks of 2 slots
     res = b.client.reserve_and_allocate_page_indices(0, [["b0", ""], ["b1", ""]])

@@ -608,7 +608,7 @@ def test_slots_reserved_before_a_crash_are_held_after_the_restart(server, tmp_ro
     after it must not hand that slot to another key (or FUSE writer) until
     the reservation could have ended (--reserve-timeout, then the
     quarantine). It gave it to the next key at once, whose page then held
-    the late writer's bytes (found by a probe)."""
+    the late writer's bytes."""
     a, reserved = crashed_server(tmp_root, "--reserve-timeout", "2")
     t0 = time.monotonic()
     b = server("--reserve-timeout", "2", backing=a.backing, meta=a.meta)
@@ -695,7 +695,7 @@ def test_the_hold_survives_the_daemons_after_the_crash(server, tmp_root):
 def test_a_slot_in_quarantine_stays_out_after_a_restart(server):
     """A client that looked a key up may read its slot for 5 s: a delete
     followed at once by a restart handed that slot to the next key, whose
-    bytes the client then read (found by a probe)."""
+    bytes the client then read."""
     a = server()
     a.client.initialize(0, 16)
     (_, s), = a.client.reserve_and_allocate_page_indices(0, [["old", ""]])

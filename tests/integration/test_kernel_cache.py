@@ -136,7 +136,7 @@ def test_rewrites_under_busy_cached_readers_all_open(mount, mode):
     page to a new inode and answers ESTALE; the kernel retries once, on the
     new inode. Readers opening it meanwhile read direct until that writer
     arrives, so the retry is not turned away too (4 rewrites in 10 failed
-    with ESTALE under two busy readers: found by a probe)."""
+    with ESTALE under two busy readers)."""
     m = mount("--page-size", "64K", "--capacity", "8M", "--kernel-cache", mode)
     pool = m.pool(0, "kv")
     versions = [(b"%06d" % i) * 800 for i in range(300)]

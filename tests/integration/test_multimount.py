@@ -764,8 +764,7 @@ def test_two_nodes_renaming_and_writing_onto_one_name_never_get_eexist(mount):
     """SGLang's writers on two nodes publish one key at once (temporary
     file, rename over the key; or a write of the key itself): the store
     refused the second row of that name and rename() or close() failed
-    with EEXIST, leaving the temporary page behind (found by a probe: 59
-    of 600 renames). rename(2) replaces its target; the loser's try is
+    with EEXIST, leaving the temporary page behind. rename(2) replaces its target; the loser's try is
     run again and replaces the winner's row."""
     a, b = mounts(mount, 2, "--page-size", "64K", "--capacity", "64M")
     pool_everywhere([a, b])
@@ -799,7 +798,7 @@ def test_makedirs_of_a_pool_another_node_just_made_succeeds(mount):
     """SGLang processes starting on several nodes at once each make the
     pool directory (os.makedirs(exist_ok=True)): the node that did not yet
     know the other's new pool answered mkdir with EEXIST while its lookup
-    still said ENOENT, and makedirs raised (found by a probe: 20 of 20)."""
+    still said ENOENT, and makedirs raised."""
     a, b = mounts(mount, 2)
     a.pool(0, "kv")  # the rank
     for i in range(20):

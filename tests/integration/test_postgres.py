@@ -252,7 +252,7 @@ def test_two_indexes_in_two_schemas_of_one_database_mount_side_by_side(mount):
     """README: two indexes on one server live in two databases or in two
     schemas of one database. Their first nodes both have id 1, and the
     advisory lock a node holds was keyed by its id alone: the second mount
-    waited for the first's lock forever (found by a probe)."""
+    waited for the first's lock forever."""
     a = pg_mount(mount)
     t0 = time.monotonic()
     b = pg_mount(mount)
@@ -270,7 +270,7 @@ def test_rewriting_a_few_names_fast_evicts_nothing_from_a_nearly_empty_pool(moun
     node has seen the page go (its grace period): a writer that rewrites
     four names as fast as it can keeps dozens of slots in grace, and the
     writers evicted live pages of a pool with 60 of 64 slots about to come
-    free (found by a probe: keys whose rename had returned 0 vanished).
+    free.
     They wait for the grace periods now."""
     m = pg_mount(mount)
     d = m.pool()
@@ -286,8 +286,8 @@ def test_rewriting_a_few_names_fast_evicts_nothing_from_a_nearly_empty_pool(moun
 def test_pool_create_sets_the_capacity_of_a_new_or_empty_pool(mount):
     """pool create --capacity on a pool with no pages: a new one, and one
     made before with the mount's defaults (its chunks of slots change
-    size; it used to be refused as "below the slots in use" on
-    PostgreSQL, and the new pool stayed behind)."""
+    size; it is not refused as "below the slots in use" on PostgreSQL,
+    and no new pool stays behind)."""
     m = pg_mount(mount)
     for rank, opts in ((1, ("--page-size", "64K", "--capacity", "8M")),
                        (2, ("--capacity", "2M"))):

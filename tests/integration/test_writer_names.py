@@ -204,8 +204,8 @@ def test_open_unlink_close_in_a_loop_leaks_no_slot_and_evicts_nothing(mount):
     """What stress-ng --open does (create, unlink, close, many times, from
     several processes at once) in a pool of 16 slots holding 8 pages: no
     page is published, none of the 8 is evicted, and every slot the loop
-    took is free afterwards. Each unlinked page used to be published at
-    close, and the pool filled with them."""
+    took is free afterwards: an unlinked page published at close would
+    fill the pool with them."""
     m = mount(*SMALL)
     pool = m.pool(0, "kv")
     keep = {f"keep{i}": os.urandom(3000) for i in range(8)}
