@@ -78,7 +78,7 @@ struct store_ops {
 
 /* ---- several daemons on one index (PostgreSQL; store_pg_sync.c) ----
  *
- * Calls of the sync thread (meta/sync.c) on a connection of its own. */
+ * Calls of the sync thread (meta/cluster/sync.c) on a connection of its own. */
 
 /* One change of the feed: a page (as the index holds it now), or pools. */
 struct store_change {

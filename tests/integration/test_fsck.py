@@ -1,10 +1,10 @@
 """`pagefs fsck`: one deliberately broken index or data file per problem code
-of meta/fsck.c. Each test checks the report (code and message), the exit
+of meta/ops/fsck.c. Each test checks the report (code and message), the exit
 status, the repaired state (index rows, data files, what a new mount serves)
 and that a second run after --repair comes back clean (exit 0).
 
 The broken states are made offline, after a clean umount, with sqlite3 on
-the index (schema in meta/store_sqlite.c) or by editing the data files.
+the index (schema in meta/store/store_sqlite.c) or by editing the data files.
 """
 import os
 import re

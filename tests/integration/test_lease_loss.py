@@ -2,7 +2,7 @@
 lease (SIGSTOP, a paused VM) comes back removed: another node took its
 chunks and rewrote their slots. It must then neither write into a slot it
 reserved before the stop (another node's page lives there now) nor read
-bytes through its stale mirror (docs/NEMESIS.md; meta/lease.c). Needs
+bytes through its stale mirror (docs/NEMESIS.md; meta/cluster/lease.c). Needs
 PAGEFS_TEST_PG_URI (skipped without it).
 """
 import errno

@@ -256,11 +256,11 @@ def test_the_grafana_dashboard_uses_only_metric_names_a_mount_exports(mount):
     families = set(re.findall(r"^# TYPE (\S+) (\S+)", scrape(port).text, re.M))
     names = {n for n, _ in families}
     hists = {n for n, t in families if t == "histogram"}
-    pg_only = open(os.path.join(root, "meta", "metrics.c")).read()
+    pg_only = open(os.path.join(root, "meta", "ops", "metrics.c")).read()
     for u in sorted(used):
         base = re.sub(r"_(bucket|count|sum)$", "", u)
         if u.startswith("pagefs_pg_"):
-            assert f'"{u}"' in pg_only, f"{u}: not a shared-index metric of meta/metrics.c"
+            assert f'"{u}"' in pg_only, f"{u}: not a shared-index metric of meta/ops/metrics.c"
             continue
         assert u in names or (base in hists and base != u), f"the dashboard uses {u}, not exported"
     m.umount()
@@ -297,7 +297,7 @@ def test_the_alert_rules_of_the_operations_guide_pass_promtool_and_use_exported_
                        timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "SUCCESS: 10 rules found" in r.stdout, r.stdout
-    exported = open(os.path.join(root, "meta", "metrics.c")).read() + \
+    exported = open(os.path.join(root, "meta", "ops", "metrics.c")).read() + \
         open(os.path.join(root, "fs", "fs_metrics.c")).read()
     for name in set(re.findall(r"\bpagefs_[a-z_]+", rules.read_text())):
         base = re.sub(r"_(bucket|count|sum)$", "", name)
