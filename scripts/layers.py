@@ -20,7 +20,8 @@ Arrows:
     its own file.
 Violations: an upward include or call arrow; a cycle of files (include
 and call arrows) that spans two or more layers; a function declared in a
-layer's header whose name lacks the layer's prefix (PREFIXES); a header in
+layer's header whose name lacks the layer's prefix (PREFIXES), or that a
+file of another layer defines; a header in
 meta/ missing from HEADER_LAYER; a file in a folder that is not a layer.
 The C is read by a small tokenizer, not a compiler: both sides of an
 #if are read, macros are not expanded (a call hidden in a macro makes no
@@ -35,12 +36,10 @@ import sys
 LAYERS = ["base", "store", "index", "record", "ops", "cluster", "keys", "top"]
 FOLDERS = LAYERS[:-1]  # meta/<folder>/; "top" is meta/ itself
 
-HEADER_LAYER = {
-    'counters.h': 'base',
-    'rec.h': 'store',  # headers directly in meta/
+HEADER_LAYER = {  # headers directly in meta/
     "meta.h": "base",  # the public API's types and declarations
-    "log.h": "base", "hash.h": "base", "hist.h": "base", "lock.h": "base",
-    "store.h": "store", "store_pg.h": "store",
+    "log.h": "base", "hash.h": "base", "hist.h": "base", "lock.h": "base", "counters.h": "base",
+    "store.h": "store", "store_pg.h": "store", "rec.h": "store",
     "index.h": "index",
     "record.h": "record",
     "ops.h": "ops", "metrics.h": "ops",
@@ -266,8 +265,11 @@ def upward(files, a, b):
 
 
 def prefix_problems(files):
-    """A violation for each function a layer's header declares without its prefix."""
+    """A violation for each function a layer's header declares without its
+    prefix, or that a file of another layer defines."""
     out = []
+    defined = {name: src for src in files.values() for name, static, _ in src.defs
+               if not static}
     for src in files.values():
         if not src.rel.endswith(".h") or not src.layer:
             continue
@@ -278,6 +280,11 @@ def prefix_problems(files):
                     and not name.startswith(prefixes):
                 out.append(f"{src.rel}:{line}: {name} is declared in a {src.layer} header "
                            f"but does not start with {' or '.join(prefixes)}")
+            home = defined.get(name)
+            if home and home.layer != src.layer and src.layer != "base" \
+                    and "static" not in texts:
+                out.append(f"{src.rel}:{line}: {name} is declared in a {src.layer} header "
+                           f"but defined in {home.rel} ({home.layer})")
     return out
 
 

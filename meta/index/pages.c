@@ -157,3 +157,28 @@ void index_page_unlink_committed(struct meta *m, struct page *p)
 	index_pool_changed(pool, index_now_ns());
 	index_ctime_del(&m->ctimes, p->id);
 }
+
+void index_drops_notify(struct meta *m, struct dropped *d)
+{
+	index_assert_unlocked(m); /* its callback reaches fs/, which may call meta_* */
+	while (d) {
+		struct dropped *next = d->next;
+		if (m->drop_cb)
+			m->drop_cb(m->drop_arg, d->pool_id, d->page_id, d->name);
+		free(d);
+		d = next;
+	}
+}
+
+void index_drops_add(struct dropped **list, const struct page *p)
+{
+	struct dropped *d = malloc(sizeof(*d) + p->name_len + 1);
+
+	if (!d)
+		return; /* only a kernel cache hint is lost */
+	d->pool_id = page_pool(p)->id;
+	d->page_id = p->id;
+	index_pname_text(p, d->name);
+	d->next = *list;
+	*list = d;
+}

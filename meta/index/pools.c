@@ -134,3 +134,15 @@ int meta_check_geometry(uint64_t slot_size, uint64_t slots)
 	return slot_size && slot_size <= META_SLOT_SIZE_MAX && slots <= META_SLOTS_MAX ? 0
 	                                                                               : -EINVAL;
 }
+
+void index_dirs_notify(struct meta *m, struct gone_dir *d)
+{
+	index_assert_unlocked(m); /* its callback reaches fs/, which may call meta_* */
+	while (d) {
+		struct gone_dir *next = d->next;
+		if (m->dir_cb)
+			m->dir_cb(m->dir_arg, d->rank, d->ns[0] ? d->ns : NULL);
+		free(d);
+		d = next;
+	}
+}

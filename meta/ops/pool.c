@@ -72,17 +72,6 @@ void ops_pool_retire(struct meta *m, struct pool *p, struct dropped **drops)
 		ops_pool_reap(m, p);
 }
 
-void index_dirs_notify(struct meta *m, struct gone_dir *d)
-{
-	while (d) {
-		struct gone_dir *next = d->next;
-		if (m->dir_cb)
-			m->dir_cb(m->dir_arg, d->rank, d->ns[0] ? d->ns : NULL);
-		free(d);
-		d = next;
-	}
-}
-
 /* Submits a waited record for a rank; caller holds meta.lock. */
 static struct rec *rank_rec(struct meta *m, enum rec_type type, int rank)
 {

@@ -19,30 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void index_drops_add(struct dropped **list, const struct page *p)
-{
-	struct dropped *d = malloc(sizeof(*d) + p->name_len + 1);
-
-	if (!d)
-		return; /* only a kernel cache hint is lost */
-	d->pool_id = page_pool(p)->id;
-	d->page_id = p->id;
-	index_pname_text(p, d->name);
-	d->next = *list;
-	*list = d;
-}
-
-void index_drops_notify(struct meta *m, struct dropped *d)
-{
-	while (d) {
-		struct dropped *next = d->next;
-		if (m->drop_cb)
-			m->drop_cb(m->drop_arg, d->pool_id, d->page_id, d->name);
-		free(d);
-		d = next;
-	}
-}
-
 /* A page of this record left: its slot is free (or pinned), or, in a
  * chunk of this node on a shared index, in its grace period from this
  * transaction on (the change feed reports the same). */

@@ -1,6 +1,7 @@
 """scripts/layers.py finds what breaks the layering of meta/ (base < store
 < index < ... < top): upward includes and calls, cycles across layers,
-unprefixed functions in a layer's header, headers with no layer. Each test
+unprefixed functions in a layer's header, a layer's function defined in
+another layer, headers with no layer. Each test
 writes a small C tree in tmp_path and runs the script on it. Needs no mount
 and no pagefs binary; about a second."""
 import json
@@ -238,6 +239,18 @@ def test_a_function_without_its_layers_prefix_in_a_header_is_reported(tmp_path):
         "meta/meta.h:3: open_pool is declared in a base header but does not start with meta_",
         "meta/store/store.h:12: fetch_row is declared in a store header but does not start "
         "with store_"]
+
+
+def test_a_function_a_layer_declares_but_another_layer_defines_is_reported(tmp_path):
+    """index.h declares index_tidy, and a file of the store layer defines it:
+    the name says index, the code lives elsewhere."""
+    files = clean_files()
+    files["index/index.h"] += "void index_tidy(void);\n"
+    files["store/store.c"] += "void index_tidy(void)\n{\n}\n"
+    r = run(tree(tmp_path, files))
+    assert r.returncode == 1, r.stdout
+    assert "meta/index/index.h:3: index_tidy is declared in a index header but defined in " \
+        "meta/store/store.c (store)" in r.stdout
 
 
 def test_a_header_in_meta_with_no_layer_is_an_error(tmp_path):
