@@ -295,6 +295,10 @@ static int take_top_held(struct pool *p, struct kpool *kp, uint64_t *slot)
 	*slot = c * p->chunk_slots + 63 - (uint64_t)__builtin_clzll(free_bits);
 	if (index_slot_mark(p, *slot) < 0)
 		return -ENOSPC;
+	/* As index_chunk_take: a grace period still listed for the free
+	 * slot is stale, and must not free it again under this key's page. */
+	if (p->ngrace)
+		index_grace_forget(p, *slot);
 	p->chunks[kp->cur_idx].inflight++; /* until index_chunk_done: no handover meanwhile */
 	return 0;
 }

@@ -157,7 +157,9 @@ static void apply_lease(struct meta *m, const struct rec *r)
 		uint64_t slot = r->chunk * k + i, bit = 1ULL << i;
 		if ((r->used_bits | r->grace_bits) & bit)
 			index_slot_mark(pool, slot); /* -EEXIST: the mirror knew it */
-		if (r->grace_bits & bit)
+		/* A slot a page holds again has no grace period left to run:
+		 * its end would free the slot under that page. */
+		if ((r->grace_bits & bit) && !(r->used_bits & bit))
 			index_grace_add(pool, slot, r->grace_xid);
 		if (r->pinned_bits & bit)
 			index_lease_pin_add(m, pool->id, slot); /* not evicted here meanwhile */
