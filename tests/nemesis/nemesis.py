@@ -480,11 +480,19 @@ class Cluster:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
                     pass
+        # Killed workers end at once, unless one waits in the kernel on a
+        # wedged mount: 30 s at most for all, then go on (scripts/nemesis.sh
+        # ends what is left).
+        deadline = time.monotonic() + 30
         for pid in self.workers:
-            try:
-                os.waitpid(pid, 0)
-            except OSError:
-                pass
+            while True:
+                try:
+                    done, _ = os.waitpid(pid, os.WNOHANG)
+                except OSError:
+                    break
+                if done or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
         self.pg_stop()
 
 
@@ -539,19 +547,24 @@ def nemesis(cl, rng, stop_at, errors):
                         return
 
 
-LOG_LINE = re.compile(r"^(\S+Z) pagefs (\w+): (.*)$")
+# A daemon's log line (meta/log.c): time, pid, level, subsystem, message:
+#   2026-12-05T07:11:01.845Z pagefs[11569] error meta/page: checksum mismatch: ...
+LOG_LINE = re.compile(r"^(?P<time>\S+Z) pagefs\[(?P<pid>\d+)\] (?P<level>\w+) "
+                      r"(?P<subsystem>[\w/]+): (?P<msg>.*)$")
 
 
 def node_log_lines(cl, i, pattern):
+    """(time, message) of each line of node i's log whose message holds pattern."""
     out = []
     try:
         with open(os.path.join(cl.node_dir(i), "log"), errors="replace") as f:
             for line in f:
                 m = LOG_LINE.match(line.rstrip("\n"))
-                if m and pattern in m.group(3):
-                    t = calendar.timegm(time.strptime(m.group(1)[:19], "%Y-%m-%dT%H:%M:%S")) + \
-                        float("0." + m.group(1)[20:23])
-                    out.append((t, m.group(3)))
+                if m and pattern in m.group("msg"):
+                    when = m.group("time")
+                    t = calendar.timegm(time.strptime(when[:19], "%Y-%m-%dT%H:%M:%S")) + \
+                        float("0." + when[20:23])
+                    out.append((t, m.group("msg")))
     except OSError:
         pass
     return out
@@ -587,6 +600,9 @@ def main():
     interrupted = []
 
     def on_signal(sig, frame):
+        # Once: a second SIGTERM (timeout(1) signals the process group, then
+        # scripts/nemesis.sh signals this process) must not cut the cleanup.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         interrupted.append(sig)
         raise KeyboardInterrupt
 
