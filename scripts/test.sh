@@ -31,15 +31,17 @@
 #
 # Nothing can hang it. Every step runs with a limit (LIMIT_* below; the
 # nemesis: PAGEFS_NEMESIS_SECONDS + 600 s) under `timeout -k`: SIGTERM at
-# the limit, SIGKILL to the step's process group GRACE s later. A watchdog
-# 30 s after that unwedges what SIGKILL alone cannot end (a process in D
-# state on the mount of a stopped or wedged FUSE daemon): SIGCONT, FUSE
-# connections aborted, SIGKILL to every process of the run. A step that
-# ran over its limit fails, saying so. Steps run with stdin from /dev/null
-# and their output in a log under $WORK (shown live or summed up): a
-# process a step leaves behind can hold a log file open, never this
-# script's stdout, so a caller waiting for its output to end (CI) is not
-# kept waiting.
+# the limit, SIGKILL to the step's process group GRACE s later. A step that
+# ran over its limit fails, saying so, and what it left is ended at once:
+# SIGKILL cannot end a process in D state on the mount of a stopped or
+# wedged FUSE daemon (a close() waits for the daemon's answer to its
+# flush), so scripts/leftovers.sh continues the run's processes, aborts
+# its FUSE connections, then kills. A watchdog does the same, and kills the
+# step's group, should the step still run 30 s after its SIGKILL. Steps
+# run with stdin from /dev/null and their output in a log under $WORK
+# (shown live or summed up): a process a step leaves behind can hold a log
+# file open, never this script's stdout, so a caller waiting for its
+# output to end (CI) is not kept waiting.
 #
 # Everything runs in one temporary directory, $WORK (under $TMPDIR, or
 # /tmp): TMPDIR points into it for every step, so mounts, daemons and
@@ -125,9 +127,10 @@ gone() {
 # /dev/null and its output in LOG (followed live with --show), in its own
 # process group, for at most LIMIT s (then SIGTERM, SIGKILL GRACE s later,
 # the watchdog 30 s after that). Returns CMD's status; 124 or 137 when it
-# ran over its limit (STEP_OVER=1 then, and the log says so).
+# ran over its limit (STEP_OVER=1 then, the log says so, and what the step
+# left is ended).
 run_step() {
-	local show=0 grace=$GRACE limit log rc wd tl=""
+	local show=0 grace=$GRACE limit log rc wd t0 tl=""
 	while :; do
 		case $1 in
 		--show) show=1 ;;
@@ -143,6 +146,7 @@ run_step() {
 	shift 2
 	STEP_OVER=0
 	: >"$log"
+	t0=$SECONDS
 	timeout -k "$grace" "$limit" "$@" </dev/null >>"$log" 2>&1 &
 	STEP_PID=$!
 	watchdog "$STEP_PID" $((limit + grace + 30)) </dev/null >>"$log" 2>&1 &
@@ -158,7 +162,7 @@ run_step() {
 	kill "$wd" 2>/dev/null
 	wait "$wd" 2>/dev/null
 	[[ -n $tl ]] && wait "$tl"
-	if ((rc == 124 || rc == 137)); then
+	if ((rc == 124 || rc == 137)) && ((SECONDS - t0 >= limit)); then
 		STEP_OVER=1
 		echo "test.sh: ran over its limit of $limit s and was stopped (status $rc): $*" |
 			tee -a "$log" >&2
@@ -227,7 +231,9 @@ cleanup() {
 	exit "$rc"
 }
 trap cleanup EXIT
-trap 'INTERRUPTED=1; echo "test.sh: interrupted" >&2; exit 130' INT TERM
+# Once: the cleanup that follows is bounded, and a second signal (timeout(1)
+# signals the process and its group) must not cut it short.
+trap 'trap "" INT TERM; INTERRUPTED=1; echo "test.sh: interrupted" >&2; exit 130' INT TERM
 
 # ---- bookkeeping ----
 
