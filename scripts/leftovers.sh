@@ -7,8 +7,8 @@
 # A process is the run's when its command line names one of the DIRs (the
 # run's temporary directories: a pagefs daemon's mount point, a PostgreSQL
 # server's -D, a test helper's files), or its executable or working
-# directory lies under one of them or under a --bin DIR (the build
-# directories: daemons, unit tests, compilers), or its parent is the run's
+# directory lies under one of them, or its executable under a --bin DIR
+# (the build directories: daemons, unit tests), or its parent is the run's
 # (a PostgreSQL server's backends). Mounts under the DIRs are the run's too.
 # This script and its callers are never counted.
 #
@@ -92,7 +92,7 @@ for proc in /proc/[0-9]*; do
 		{ read -r exe && read -r cwd; } < <(readlink "$proc/exe" "$proc/cwd" 2>/dev/null)
 		exe=${exe:-} cwd=${cwd:-}
 		exe=${exe% (deleted)}
-		under "$exe" "${DIRS[@]}" "${BINS[@]}" || under "$cwd" "${DIRS[@]}" "${BINS[@]}" && mine=1
+		under "$exe" "${DIRS[@]}" "${BINS[@]}" || under "$cwd" "${DIRS[@]}" && mine=1
 	fi
 	((mine)) && MINE[$pid]=1
 done
