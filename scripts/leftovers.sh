@@ -6,10 +6,11 @@
 #
 # A process is the run's when its command line names one of the DIRs (the
 # run's temporary directories: a pagefs daemon's mount point, a PostgreSQL
-# server's -D, a test helper's files), or its executable or working
-# directory lies under one of them, or its executable under a --bin DIR
-# (the build directories: daemons, unit tests), or its parent is the run's
-# (a PostgreSQL server's backends). Mounts under the DIRs are the run's too.
+# server's -D, a test helper's files), or its TMPDIR (inherited from the
+# run), executable, working directory, stdout or stderr (a step's log) lies
+# under one of them, or its executable under a --bin DIR (the build
+# directories: daemons, unit tests), or its parent is the run's (a
+# PostgreSQL server's backends). Mounts under the DIRs are the run's too.
 # This script and its callers are never counted.
 #
 # Prints one line per leftover: "NAME: left behind: PID CMD" and "NAME: left
@@ -89,10 +90,20 @@ for proc in /proc/[0-9]*; do
 		[[ ${CMD[$pid]} == *"$d"* ]] && mine=1 && break
 	done
 	if ((!mine)); then
-		{ read -r exe && read -r cwd; } < <(readlink "$proc/exe" "$proc/cwd" 2>/dev/null)
-		exe=${exe:-} cwd=${cwd:-}
-		exe=${exe% (deleted)}
-		under "$exe" "${DIRS[@]}" "${BINS[@]}" || under "$cwd" "${DIRS[@]}" && mine=1
+		env=()
+		mapfile -d '' env 2>/dev/null <"$proc/environ"
+		for e in "${env[@]}"; do
+			[[ $e == TMPDIR=* ]] && under "${e#TMPDIR=}" "${DIRS[@]}" && mine=1 && break
+		done
+	fi
+	if ((!mine)); then
+		exe=$(readlink "$proc/exe" 2>/dev/null)
+		under "${exe% (deleted)}" "${DIRS[@]}" "${BINS[@]}" && mine=1
+	fi
+	if ((!mine)); then
+		while read -r link; do
+			under "${link% (deleted)}" "${DIRS[@]}" && mine=1 && break
+		done < <(readlink "$proc/cwd" "$proc/fd/1" "$proc/fd/2" 2>/dev/null)
 	fi
 	((mine)) && MINE[$pid]=1
 done

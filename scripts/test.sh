@@ -84,6 +84,7 @@ SUMMARY=()
 STEP_T0=$SECONDS
 STEP_NAME="setup"
 STEP_PID="" # the running step's timeout(1), the leader of its process group
+STEP_AUX=() # its watchdog and output follower
 INTERRUPTED=0
 DONE=0
 
@@ -102,6 +103,7 @@ leftovers() {
 # watchdog PID SECONDS: when PID (a step's timeout) still runs after
 # SECONDS, something SIGKILL could not end holds it: unwedge the run's
 # processes and mounts, then kill the step's process group.
+# It ends within a second of the step (no process of it outlives the step).
 watchdog() {
 	local pid=$1 end=$((SECONDS + $2))
 	while [[ -e /proc/$pid ]]; do
@@ -111,7 +113,7 @@ watchdog() {
 			kill -KILL -- -"$pid" "$pid" 2>/dev/null
 			return
 		fi
-		sleep 2
+		sleep 1
 	done
 }
 
@@ -156,12 +158,12 @@ run_step() {
 		tail -n +1 -f --pid="$STEP_PID" "$log" &
 		tl=$!
 	fi
+	STEP_AUX=("$wd" ${tl:+"$tl"})
 	wait "$STEP_PID"
 	rc=$?
 	STEP_PID=""
-	kill "$wd" 2>/dev/null
-	wait "$wd" 2>/dev/null
-	[[ -n $tl ]] && wait "$tl"
+	wait "$wd" ${tl:+"$tl"}
+	STEP_AUX=()
 	if ((rc == 124 || rc == 137)) && ((SECONDS - t0 >= limit)); then
 		STEP_OVER=1
 		echo "test.sh: ran over its limit of $limit s and was stopped (status $rc): $*" |
@@ -184,6 +186,7 @@ stop_step() {
 		sleep 0.5
 	done
 	gone "$pid" || kill -KILL -- -"$pid" "$pid" 2>/dev/null
+	kill "${STEP_AUX[@]}" 2>/dev/null # its watchdog and follower: not leftovers
 	leftovers --kill >&2
 	STEP_PID=""
 }
