@@ -559,7 +559,7 @@ if [[ $TIDY != 0 ]]; then
 			if ((STEP_OVER)); then
 				record "clang-tidy" 0 1 0 "over its $LIMIT_TIDY s limit"
 			elif ((rc != 0)) && ! grep -qE '(warning|error):' "$WORK/tidy.log"; then
-				record "clang-tidy" 0 1 0 "xargs status $rc (a file over 300 s: status 124)"
+				record "clang-tidy" 0 1 0 "xargs status $rc: clang-tidy failed or ran over 300 s on a file (logs: $WORK/tidy/)"
 			else
 				record "clang-tidy" 0 1 0 "see warnings above"
 			fi
