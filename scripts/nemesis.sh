@@ -51,7 +51,11 @@ leftovers() {
 
 cleanup() {
 	local rc=$?
-	trap - EXIT INT TERM
+	# Bounded as it is, the cleanup runs to its end: a further SIGTERM or
+	# SIGINT (timeout(1) signals this process, then its group) is caught and
+	# dropped. Caught, not ignored: the programs it runs get the default.
+	trap - EXIT
+	trap : INT TERM
 	if [[ -n ${PY:-} ]] && ! gone "$PY"; then
 		kill -TERM "$PY" 2>/dev/null
 		for _ in $(seq 90); do
@@ -84,7 +88,7 @@ cleanup() {
 	exit "$rc"
 }
 trap cleanup EXIT
-trap 'echo "nemesis.sh: interrupted" >&2; exit 130' INT TERM
+trap 'trap : INT TERM; echo "nemesis.sh: interrupted" >&2; exit 130' INT TERM
 
 /usr/bin/python3 tests/nemesis/nemesis.py "$WORK" </dev/null &
 PY=$!

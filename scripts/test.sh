@@ -209,7 +209,11 @@ mounts_under() {
 
 cleanup() {
 	local rc=$?
-	trap - EXIT INT TERM
+	# Bounded as it is, the cleanup runs to its end: a further SIGTERM or
+	# SIGINT (timeout(1) signals this process, then its group) is caught and
+	# dropped. Caught, not ignored: the programs it runs get the default.
+	trap - EXIT
+	trap : INT TERM
 	stop_step
 	if ((!DONE)); then
 		# Interrupted (or a bug): the table so far, so the log says how far it got.
@@ -234,9 +238,7 @@ cleanup() {
 	exit "$rc"
 }
 trap cleanup EXIT
-# Once: the cleanup that follows is bounded, and a second signal (timeout(1)
-# signals the process and its group) must not cut it short.
-trap 'trap "" INT TERM; INTERRUPTED=1; echo "test.sh: interrupted" >&2; exit 130' INT TERM
+trap 'trap : INT TERM; INTERRUPTED=1; echo "test.sh: interrupted" >&2; exit 130' INT TERM
 
 # ---- bookkeeping ----
 
