@@ -58,12 +58,12 @@ cleanup() {
 	trap : INT TERM
 	if [[ -n ${PY:-} ]] && ! gone "$PY"; then
 		kill -TERM "$PY" 2>/dev/null
-		for _ in $(seq 90); do
-			gone "$PY" && break
+		local t0=$SECONDS
+		while ! gone "$PY" && ((SECONDS - t0 < 45)); do
 			sleep 0.5
 		done
 		if ! gone "$PY"; then
-			echo "nemesis.sh: nemesis.py did not end within 45 s of SIGTERM: SIGKILL" >&2
+			echo "nemesis.sh: nemesis.py did not end within $((SECONDS - t0)) s of SIGTERM: SIGKILL" >&2
 			kill -KILL "$PY" 2>/dev/null
 		fi
 	fi

@@ -462,9 +462,12 @@ class Cluster:
                 os.killpg(pid, signal.SIGKILL)
             except OSError:
                 pass
-        for pid in list(getattr(self, "stopped", ())):
+        # every node continued (stopped by a fault, or from outside): a
+        # stopped daemon would keep its umount waiting
+        for pid in set(getattr(self, "stopped", ())) | set(getattr(self, "pids", None) or ()):
             try:
-                os.kill(pid, signal.SIGCONT)
+                if pid:
+                    os.kill(pid, signal.SIGCONT)
             except OSError:
                 pass
         for i in range(NODES):
@@ -498,6 +501,17 @@ class Cluster:
 
 # ---------------------------------------------------------------- the run
 
+# Signals received (SIGTERM): the handler raises KeyboardInterrupt, which
+# Python drops when it lands in a callback (an at-fork hook, a __del__);
+# the run's loops check this too.
+INTERRUPTED = []
+
+
+def check_interrupted():
+    if INTERRUPTED:
+        raise KeyboardInterrupt
+
+
 def nemesis(cl, rng, stop_at, errors):
     """Injects one fault at a time at random intervals until stop_at."""
     burst = 0
@@ -506,7 +520,9 @@ def nemesis(cl, rng, stop_at, errors):
         errors.append(f"unknown fault(s) {sorted(unknown)}: choose from {', '.join(ALL_FAULTS)}")
         return
     while FAULTS and time.monotonic() + 1 < stop_at:
+        check_interrupted()
         time.sleep(rng.uniform(1.0, 5.0))
+        check_interrupted()
         if time.monotonic() + 1 >= stop_at:
             break
         kind = rng.choice(FAULTS)
@@ -597,13 +613,11 @@ def main():
     say(f"reproduce: NEMESIS_SEED={SEED} NEMESIS_SECONDS={SECONDS:.0f} scripts/nemesis.sh")
     cl = Cluster(workdir)
     errors = []
-    interrupted = []
-
     def on_signal(sig, frame):
         # Once: a second SIGTERM (timeout(1) signals the process group, then
         # scripts/nemesis.sh signals this process) must not cut the cleanup.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        interrupted.append(sig)
+        INTERRUPTED.append(sig)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_signal)
@@ -625,6 +639,7 @@ def main():
                                          rng.randrange(1 << 30), stop_at))
         nemesis(cl, rng, stop_at, errors)
         while time.monotonic() < stop_at:
+            check_interrupted()
             time.sleep(0.2)
         # workers end at stop_at; one stuck in a FUSE call past that is a hang
         deadline = stop_at + 60
@@ -641,6 +656,7 @@ def main():
                 if time.monotonic() > deadline:
                     errors.append(f"a worker (pid {pid}) still runs 60 s after the end: a hang")
                     break
+                check_interrupted()
                 time.sleep(0.1)
         # every node unmounts cleanly, then fsck
         for i in range(NODES):
