@@ -6,11 +6,18 @@
 #   NEMESIS_SECONDS=1800 scripts/nemesis.sh # the long run
 #   NEMESIS_SEED=N ...                      # replay a run's choices
 #
-# Runs in a temporary directory with its own PostgreSQL server (never the
-# tests' one: the nemesis restarts it). Whatever happens, even on Ctrl-C,
-# every mount under that directory is unmounted, every daemon it started
-# killed and the server stopped before it exits. Exit 0 only when the
-# checker found nothing wrong. NEMESIS_KEEP=1 keeps the directory (logs).
+# Runs in a temporary directory (under $TMPDIR, or /tmp) with its own
+# PostgreSQL server (never the tests' one: the nemesis restarts it).
+# Whatever happens, even on Ctrl-C or SIGTERM, every mount under that
+# directory is unmounted, every daemon it started killed and the server
+# stopped before it exits, in bounded time (under 2 minutes): nemesis.py
+# gets 45 s to clean up after SIGTERM, then SIGKILL; what it left (found by
+# the directory's path: scripts/leftovers.sh) is continued, its FUSE
+# connections aborted, killed and lazily unmounted, and the run fails
+# when anything was left ("nemesis.sh: left behind: PID CMD"). Nothing here
+# touches a path inside a mount, which would block on a stopped daemon.
+# Exit 0 only when the checker found nothing wrong. NEMESIS_KEEP=1 keeps
+# the directory (logs).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 ROOT=$PWD
@@ -19,7 +26,7 @@ export PAGEFS_BIN=${PAGEFS_BIN:-$ROOT/build/pagefs}
 	echo "nemesis.sh: no $PAGEFS_BIN: run scripts/build.sh" >&2
 	exit 2
 }
-WORK=$(mktemp -d /tmp/pagefs-nemesis.XXXXXX) || exit 1
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/pagefs-nemesis.XXXXXX") || exit 1
 chmod 755 "$WORK"
 
 mounts_under() {
@@ -30,28 +37,47 @@ mounts_under() {
 	done </proc/self/mounts | sort -r
 }
 
+# gone PID: PID has exited (gone, or a zombie not reaped yet).
+gone() {
+	local stat state
+	read -r stat 2>/dev/null <"/proc/$1/stat" || return 0
+	read -r state _ <<<"${stat##*) }"
+	[[ $state == Z ]]
+}
+
+leftovers() {
+	bash scripts/leftovers.sh --as nemesis.sh "$@" "$WORK"
+}
+
 cleanup() {
-	local rc=$? mp pid
-	trap - EXIT INT TERM
-	if [[ -n ${PY:-} ]] && kill -0 "$PY" 2>/dev/null; then
+	local rc=$?
+	# Bounded as it is, the cleanup runs to its end: a further SIGTERM or
+	# SIGINT (timeout(1) signals this process, then its group) is caught and
+	# dropped. Caught, not ignored: the programs it runs get the default.
+	trap - EXIT
+	trap : INT TERM
+	if [[ -n ${PY:-} ]] && ! gone "$PY"; then
 		kill -TERM "$PY" 2>/dev/null
-		wait "$PY" 2>/dev/null
+		local t0=$SECONDS
+		while ! gone "$PY" && ((SECONDS - t0 < 45)); do
+			sleep 0.5
+		done
+		if ! gone "$PY"; then
+			echo "nemesis.sh: nemesis.py did not end within $((SECONDS - t0)) s of SIGTERM: SIGKILL" >&2
+			kill -KILL "$PY" 2>/dev/null
+		fi
 	fi
-	# What the Python side may have left (it was killed, say): daemons by
-	# the pid each mount reported, then the mounts, then the server.
-	for f in "$WORK"/node*/mnt; do
-		[[ -d $f ]] || continue
-		pid=$(getfattr --only-values -n user.pagefs.pid "$f" 2>/dev/null) || pid=""
-		[[ -n $pid ]] && kill -CONT "$pid" 2>/dev/null
-	done
-	while IFS= read -r mp; do
-		[[ -n $mp ]] || continue
-		echo "nemesis.sh: cleaning up mount $mp" >&2
-		timeout 70 "$PAGEFS_BIN" umount --timeout 60 "$mp" >/dev/null 2>&1 ||
-			umount -l "$mp" 2>/dev/null || fusermount3 -u -z "$mp" 2>/dev/null ||
-			echo "nemesis.sh: could not unmount $mp; unmount it by hand" >&2
-	done < <(mounts_under)
-	bash scripts/pg_test.sh stop "$WORK/pg"
+	# nemesis.py stops everything it started; what it left (it was killed,
+	# say) is a leak: the server stopped, the rest continued, its FUSE
+	# connections aborted, killed and lazily unmounted, and the run fails.
+	# (nemesis.py itself, in D state on a stopped daemon's mount, dies only
+	# then: it is waited for only once it is gone.)
+	timeout -k 5 60 bash scripts/pg_test.sh stop "$WORK/pg" </dev/null
+	if ! leftovers --kill >&2; then
+		echo "nemesis.sh: processes or mounts were left behind (above)" >&2
+		((rc == 0)) && rc=1
+	fi
+	[[ -n ${PY:-} ]] && gone "$PY" && wait "$PY" 2>/dev/null
 	if [[ -n $(mounts_under) ]]; then
 		echo "nemesis.sh: mounts remain under $WORK; not removing it" >&2
 	elif [[ ${NEMESIS_KEEP:-0} == 1 || $rc != 0 ]]; then
@@ -62,8 +88,8 @@ cleanup() {
 	exit "$rc"
 }
 trap cleanup EXIT
-trap 'echo "nemesis.sh: interrupted" >&2; exit 130' INT TERM
+trap 'trap : INT TERM; echo "nemesis.sh: interrupted" >&2; exit 130' INT TERM
 
-/usr/bin/python3 tests/nemesis/nemesis.py "$WORK" &
+/usr/bin/python3 tests/nemesis/nemesis.py "$WORK" </dev/null &
 PY=$!
 wait "$PY"

@@ -5,7 +5,8 @@
 # written and read, /metrics scraped), umount(8), the man pages and the
 # units (systemd-analyze verify); then removes the package again.
 # scripts/test.sh runs it as its own step. Needs root; refuses to run when
-# a pagefs package is installed already (it would replace it).
+# a pagefs package is installed already (it would replace it). Works in a
+# directory under $TMPDIR (or /tmp); scripts/test.sh bounds its time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -15,15 +16,15 @@ if dpkg-query -W -f='${Status}' pagefs 2>/dev/null | grep -q 'install ok install
 	echo "package_test: a pagefs package is installed already; remove it first (apt-get remove pagefs)" >&2
 	exit 1
 fi
-WORK=$(mktemp -d /tmp/pagefs-pkg.XXXXXX)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/pagefs-pkg.XXXXXX")
 INSTALLED=0
 cleanup() {
 	local rc=$?
 	if grep -qs " $WORK/m " /proc/mounts; then
-		umount "$WORK/m" 2>/dev/null || umount -l "$WORK/m" 2>/dev/null || true
+		timeout -k 5 30 umount "$WORK/m" 2>/dev/null || timeout -k 5 30 umount -l "$WORK/m" 2>/dev/null || true
 	fi
 	if ((INSTALLED)); then
-		DEBIAN_FRONTEND=noninteractive "${APT[@]}" remove pagefs >/dev/null 2>&1 || true
+		DEBIAN_FRONTEND=noninteractive timeout -k 10 700 "${APT[@]}" remove pagefs >/dev/null 2>&1 || true
 	fi
 	grep -qs " $WORK/" /proc/mounts || rm -rf "$WORK"
 	exit "$rc"

@@ -8,7 +8,9 @@
 # (no TCP port, nothing shared with other servers on the machine). The
 # server runs as the invoking user, or as `postgres` when invoked as root
 # (PostgreSQL refuses to run as root). fsync is off: these servers hold
-# test data only; pagefs's own durability settings are unaffected.
+# test data only; pagefs's own durability settings are unaffected. Every
+# command is bounded (initdb 120 s, pg_ctl 60 s, createdb 60 s): with the
+# server's output in DIR/server.log, start returns once it is ready.
 set -euo pipefail
 
 cmd=${1:-}
@@ -35,7 +37,7 @@ case $cmd in
 start)
 	mkdir -p "$dir"
 	[[ $(id -u) -eq 0 ]] && chown postgres: "$dir"
-	as_owner "$bindir/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 \
+	as_owner timeout -k 10 120 "$bindir/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 \
 		--no-sync >"$dir/initdb.log" 2>&1 ||
 		{
 			cat "$dir/initdb.log" >&2
@@ -48,7 +50,7 @@ start)
 			tail -n 20 "$dir/server.log" >&2
 			exit 1
 		}
-	as_owner "$bindir/createdb" -h "$dir" -U postgres pagefs_test
+	as_owner timeout -k 10 60 "$bindir/createdb" -h "$dir" -U postgres pagefs_test
 	echo "postgresql:///pagefs_test?host=$dir&user=postgres"
 	;;
 stop)

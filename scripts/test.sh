@@ -10,35 +10,195 @@
 #      the Python package python/pagefs on real mounts) against the ASan
 #      binary, then the plain one (PAGEFS_BIN); the suite fails a test when
 #      a pagefs process (the daemon included) writes a sanitizer report
+#      (PAGEFS_INTEGRATION=0 skips both passes: for checking this script)
 #   4b. the package (scripts/package_test.sh): cpack -G DEB from build/,
 #      apt-get install ./pagefs_*.deb, pagefs --version, mount -t fuse.pagefs
 #      from the installed files, apt-get remove (about 10 s; PAGEFS_PACKAGE=0
 #      skips it)
 #   4c. the nemesis (scripts/nemesis.sh, PAGEFS_NEMESIS_SECONDS=60; 0 skips;
-#      PAGEFS_NEMESIS_FAULTS, every fault by default):
+#      PAGEFS_NEMESIS_FAULTS, every fault by default; PAGEFS_NEMESIS_LIMIT,
+#      the step's limit, PAGEFS_NEMESIS_SECONDS + 600 by default):
 #      three nodes on one PostgreSQL index under faults, every read checked
 #   5. clang-format --dry-run -Werror over fs/ meta/ serve/ tools/ tests/unit/
 #   6. clang-tidy (.clang-tidy) over the .c files of fs/ meta/ serve/ tools/,
 #      when clang-tidy is installed (PAGEFS_TIDY=0 skips it; PAGEFS_TIDY=1
 #      fails when it is missing)
+#   7. leftovers: no process or mount of the run may outlive its step
+#      (scripts/leftovers.sh, below)
 #
-# Ends with "N passed, N failed, N skipped"; exits non-zero on any failure.
-# Everything mounted under its temporary directory is unmounted and the
-# PostgreSQL server stopped on exit, even when interrupted. Set PAGEFS_TEST_KEEP=1 to keep the logs.
+# Ends with a table of the steps (counts and wall time of each) and "N
+# passed, N failed, N skipped"; exits non-zero on any failure.
+#
+# Nothing can hang it. Every step runs with a limit (LIMIT_* below; the
+# nemesis: PAGEFS_NEMESIS_SECONDS + 600 s) under `timeout -k`: SIGTERM at
+# the limit, SIGKILL to the step's process group GRACE s later. A step that
+# ran over its limit fails, saying so, and what it left is ended at once:
+# SIGKILL cannot end a process in D state on the mount of a stopped or
+# wedged FUSE daemon (a close() waits for the daemon's answer to its
+# flush), so scripts/leftovers.sh continues the run's processes, aborts
+# its FUSE connections, then kills. A watchdog does the same, and kills the
+# step's group, should the step still run 30 s after its SIGKILL. Steps
+# run with stdin from /dev/null and their output in a log under $WORK
+# (shown live or summed up): a process a step leaves behind can hold a log
+# file open, never this script's stdout, so a caller waiting for its
+# output to end (CI) is not kept waiting.
+#
+# Everything runs in one temporary directory, $WORK (under $TMPDIR, or
+# /tmp): TMPDIR points into it for every step, so mounts, daemons and
+# servers the steps start name it. At the end (and on exit, even when
+# interrupted) what is left of the run is listed as "test.sh: left behind:
+# PID CMD" (or "mount MP") and ended (SIGCONT, SIGKILL, lazy unmount); a
+# leftover at the end is a failed step, "leftovers": it would keep a daemon
+# or a mount on a developer's machine, and CI's output open. The private
+# PostgreSQL server is stopped. PAGEFS_TEST_KEEP=1 keeps the logs.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 
-WORK=$(mktemp -d /tmp/pagefs-test.XXXXXX) || exit 1
-PG_DIR="" # the private PostgreSQL server's directory, once started
+# Limits in seconds of the steps, each generous for a loaded 2-core machine
+# (a whole run takes about 20 minutes), and GRACE between SIGTERM and SIGKILL.
+LIMIT_DEPS=900        # apt-get update and install; dpkg's lock waits 600 s
+LIMIT_PG=180          # initdb, pg_ctl start -w -t 60, createdb; and stop
+LIMIT_BUILD=1200      # one build
+LIMIT_UNIT=1200       # ctest of one build (each test binary: 300)
+LIMIT_INTEGRATION=1200 # one pass of the pytest suite (each test: its watchdog)
+LIMIT_PACKAGE=900     # cpack, apt-get install (lock: 600), mount, remove
+LIMIT_FORMAT=300
+LIMIT_TIDY=1200       # all files (each file: 300)
+GRACE=60
+
+# The run's temporary directory; postgres (as root the server runs as that
+# user) must reach the nemesis's server under it.
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/pagefs-test.XXXXXX") || exit 1
+chmod 755 "$WORK"
+mkdir -p "$WORK/tmp"
+chmod 1777 "$WORK/tmp"
+# The private PostgreSQL server's directory, once started: beside $WORK,
+# so that a sweep of a step's leftovers (all of $WORK) spares it.
+PG_DIR=""
+BUILD_DIRS=("$ROOT/build" "$ROOT/build-asan")
 PASSED=0
 FAILED=0
 SKIPPED=0
 SUMMARY=()
+STEP_T0=$SECONDS
+STEP_NAME="setup"
+STEP_PID="" # the running step's timeout(1), the leader of its process group
+STEP_AUX=() # its watchdog and output follower
+INTERRUPTED=0
+DONE=0
 
-# ---- never leave mounts behind ----
+# ---- running a step: bounded, detached from our stdout ----
 
-# Mount points under $WORK, deepest first (/proc/mounts escapes spaces as \040).
+# leftovers [--kill] [DIR...]: the run's processes and mounts
+# (scripts/leftovers.sh): those naming $WORK and the DIRs, or running from
+# a build directory.
+leftovers() {
+	local kill=()
+	[[ ${1:-} == --kill ]] && kill=(--kill) && shift
+	bash "$ROOT/scripts/leftovers.sh" "${kill[@]}" --as test.sh \
+		--bin "${BUILD_DIRS[0]}" --bin "${BUILD_DIRS[1]}" "$WORK" "$@"
+}
+
+# watchdog PID SECONDS: when PID (a step's timeout) still runs after
+# SECONDS, something SIGKILL could not end holds it: unwedge the run's
+# processes and mounts, then kill the step's process group.
+# It ends within a second of the step (no process of it outlives the step).
+watchdog() {
+	local pid=$1 end=$((SECONDS + $2))
+	while [[ -e /proc/$pid ]]; do
+		if ((SECONDS >= end)); then
+			echo "test.sh: watchdog: the step still runs $2 s after it began; ending the run's processes"
+			leftovers --kill
+			kill -KILL -- -"$pid" "$pid" 2>/dev/null
+			return
+		fi
+		sleep 1
+	done
+}
+
+# gone PID: PID has exited (gone, or a zombie its parent has not reaped).
+gone() {
+	local stat state
+	read -r stat 2>/dev/null <"/proc/$1/stat" || return 0
+	read -r state _ <<<"${stat##*) }"
+	[[ $state == Z ]]
+}
+
+# run_step [--show] [--grace S] LIMIT LOG CMD...: runs CMD with stdin from
+# /dev/null and its output in LOG (followed live with --show), in its own
+# process group, for at most LIMIT s (then SIGTERM, SIGKILL GRACE s later,
+# the watchdog 30 s after that). Returns CMD's status; 124 or 137 when it
+# ran over its limit (STEP_OVER=1 then, the log says so, and what the step
+# left is ended).
+run_step() {
+	local show=0 grace=$GRACE limit log rc wd t0 tl=""
+	while :; do
+		case $1 in
+		--show) show=1 ;;
+		--grace)
+			grace=$2
+			shift
+			;;
+		*) break ;;
+		esac
+		shift
+	done
+	limit=$1 log=$2
+	shift 2
+	STEP_OVER=0
+	: >"$log"
+	t0=$SECONDS
+	timeout -k "$grace" "$limit" "$@" </dev/null >>"$log" 2>&1 &
+	STEP_PID=$!
+	watchdog "$STEP_PID" $((limit + grace + 30)) </dev/null >>"$log" 2>&1 &
+	wd=$!
+	if ((show)); then
+		# Ends once the step is reaped (by the wait below): --pid.
+		tail -n +1 -f --pid="$STEP_PID" "$log" &
+		tl=$!
+	fi
+	STEP_AUX=("$wd" ${tl:+"$tl"})
+	wait "$STEP_PID"
+	rc=$?
+	STEP_PID=""
+	wait "$wd" ${tl:+"$tl"}
+	STEP_AUX=()
+	if ((rc == 124 || rc == 137)) && ((SECONDS - t0 >= limit)); then
+		STEP_OVER=1
+		echo "test.sh: ran over its limit of $limit s and was stopped (status $rc): $*" |
+			tee -a "$log" >&2
+		# What it left must not disturb the next steps.
+		leftovers --kill >&2
+	fi
+	return "$rc"
+}
+
+# Ends the step that runs now (on an interruption): SIGTERM to its process
+# group, SIGKILL after 20 s, then the watchdog's unwedging.
+stop_step() {
+	local pid=$STEP_PID
+	[[ -n $pid ]] || return 0
+	echo "test.sh: stopping the running step (pid $pid)" >&2
+	kill -TERM -- -"$pid" "$pid" 2>/dev/null
+	for _ in $(seq 40); do
+		gone "$pid" && break
+		sleep 0.5
+	done
+	gone "$pid" || kill -KILL -- -"$pid" "$pid" 2>/dev/null
+	kill "${STEP_AUX[@]}" 2>/dev/null # its watchdog and follower: not leftovers
+	leftovers --kill >&2
+	STEP_PID=""
+}
+
+pg_stop() {
+	[[ -n $PG_DIR ]] || return 0
+	timeout -k 10 "$LIMIT_PG" bash scripts/pg_test.sh stop "$PG_DIR" </dev/null
+}
+
+# ---- never leave anything behind ----
+
+# Mount points under $WORK (/proc/mounts escapes spaces as \040).
 mounts_under() {
 	local dev mp rest
 	while read -r dev mp rest; do
@@ -47,31 +207,26 @@ mounts_under() {
 	done </proc/self/mounts | sort -r
 }
 
-unmount_all() {
-	local mp bin
-	for bin in "$ROOT/build/pagefs" "$ROOT/build-asan/pagefs" ""; do
-		[[ -z $bin || -x $bin ]] && break
-	done
-	while IFS= read -r mp; do
-		[[ -n $mp ]] || continue
-		echo "test.sh: cleaning up mount $mp" >&2
-		# pagefs umount also waits for the daemon to flush and exit.
-		if [[ -n $bin ]] && timeout 70 "$bin" umount --timeout 60 "$mp" >/dev/null 2>&1; then
-			continue
-		fi
-		umount -l "$mp" 2>/dev/null || fusermount3 -u -z "$mp" 2>/dev/null ||
-			echo "test.sh: could not unmount $mp; unmount it by hand" >&2
-	done < <(mounts_under)
-}
-
 cleanup() {
 	local rc=$?
-	trap - EXIT INT TERM
-	unmount_all
-	if [[ -n $PG_DIR ]]; then
-		bash scripts/pg_test.sh stop "$PG_DIR"
-		rm -rf "$PG_DIR"
+	# Bounded as it is, the cleanup runs to its end: a further SIGTERM or
+	# SIGINT (timeout(1) signals this process, then its group) is caught and
+	# dropped. Caught, not ignored: the programs it runs get the default.
+	trap - EXIT
+	trap : INT TERM
+	stop_step
+	if ((!DONE)); then
+		# Interrupted (or a bug): the table so far, so the log says how far it got.
+		record "$( ((INTERRUPTED)) && echo interrupted || echo "ended early")" 0 1 0 \
+			"in step '$STEP_NAME'"
+		print_summary
+		((rc == 0)) && rc=1
 	fi
+	pg_stop
+	# Each step cleans up after itself, and the end of the run checked:
+	# this finds something only after an interruption or a bug here.
+	leftovers --kill ${PG_DIR:+"$PG_DIR"} >&2
+	[[ -n $PG_DIR ]] && rm -rf "$PG_DIR"
 	if [[ -n $(mounts_under) ]]; then
 		# Never rm -rf across a mount: it would delete through it.
 		echo "test.sh: mounts remain under $WORK; not removing it" >&2
@@ -83,21 +238,32 @@ cleanup() {
 	exit "$rc"
 }
 trap cleanup EXIT
-trap 'echo "test.sh: interrupted" >&2; exit 130' INT TERM
+trap 'trap : INT TERM; INTERRUPTED=1; echo "test.sh: interrupted" >&2; exit 130' INT TERM
 
 # ---- bookkeeping ----
 
+# section TITLE: a step begins (its wall time counts from here).
 section() {
+	STEP_NAME=$*
+	STEP_T0=$SECONDS
 	printf '\n==== %s ====\n' "$*"
 }
 
-# record NAME PASSED FAILED SKIPPED [DETAIL]
+# record NAME PASSED FAILED SKIPPED [DETAIL]: a line of the summary, with
+# the wall time since the last section.
 record() {
 	PASSED=$((PASSED + $2))
 	FAILED=$((FAILED + $3))
 	SKIPPED=$((SKIPPED + $4))
-	SUMMARY+=("$(printf '%-28s %4d passed, %4d failed, %4d skipped%s' "$1" "$2" "$3" "$4" \
-		"${5:+   ($5)}")")
+	SUMMARY+=("$(printf '%-28s %4d passed, %4d failed, %4d skipped %8s%s' "$1" "$2" "$3" "$4" \
+		"($((SECONDS - STEP_T0)) s)" "${5:+   ($5)}")")
+}
+
+print_summary() {
+	section "summary"
+	printf '%s\n' "${SUMMARY[@]}"
+	echo
+	echo "$PASSED passed, $FAILED failed, $SKIPPED skipped (${SECONDS} s)"
 }
 
 # Counts "passed failed skipped" in JUnit XML files (ctest's, pytest's,
@@ -159,16 +325,18 @@ EOF
 # ---- 1. dependencies ----
 
 section "dependencies"
-if ! bash scripts/deps.sh; then
+if ! run_step --show "$LIMIT_DEPS" "$WORK/deps.log" bash scripts/deps.sh; then
 	echo "test.sh: installing dependencies failed; run scripts/deps.sh as root" >&2
 	exit 1
 fi
+record "dependencies" 1 0 0
 
 section "PostgreSQL (private test server)"
-# Its own directory, outside $WORK (mode 0700): as root the server runs as
-# the postgres user, which must reach its socket and data directory.
-PG_DIR=$(mktemp -d /tmp/pagefs-pg.XXXXXX) || exit 1
-if PAGEFS_TEST_PG_URI=$(bash scripts/pg_test.sh start "$PG_DIR"); then
+# Its own directory beside $WORK (mode 0700 from mktemp; as root the server
+# runs as the postgres user, which must reach its socket and data directory).
+PG_DIR=$(mktemp -d "${TMPDIR:-/tmp}/pagefs-pg.XXXXXX") || exit 1
+# pg_ctl gives the server its log file as output: the $(...) ends.
+if PAGEFS_TEST_PG_URI=$(timeout -k 10 "$LIMIT_PG" bash scripts/pg_test.sh start "$PG_DIR" </dev/null); then
 	export PAGEFS_TEST_PG_URI
 	echo "PAGEFS_TEST_PG_URI=$PAGEFS_TEST_PG_URI"
 	record "postgres server" 1 0 0
@@ -179,6 +347,8 @@ fi
 if [[ ! -c /dev/fuse ]]; then
 	echo "test.sh: /dev/fuse is missing: integration tests need FUSE (in a container: --device /dev/fuse --cap-add SYS_ADMIN)" >&2
 fi
+# From here on whatever the steps create lands in $WORK.
+export TMPDIR=$WORK/tmp
 
 # ---- 2. builds ----
 
@@ -190,14 +360,15 @@ for variant in plain asan; do
 		dir=build-asan san=address,undefined
 	fi
 	section "build $dir${san:+ (SANITIZER=$san)}"
-	if BUILD_DIR=$dir bash scripts/build.sh $san >"$WORK/build-$variant.log" 2>&1; then
+	if run_step "$LIMIT_BUILD" "$WORK/build-$variant.log" \
+		env BUILD_DIR="$dir" bash scripts/build.sh ${san:+"$san"}; then
 		tail -n 1 "$WORK/build-$variant.log"
 		record "build $dir" 1 0 0
 		BUILDS+=("$dir")
 	else
 		tail -n 40 "$WORK/build-$variant.log"
 		echo "test.sh: build of $dir failed (full log above)" >&2
-		record "build $dir" 0 1 0
+		record "build $dir" 0 1 0 "$( ((STEP_OVER)) && echo "over its $LIMIT_BUILD s limit")"
 	fi
 done
 
@@ -208,10 +379,11 @@ for dir in "${BUILDS[@]}"; do
 	xml=$WORK/unit-$dir.xml
 	log=$WORK/unit-$dir.log
 	rm -f "$dir"/unit-results/*.xml
-	ctest --test-dir "$dir" -L unit --output-on-failure --timeout 300 \
-		--output-junit "$xml" 2>&1 | tee "$log"
-	rc=${PIPESTATUS[0]}
+	run_step --show "$LIMIT_UNIT" "$log" ctest --test-dir "$dir" -L unit --output-on-failure \
+		--timeout 300 --output-junit "$xml"
+	rc=$?
 	line=$(grep -E 'tests passed|No tests were found' "$log" | tail -n 1)
+	((STEP_OVER)) && line="over its $LIMIT_UNIT s limit"
 	read -r p f s < <(unit_counts "$xml" "$dir/unit-results")
 	((rc != 0 && f == 0)) && f=1
 	record "unit ($dir)" "$p" "$f" "$s" "ctest: $line"
@@ -228,23 +400,25 @@ run_integration() { # DIR [PG_SKIP_REASON]
 	# for the cleanup trap; XDG_STATE_HOME keeps default indexes out of the
 	# user's home. The suite's fixtures point each daemon's sanitizer
 	# log_path into its mount's directory and fail the test on a report.
-	env PAGEFS_BIN="$bin" \
+	run_step --show --grace 30 "$LIMIT_INTEGRATION" "$log" env PAGEFS_BIN="$bin" \
 		PAGEFS_IT_PG_SKIP="$pg_skip" \
 		TMPDIR="$WORK/tmp-$tag" \
 		PAGEFS_IT_TMPDIR="$WORK/tmp-$tag" \
 		XDG_STATE_HOME="$WORK/state-$tag" \
 		ASAN_OPTIONS="detect_leaks=1" \
 		UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
-		timeout -k 30 900 /usr/bin/python3 -m pytest -q -rfEs --durations=5 -p no:cacheprovider \
-		--basetemp="$WORK/pytest-$tag" --junitxml="$xml" tests/integration tests/python 2>&1 | tee "$log"
-	rc=${PIPESTATUS[0]}
-	((rc == 124)) && echo "test.sh: the integration suite timed out after 900 s" >&2
+		/usr/bin/python3 -m pytest -q -rfEs --durations=5 -p no:cacheprovider \
+		--basetemp="$WORK/pytest-$tag" --junitxml="$xml" tests/integration tests/python
+	rc=$?
 	# pytest's own summary ("3 failed, 40 passed in 12.3s"), with or without ===.
 	line=$(grep -E '(passed|failed|error|skipped|deselected|no tests ran).* in [0-9.]+s' "$log" |
 		tail -n 1 | sed -E 's/^=+ //; s/ =+$//')
 	read -r p f s < <(junit_counts "$xml")
 	# 5: no tests collected; anything else non-zero must show as a failure.
-	if ((rc == 5)); then
+	if ((STEP_OVER)); then
+		line="over its $LIMIT_INTEGRATION s limit${line:+; $line}"
+		f=$((f + 1))
+	elif ((rc == 5)); then
 		line="no integration tests collected"
 	elif ((rc != 0 && f == 0)); then
 		f=1
@@ -252,7 +426,11 @@ run_integration() { # DIR [PG_SKIP_REASON]
 	record "integration ($dir)" "$p" "$f" "$s" "$line"
 }
 
-if ! compgen -G "tests/integration/test_*.py" >/dev/null; then
+if [[ ${PAGEFS_INTEGRATION:-1} == 0 ]]; then
+	section "integration tests"
+	echo "test.sh: PAGEFS_INTEGRATION=0: skipped"
+	record "integration" 0 0 1 "PAGEFS_INTEGRATION=0"
+elif ! compgen -G "tests/integration/test_*.py" >/dev/null; then
 	section "integration tests"
 	echo "test.sh: no tests/integration/test_*.py yet"
 	record "integration" 0 0 1 "no test files"
@@ -278,10 +456,11 @@ if [[ ${PAGEFS_PACKAGE:-1} != 0 ]]; then
 	section "package (cpack -G DEB, apt-get install, mount, remove)"
 	if [[ " ${BUILDS[*]} " != *" build "* ]]; then
 		record "package" 0 1 0 "build/ failed"
-	elif bash scripts/package_test.sh build 2>&1 | tee "$WORK/package.log"; then
+	elif run_step --show "$LIMIT_PACKAGE" "$WORK/package.log" bash scripts/package_test.sh build; then
 		record "package" 1 0 0 "scripts/package_test.sh"
 	else
-		record "package" 0 1 0 "scripts/package_test.sh: see $WORK/package.log"
+		record "package" 0 1 0 "scripts/package_test.sh$( ((STEP_OVER)) &&
+			echo " over its $LIMIT_PACKAGE s limit"): see $WORK/package.log"
 	fi
 fi
 
@@ -291,7 +470,10 @@ fi
 # restarts it), NEMESIS_SECONDS (PAGEFS_NEMESIS_SECONDS here, 60; 0 skips)
 # of faults with every read checked, then umount and fsck. Against the ASan
 # binary when there is one (its daemons' reports fail the run). About 90 s.
-# PAGEFS_NEMESIS_FAULTS picks faults (NEMESIS_FAULTS: all of them).
+# PAGEFS_NEMESIS_FAULTS picks faults (NEMESIS_FAULTS: all of them). Its
+# directory is under $WORK/nemesis (TMPDIR). Limit: the run plus 600 s; its
+# own cleanup (nemesis.py's, then what it left ended) gets 150 s after
+# SIGTERM.
 NEMESIS_S=${PAGEFS_NEMESIS_SECONDS:-60}
 NEMESIS_F=${PAGEFS_NEMESIS_FAULTS:-kill9,stop,pg_restart,pg_terminate,storm,http_burst}
 if [[ $NEMESIS_S != 0 ]]; then
@@ -305,9 +487,12 @@ if [[ $NEMESIS_S != 0 ]]; then
 	elif [[ ! -c /dev/fuse ]]; then
 		record "nemesis" 0 1 0 "no /dev/fuse"
 	else
-		PAGEFS_BIN=$nbin NEMESIS_SECONDS=$NEMESIS_S NEMESIS_FAULTS=$NEMESIS_F \
-			timeout $((NEMESIS_S + 600)) \
-			bash scripts/nemesis.sh >"$WORK/nemesis.log" 2>&1
+		mkdir -p "$WORK/nemesis"
+		chmod 755 "$WORK/nemesis"
+		NEMESIS_LIMIT=${PAGEFS_NEMESIS_LIMIT:-$((${NEMESIS_S%.*} + 600))}
+		run_step --grace 150 "$NEMESIS_LIMIT" "$WORK/nemesis.log" \
+			env PAGEFS_BIN="$nbin" NEMESIS_SECONDS="$NEMESIS_S" NEMESIS_FAULTS="$NEMESIS_F" \
+			TMPDIR="$WORK/nemesis" bash scripts/nemesis.sh
 		rc=$?
 		sed -n '/==== nemesis summary ====/,$p' "$WORK/nemesis.log" | grep -v '^  20' | head -n 40
 		line=$(grep -E '^faults injected|^reads checked' "$WORK/nemesis.log" | tr '\n' ';' |
@@ -315,8 +500,9 @@ if [[ $NEMESIS_S != 0 ]]; then
 		if ((rc == 0)); then
 			record "nemesis" 1 0 0 "$line"
 		else
-			grep -E 'nemesis: |ERROR' "$WORK/nemesis.log" | tail -n 20
-			record "nemesis" 0 1 0 "rc $rc; log: $WORK/nemesis.log"
+			grep -E 'nemesis: |nemesis.sh: |test.sh: |ERROR' "$WORK/nemesis.log" | tail -n 20
+			((STEP_OVER)) && line="over its $NEMESIS_LIMIT s limit" || line="rc $rc"
+			record "nemesis" 0 1 0 "$line; log: $WORK/nemesis.log"
 		fi
 	fi
 fi
@@ -327,7 +513,7 @@ section "clang-format"
 mapfile -t CFILES < <(find fs meta serve tools tests/unit -name '*.[ch]' 2>/dev/null | sort)
 if ((${#CFILES[@]} == 0)); then
 	record "clang-format" 0 0 1 "no files"
-elif clang-format --dry-run -Werror "${CFILES[@]}" 2>"$WORK/format.log"; then
+elif run_step "$LIMIT_FORMAT" "$WORK/format.log" clang-format --dry-run -Werror "${CFILES[@]}"; then
 	echo "clang-format: ${#CFILES[@]} files clean"
 	record "clang-format" 1 0 0 "${#CFILES[@]} files"
 else
@@ -340,8 +526,8 @@ fi
 
 # clang-tidy (.clang-tidy) over the C files, with build/'s compile
 # commands: by default when it is installed (about 2 minutes of CPU, one
-# file per process, nproc at a time); PAGEFS_TIDY=0 skips it, PAGEFS_TIDY=1
-# fails when it is missing.
+# file per process, nproc at a time, each at most 300 s); PAGEFS_TIDY=0
+# skips it, PAGEFS_TIDY=1 fails when it is missing.
 TIDY=${PAGEFS_TIDY:-auto}
 if [[ $TIDY != 0 ]]; then
 	section "clang-tidy"
@@ -358,27 +544,49 @@ if [[ $TIDY != 0 ]]; then
 	else
 		mapfile -t SRCS < <(find fs meta serve tools -name '*.c' | sort)
 		mkdir -p "$WORK/tidy"
+		printf '%s\n' "${SRCS[@]}" >"$WORK/tidy-files"
 		# Each file's report in its own log (no interleaving), joined after.
 		# shellcheck disable=SC2016 # $1 (the log directory), $2 (the file): the inner bash's
-		printf '%s\n' "${SRCS[@]}" | xargs -P "$(nproc 2>/dev/null || echo 2)" -n 1 \
-			bash -c 'clang-tidy -p build --quiet "$2" >"$1/${2//\//_}.log" 2>&1' tidy \
-			"$WORK/tidy"
+		run_step "$LIMIT_TIDY" "$WORK/tidy-xargs.log" \
+			xargs -a "$WORK/tidy-files" -P "$(nproc 2>/dev/null || echo 2)" -n 1 \
+			bash -c 'timeout -k 10 300 clang-tidy -p build --quiet "$2" >"$1/${2//\//_}.log" 2>&1' \
+			tidy "$WORK/tidy"
 		rc=$?
-		cat "$WORK"/tidy/*.log >"$WORK/tidy.log" 2>/dev/null
+		cat "$WORK/tidy-xargs.log" "$WORK"/tidy/*.log >"$WORK/tidy.log" 2>/dev/null
 		if ((rc == 0)) && ! grep -qE '(warning|error):' "$WORK/tidy.log"; then
 			echo "clang-tidy: ${#SRCS[@]} files clean"
 			record "clang-tidy" 1 0 0 "${#SRCS[@]} files"
 		else
-			grep -E -A3 '(warning|error):' "$WORK/tidy.log" | head -n 80
-			record "clang-tidy" 0 1 0 "see warnings above"
+			grep -E -A3 '(warning|error):|test.sh: ' "$WORK/tidy.log" | head -n 80
+			if ((STEP_OVER)); then
+				record "clang-tidy" 0 1 0 "over its $LIMIT_TIDY s limit"
+			elif ((rc != 0)) && ! grep -qE '(warning|error):' "$WORK/tidy.log"; then
+				record "clang-tidy" 0 1 0 "xargs status $rc: clang-tidy failed or ran over 300 s on a file (logs: $WORK/tidy/)"
+			else
+				record "clang-tidy" 0 1 0 "see warnings above"
+			fi
 		fi
 	fi
 fi
 
+# ---- 7. leftovers ----
+
+# The steps are over: stop the private server, then nothing of the run may
+# be left (a daemon, a mount, a server, a test helper).
+section "leftovers"
+pg_stop
+rm -rf "$PG_DIR"
+PG_DIR=""
+if left=$(leftovers --kill 2>&1); then
+	echo "test.sh: nothing left behind"
+	record "leftovers" 1 0 0
+else
+	echo "$left"
+	record "leftovers" 0 1 0 "$(grep -c 'left behind' <<<"$left") left behind and ended: see above"
+fi
+
 # ---- summary ----
 
-section "summary"
-printf '%s\n' "${SUMMARY[@]}"
-echo
-echo "$PASSED passed, $FAILED failed, $SKIPPED skipped"
+DONE=1
+print_summary
 ((FAILED == 0))

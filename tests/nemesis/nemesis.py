@@ -462,9 +462,12 @@ class Cluster:
                 os.killpg(pid, signal.SIGKILL)
             except OSError:
                 pass
-        for pid in list(getattr(self, "stopped", ())):
+        # every node continued (stopped by a fault, or from outside): a
+        # stopped daemon would keep its umount waiting
+        for pid in set(getattr(self, "stopped", ())) | set(getattr(self, "pids", None) or ()):
             try:
-                os.kill(pid, signal.SIGCONT)
+                if pid:
+                    os.kill(pid, signal.SIGCONT)
             except OSError:
                 pass
         for i in range(NODES):
@@ -480,15 +483,34 @@ class Cluster:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
                     pass
+        # Killed workers end at once, unless one waits in the kernel on a
+        # wedged mount: 30 s at most for all, then go on (scripts/nemesis.sh
+        # ends what is left).
+        deadline = time.monotonic() + 30
         for pid in self.workers:
-            try:
-                os.waitpid(pid, 0)
-            except OSError:
-                pass
+            while True:
+                try:
+                    done, _ = os.waitpid(pid, os.WNOHANG)
+                except OSError:
+                    break
+                if done or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
         self.pg_stop()
 
 
 # ---------------------------------------------------------------- the run
+
+# Signals received (SIGTERM): the handler raises KeyboardInterrupt, which
+# Python drops when it lands in a callback (an at-fork hook, a __del__);
+# the run's loops check this too.
+INTERRUPTED = []
+
+
+def check_interrupted():
+    if INTERRUPTED:
+        raise KeyboardInterrupt
+
 
 def nemesis(cl, rng, stop_at, errors):
     """Injects one fault at a time at random intervals until stop_at."""
@@ -498,7 +520,9 @@ def nemesis(cl, rng, stop_at, errors):
         errors.append(f"unknown fault(s) {sorted(unknown)}: choose from {', '.join(ALL_FAULTS)}")
         return
     while FAULTS and time.monotonic() + 1 < stop_at:
+        check_interrupted()
         time.sleep(rng.uniform(1.0, 5.0))
+        check_interrupted()
         if time.monotonic() + 1 >= stop_at:
             break
         kind = rng.choice(FAULTS)
@@ -539,19 +563,24 @@ def nemesis(cl, rng, stop_at, errors):
                         return
 
 
-LOG_LINE = re.compile(r"^(\S+Z) pagefs (\w+): (.*)$")
+# A daemon's log line (meta/log.c): time, pid, level, subsystem, message:
+#   2026-12-05T07:11:01.845Z pagefs[11569] error meta/page: checksum mismatch: ...
+LOG_LINE = re.compile(r"^(?P<time>\S+Z) pagefs\[(?P<pid>\d+)\] (?P<level>\w+) "
+                      r"(?P<subsystem>[\w/]+): (?P<msg>.*)$")
 
 
 def node_log_lines(cl, i, pattern):
+    """(time, message) of each line of node i's log whose message holds pattern."""
     out = []
     try:
         with open(os.path.join(cl.node_dir(i), "log"), errors="replace") as f:
             for line in f:
                 m = LOG_LINE.match(line.rstrip("\n"))
-                if m and pattern in m.group(3):
-                    t = calendar.timegm(time.strptime(m.group(1)[:19], "%Y-%m-%dT%H:%M:%S")) + \
-                        float("0." + m.group(1)[20:23])
-                    out.append((t, m.group(3)))
+                if m and pattern in m.group("msg"):
+                    when = m.group("time")
+                    t = calendar.timegm(time.strptime(when[:19], "%Y-%m-%dT%H:%M:%S")) + \
+                        float("0." + when[20:23])
+                    out.append((t, m.group("msg")))
     except OSError:
         pass
     return out
@@ -584,10 +613,11 @@ def main():
     say(f"reproduce: NEMESIS_SEED={SEED} NEMESIS_SECONDS={SECONDS:.0f} scripts/nemesis.sh")
     cl = Cluster(workdir)
     errors = []
-    interrupted = []
-
     def on_signal(sig, frame):
-        interrupted.append(sig)
+        # Once: a second SIGTERM (timeout(1) signals the process group, then
+        # scripts/nemesis.sh signals this process) must not cut the cleanup.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        INTERRUPTED.append(sig)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_signal)
@@ -609,6 +639,7 @@ def main():
                                          rng.randrange(1 << 30), stop_at))
         nemesis(cl, rng, stop_at, errors)
         while time.monotonic() < stop_at:
+            check_interrupted()
             time.sleep(0.2)
         # workers end at stop_at; one stuck in a FUSE call past that is a hang
         deadline = stop_at + 60
@@ -625,6 +656,7 @@ def main():
                 if time.monotonic() > deadline:
                     errors.append(f"a worker (pid {pid}) still runs 60 s after the end: a hang")
                     break
+                check_interrupted()
                 time.sleep(0.1)
         # every node unmounts cleanly, then fsck
         for i in range(NODES):
