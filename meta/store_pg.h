@@ -63,9 +63,14 @@ struct pg_store {
 	PGconn *rconn;             /* page iteration (readdir, export) */
 
 	/* Shared index (store_pg_sync.c): the sync thread's connection and
-	 * the feed's position (every transaction below it has been read). */
+	 * the feed's position (every transaction below it has been read),
+	 * which never passes feed_safe: the server has id feed_safe - 1 or a
+	 * later one in the WAL it wrote out, so a crash of the server never
+	 * hands out again an id below feed_safe (store_pg_sync.c, "The
+	 * feed's position"). */
 	PGconn *sconn;
 	int64_t feed_from;
+	int64_t feed_safe;
 	uint64_t heartbeats;
 	int64_t sconn_since; /* time(NULL) when sconn connected */
 };

@@ -451,7 +451,8 @@ static int join(struct pg_store *s, char *err, size_t errlen)
 	PGresult *res = PQexecParams(s->conn,
 	                             "INSERT INTO pagefs_nodes(host, pid, lease_until, acked)"
 	                             " VALUES($1, $2, now() + interval '10 seconds',"
-	                             " pg_snapshot_xmin(pg_current_snapshot())) RETURNING id",
+	                             " pg_snapshot_xmin(pg_current_snapshot())) RETURNING id,"
+	                             " pg_current_xact_id()::text::bigint",
 	                             a.n, NULL, a.val, a.len, a.fmt, 1);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
 		rc = store_pg_error(s->conn, res, "join");
@@ -462,6 +463,9 @@ static int join(struct pg_store *s, char *err, size_t errlen)
 		return rc;
 	}
 	s->base.node_id = (uint32_t)store_pg_col_i64(res, 0, 0);
+	/* Committed synchronously (a write): the server keeps this id across
+	 * a crash, so the change feed may start after it (store_pg_sync.c). */
+	s->feed_safe = store_pg_col_i64(res, 0, 1) + 1;
 	PQclear(res);
 	snprintf(sql, sizeof(sql), "SET pagefs.node = '%u'", s->base.node_id);
 	if ((rc = store_pg_exec(s, sql)) < 0)

@@ -112,7 +112,10 @@ int store_pg_load(struct store *base, const struct store_load_cb *cb, char *err,
 	if (!l.row)
 		return -ENOMEM;
 	/* One snapshot for all of it; its xmin is where the change feed
-	 * starts (changes seen twice are harmless: the feed applies rows). */
+	 * starts (changes seen twice are harmless: the feed applies rows),
+	 * or the id after the node's join if that is lower: the feed's
+	 * position never passes an id the server may hand out again after a
+	 * crash (store_pg_sync.c). */
 	PGresult *res = PQexec(s->conn, "BEGIN ISOLATION LEVEL REPEATABLE READ;"
 	                                " SELECT pg_snapshot_xmin(pg_current_snapshot())::text");
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
@@ -125,6 +128,8 @@ int store_pg_load(struct store *base, const struct store_load_cb *cb, char *err,
 		return -EIO;
 	}
 	s->feed_from = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+	if (s->base.node_id && s->feed_from > s->feed_safe)
+		s->feed_from = s->feed_safe;
 	PQclear(res);
 	rc = stream(s, "SELECT rank FROM pagefs_ranks", load_rank, &l, err, errlen);
 	if (rc == 0)

@@ -10,6 +10,27 @@
  * none is skipped even when the order of the change sequence and of the
  * commits differ. It returns each page as the index holds it now, so the
  * order in which changes are applied does not matter.
+ *
+ * The feed's position. A crash of the server (pg_ctl restart -m
+ * immediate, a killed postmaster, a power cut) hands out again every
+ * transaction id above the last one in the WAL it had written out: a
+ * transaction that wrote nothing but its own commit or rollback record
+ * (txid_current() and nothing else, a rolled back batch) has its record
+ * in the WAL buffers for up to wal_writer_delay, yet it is over, so xmin
+ * passes it at once. A position (and an ack, which is the position) past
+ * such an id would skip the changes of the new transaction that gets it
+ * after the crash, forever; and other nodes, comparing their frees with
+ * that ack, would reuse a slot this node still maps. So the position
+ * never passes feed_safe, an id at most one above one the server has in
+ * its WAL on disk: after a crash it hands out only ids above that one,
+ * so none below the position. Known on disk: an id whose commit this
+ * node saw return from a synchronous commit that wrote something (its
+ * join, its heartbeats), and the id of any change row a node wrote
+ * (nodes commit synchronously, and a synchronous commit is flushed before
+ * it becomes visible). It costs no round trip, and a position held
+ * back re-reads nearly nothing: it moves to one above the newest change
+ * of a node read, or past the heartbeat's id (only rows of a writer that
+ * is not a node, between the two, come again: harmless).
  */
 #include "meta/log.h"
 #include "meta/store_pg.h"
@@ -32,6 +53,8 @@ static int sync_conn(struct pg_store *s)
 
 	if (rc <= 0)
 		return rc;
+	/* A heartbeat's commit is on disk when it returns (feed_safe). */
+	PQclear(PQexec(s->sconn, "SET synchronous_commit = on"));
 	/* While this connection lives, the node's lock is held: a node whose
 	 * lock is free has lost its sessions (died) and is reaped early. */
 	snprintf(sql, sizeof(sql), "SELECT pg_advisory_lock(" PG_NODE_LOCK_KEY ", %u)",
@@ -128,6 +151,9 @@ static int pg_poll(struct store *base, int (*cb)(void *arg, const struct store_c
 		memset(c, 0, offsetof(struct store_change, row));
 		c->node = (uint32_t)store_pg_col_i64(res, i, 0);
 		c->xid = (uint64_t)store_pg_col_i64(res, i, 1);
+		/* A node's change: committed synchronously, so on disk. */
+		if (!PQgetisnull(res, i, 0) && (int64_t)c->xid >= s->feed_safe)
+			s->feed_safe = (int64_t)c->xid + 1;
 		c->pools = PQgetisnull(res, i, 3);
 		c->pool_id = (uint32_t)store_pg_col_i64(res, i, 2);
 		c->page_id = (uint64_t)store_pg_col_i64(res, i, 3);
@@ -139,8 +165,10 @@ static int pg_poll(struct store *base, int (*cb)(void *arg, const struct store_c
 	}
 	free(c);
 	PQclear(res);
-	if (rc == 0)
-		s->feed_from = cur;
+	/* Every transaction below cur is read, but the position stops at
+	 * feed_safe: after a crash the ids from there on may come again. */
+	if (rc == 0 && (cur < s->feed_safe ? cur : s->feed_safe) > s->feed_from)
+		s->feed_from = cur < s->feed_safe ? cur : s->feed_safe;
 	return rc;
 }
 
@@ -249,7 +277,7 @@ static int hb_exec(struct pg_store *s, const char *sql, const struct pg_args *a,
 }
 
 static int heartbeat_txn(struct pg_store *s, const uint64_t (*pins)[2], size_t npins,
-                         struct store_peers *out)
+                         struct store_peers *out, int64_t *xid)
 {
 	struct pg_args a = {0};
 	PGresult *res = NULL;
@@ -260,10 +288,13 @@ static int heartbeat_txn(struct pg_store *s, const uint64_t (*pins)[2], size_t n
 	store_pg_arg_i64(&a, s->feed_from);
 	if ((rc = hb_exec(s,
 	                  "UPDATE pagefs_nodes SET lease_until = now() + interval '" LEASE_SECONDS
-	                  " seconds', acked = $2::bigint::text::xid8 WHERE id = $1",
+	                  " seconds', acked = $2::bigint::text::xid8 WHERE id = $1"
+	                  " RETURNING pg_current_xact_id()::text::bigint",
 	                  &a, &res)) < 0)
 		return rc;
-	out->fenced = atoi(PQcmdTuples(res)) == 0;
+	out->fenced = PQntuples(res) == 0;
+	if (!out->fenced)
+		*xid = store_pg_col_i64(res, 0, 0);
 	PQclear(res);
 	if (out->fenced)
 		return 0;
@@ -406,6 +437,8 @@ static int pg_heartbeat(struct store *base, const uint64_t (*pins)[2], size_t np
                         struct store_peers *out)
 {
 	struct pg_store *s = (struct pg_store *)base;
+	PGresult *res = NULL;
+	int64_t xid = 0;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
@@ -413,9 +446,13 @@ static int pg_heartbeat(struct store *base, const uint64_t (*pins)[2], size_t np
 		return rc;
 	if ((rc = hb_exec(s, "BEGIN", NULL, NULL)) < 0)
 		return rc;
-	rc = heartbeat_txn(s, pins, npins, out);
-	if (rc == 0)
-		rc = hb_exec(s, "COMMIT", NULL, NULL);
+	rc = heartbeat_txn(s, pins, npins, out, &xid);
+	if (rc == 0 && (rc = hb_exec(s, "COMMIT", NULL, &res)) == 0) {
+		/* Committed (a write, synchronously): its id is on disk. */
+		if (strcmp(PQcmdStatus(res), "COMMIT") == 0 && xid >= s->feed_safe)
+			s->feed_safe = xid + 1;
+		PQclear(res);
+	}
 	if (rc < 0) {
 		if (PQstatus(s->sconn) == CONNECTION_OK)
 			PQclear(PQexec(s->sconn, "ROLLBACK"));
