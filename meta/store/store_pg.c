@@ -16,12 +16,22 @@
  * shared index always sets it on (pg_session).
  *
  * A lost connection fails the transaction in flight with -EIO; the next
- * begin reconnects (and retakes the lock). A COMMIT cut off on the wire
- * has an unknown outcome: commit asks txid_status() over a new
- * connection for up to PG_RESOLVE_MS. Still unknown, the batch fails
- * and the doubt is resolved at the next reconnect; if it turns out to
- * have committed, memory no longer mirrors the index and the store
- * refuses further writes until a remount reloads it (logged).
+ * begin reconnects (and retakes the lock). A connection known lost
+ * before COMMIT was sent rolled its transaction back: no question to
+ * ask. A COMMIT cut off on the wire has an unknown outcome: commit asks
+ * over a new connection for up to PG_RESOLVE_MS (doubt_outcome). Still
+ * unknown, the batch fails and the doubt is resolved at the next
+ * reconnect; if it turns out to have committed, memory no longer mirrors
+ * the index and the store refuses further writes until a remount reloads
+ * it (logged).
+ *
+ * txid_status() answers for a transaction id, and a server that crashed
+ * hands out again the ids it had not written to its WAL: after a restart
+ * (pg_postmaster_start_time() is not the one BEGIN saw) "committed" may
+ * be another transaction's. Then the doubtful one counts as committed
+ * only if the change rows its triggers wrote carry this node and its id;
+ * an id the restarted server has not reached yet, or that another
+ * transaction holds now, was never committed.
  */
 #include "meta/store_pg.h"
 #include "meta/counters.h"
@@ -38,6 +48,8 @@
 /* Advisory lock keys: (PG_LOCK_CLASS, hash of the schema). */
 #define PG_LOCK_CLASS 1885824627 /* "pgfs" */
 #define PG_RESOLVE_MS 3000
+/* The outcome of a transaction id that cannot be told any more. */
+#define PG_UNKNOWABLE (-EUCLEAN)
 
 static const char *const stmt_sql[PG_STMT_COUNT] = {
 	[PG_COMMIT_DEL] = "DELETE FROM pagefs_pages WHERE pool=$1 AND name=$2 AND id<>$3",
@@ -300,13 +312,71 @@ static int xid_outcome(struct pg_store *s, int64_t xid)
 
 	snprintf(sql, sizeof(sql), "SELECT txid_status(%lld)", (long long)xid);
 	PGresult *res = PQexec(s->conn, sql);
+	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
 	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
 	    !PQgetisnull(res, 0, 0)) {
 		const char *v = PQgetvalue(res, 0, 0);
 		rc = strcmp(v, "committed") == 0 ? 1 : strcmp(v, "aborted") == 0 ? 0 : -EAGAIN;
+	} else if (state && strcmp(state, "22023") == 0) {
+		rc = -ERANGE; /* "transaction ID ... is in the future" */
 	}
 	PQclear(res);
 	return rc;
+}
+
+/* pg_postmaster_start_time() as text into out ("" when it cannot be read). */
+static void server_started(PGconn *c, char *out, size_t len)
+{
+	PGresult *res = PQexec(c, "SELECT pg_postmaster_start_time()::text");
+
+	out[0] = '\0';
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+		snprintf(out, len, "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
+}
+
+/* Whether change rows of transaction xid carry this node (1), only other
+ * nodes (0), or none exist (-1); -EIO when the query fails. */
+static int own_changes(struct pg_store *s, int64_t xid)
+{
+	char sql[160];
+	int rc = -EIO;
+
+	snprintf(sql, sizeof(sql),
+	         "SELECT coalesce(bool_or(node = %u), false), count(*) FROM pagefs_changes"
+	         " WHERE xid = '%lld'::xid8",
+	         s->base.node_id, (long long)xid);
+	PGresult *res = PQexec(s->conn, sql);
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+		rc = strcmp(PQgetvalue(res, 0, 0), "t") == 0 ? 1
+		     : atoll(PQgetvalue(res, 0, 1)) > 0      ? 0
+		                                             : -1;
+	PQclear(res);
+	return rc;
+}
+
+/* What became of the doubtful transaction s->doubt_xid, asked over
+ * s->conn: 1 committed, 0 rolled back, -EAGAIN not known yet (ask again),
+ * PG_UNKNOWABLE when it cannot be told (the server restarted and the
+ * transaction left no row of this node), -EIO on an error. */
+static int doubt_outcome(struct pg_store *s)
+{
+	char now[64];
+	int rc = xid_outcome(s, s->doubt_xid);
+
+	server_started(s->conn, now, sizeof(now));
+	if (!now[0])
+		return -EAGAIN;
+	if (strcmp(now, s->doubt_started) == 0)
+		return rc == -ERANGE ? -EIO : rc; /* the same server: its answer holds */
+	/* Restarted: whatever holds the id now, ours committed only if its
+	 * commit reached the WAL, and then its change rows are there. */
+	if (rc == -ERANGE || rc == -EAGAIN || rc == 0)
+		return 0; /* not reached, or another transaction's since: ours never committed */
+	if (rc < 0)
+		return rc;
+	int own = own_changes(s, s->doubt_xid);
+	return own == 1 ? 1 : own == 0 ? 0 : own == -1 ? PG_UNKNOWABLE : own;
 }
 
 /* The index lock: shared by the daemons (nodes), exclusive for fsck. */
@@ -354,12 +424,14 @@ static int reconnect(struct pg_store *s)
 	log_warn("index %s: reconnected to PostgreSQL", s->display);
 	metrics_reconnect();
 	if (s->doubt_xid) {
-		rc = xid_outcome(s, s->doubt_xid);
-		if (rc == 1) {
-			log_error("index %s: a transaction reported as failed did commit; memory "
+		rc = doubt_outcome(s);
+		if (rc == 1 || rc == PG_UNKNOWABLE) {
+			log_error("index %s: a transaction reported as failed %s; memory "
 			          "no longer mirrors the index: writes are refused until a "
 			          "remount ('pagefs umount', then mount again)",
-			          s->display);
+			          s->display,
+			          rc == 1 ? "did commit"
+			                  : "may have committed (the server restarted)");
 			s->broken = 1;
 			return -EIO;
 		}
@@ -547,15 +619,19 @@ static int pg_begin(struct store *base)
 	 * lease ran out and another node removed it, it is fenced off. */
 	snprintf(sql, sizeof(sql),
 	         "BEGIN; SELECT txid_current(), (SELECT count(*) FROM (SELECT 1 FROM"
-	         " pagefs_nodes WHERE id = %u FOR SHARE) AS me)",
+	         " pagefs_nodes WHERE id = %u FOR SHARE) AS me), pg_postmaster_start_time()::text",
 	         s->base.node_id);
 	for (int attempt = 0; attempt < 2; attempt++) {
 		if ((rc = ensure_conn(s)) < 0)
 			return rc;
 		PGresult *res =
-			PQexec(s->conn, s->base.node_id ? sql : "BEGIN; SELECT txid_current()");
+			PQexec(s->conn, s->base.node_id ? sql
+		                                        : "BEGIN; SELECT txid_current(), 1,"
+		                                          " pg_postmaster_start_time()::text");
 		if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
 			s->xid = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+			snprintf(s->xid_started, sizeof(s->xid_started), "%s",
+			         PQgetvalue(res, 0, 2));
 			int fenced = s->base.node_id && atoi(PQgetvalue(res, 0, 1)) == 0;
 			PQclear(res);
 			if (fenced) {
@@ -583,12 +659,15 @@ static int resolve_commit(struct pg_store *s)
 	struct timespec pause = {0, 100L * 1000 * 1000};
 
 	s->doubt_xid = s->xid;
+	memcpy(s->doubt_started, s->xid_started, sizeof(s->doubt_started));
 	for (int waited = 0; waited < PG_RESOLVE_MS; waited += 100) {
 		PQfinish(s->conn);
 		memset(s->prepared, 0, sizeof(s->prepared));
 		s->conn = store_pg_connect(s);
 		if (s->conn && PQstatus(s->conn) == CONNECTION_OK) {
-			int rc = xid_outcome(s, s->xid);
+			int rc = doubt_outcome(s);
+			if (rc == PG_UNKNOWABLE)
+				break; /* (the reconnect says so and refuses writes) */
 			if (rc == 1 || rc == 0) {
 				/* Known: the next begin retakes the lock and session. */
 				s->doubt_xid = 0;
@@ -610,6 +689,16 @@ static int resolve_commit(struct pg_store *s)
 static int pg_commit(struct store *base)
 {
 	struct pg_store *s = (struct pg_store *)base;
+
+	/* Lost before COMMIT was sent: the server rolled the transaction
+	 * back (a commit needs the COMMIT), whatever txid_status() may say
+	 * of its id later. The next begin reconnects. */
+	if (PQstatus(s->conn) != CONNECTION_OK) {
+		log_warn("index %s: the connection was lost before COMMIT: the batch was rolled "
+		         "back",
+		         s->display);
+		return -EIO;
+	}
 	PGresult *res = PQexec(s->conn, "COMMIT");
 	int rc = 0;
 

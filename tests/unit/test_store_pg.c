@@ -642,6 +642,36 @@ Test(store_pg, a_connection_lost_in_a_batch_fails_it_with_eio_and_the_next_batch
 	store_close(s);
 }
 
+/* libpq knows the connection is gone before COMMIT is sent (a statement
+ * of the batch saw it die): the batch was rolled back, and the store says
+ * so at once, without asking txid_status() about an id that a crashed
+ * server may have handed out again to a transaction that committed. */
+Test(store_pg, a_batch_whose_connection_died_before_commit_is_rolled_back_without_asking,
+     .init = pg_setup, .fini = pg_teardown)
+{
+	struct store *s = store_with_pool();
+	struct pg_store *ps = (struct pg_store *)s;
+	struct rec *a = page_rec(1, "a", 0);
+	struct timespec t0, t1;
+
+	cr_assert_eq(store_begin(s), 0);
+	cr_assert_eq(store_apply(s, a), 0);
+	cr_assert_geq(terminate_my_backends(), 1);
+	PQclear(PQexec(ps->conn, "SELECT 1")); /* libpq finds the connection dead */
+	cr_assert_neq(PQstatus(ps->conn), CONNECTION_OK, "the connection still looks alive");
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int ret = store_commit(s);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	store_rollback(s);
+	long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+	cr_assert_eq(ret, -EIO, "commit on a connection lost before it: %d", ret);
+	cr_assert_eq(ps->doubt_xid, 0, "no doubt to resolve: COMMIT was never sent");
+	cr_assert_lt(ms, 1000, "the commit asked a new connection (%ld ms)", ms);
+	cr_assert_eq(count_rows(), 0, "the rolled back batch left rows");
+	free(a);
+	store_close(s);
+}
+
 Test(store_pg, a_record_that_breaks_a_constraint_fails_alone, .init = pg_setup, .fini = pg_teardown)
 {
 	struct store *s = store_with_pool();
