@@ -644,10 +644,19 @@ static int pg_begin(struct store *base)
 			}
 			return 0;
 		}
+		const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+		/* The server ended the session (a restart, pg_terminate_backend:
+		 * 57P01 to 57P03) or the link (class 08): libpq may still call
+		 * the connection OK until its next call. */
+		int gone =
+			PQstatus(s->conn) != CONNECTION_OK ||
+			(state && (strncmp(state, "08", 2) == 0 || strncmp(state, "57P0", 4) == 0));
 		rc = store_pg_error(s->conn, res, "BEGIN");
 		PQclear(res);
-		if (PQstatus(s->conn) == CONNECTION_OK)
+		if (!gone)
 			return rc;
+		PQfinish(s->conn); /* ensure_conn makes a new one */
+		s->conn = NULL;
 	}
 	return rc;
 }
