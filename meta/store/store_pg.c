@@ -375,6 +375,8 @@ static int doubt_outcome(struct pg_store *s)
 		return 0; /* not reached, or another transaction's since: ours never committed */
 	if (rc < 0)
 		return rc;
+	if (!s->base.node_id)
+		return PG_UNKNOWABLE; /* (a tool's rows name no node to tell them by) */
 	int own = own_changes(s, s->doubt_xid);
 	return own == 1 ? 1 : own == 0 ? 0 : own == -1 ? PG_UNKNOWABLE : own;
 }

@@ -659,6 +659,7 @@ Test(store_pg, a_batch_whose_connection_died_before_commit_is_rolled_back_withou
 	cr_assert_geq(terminate_my_backends(), 1);
 	PQclear(PQexec(ps->conn, "SELECT 1")); /* libpq finds the connection dead */
 	cr_assert_neq(PQstatus(ps->conn), CONNECTION_OK, "the connection still looks alive");
+	PGconn *dead = ps->conn;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	int ret = store_commit(s);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -666,6 +667,9 @@ Test(store_pg, a_batch_whose_connection_died_before_commit_is_rolled_back_withou
 	long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
 	cr_assert_eq(ret, -EIO, "commit on a connection lost before it: %d", ret);
 	cr_assert_eq(ps->doubt_xid, 0, "no doubt to resolve: COMMIT was never sent");
+	/* Asking means a new connection (resolve_commit); the next begin
+	 * makes that one, not the commit. */
+	cr_assert_eq(ps->conn, dead, "the commit opened a connection to ask about its batch");
 	cr_assert_lt(ms, 1000, "the commit asked a new connection (%ld ms)", ms);
 	cr_assert_eq(count_rows(), 0, "the rolled back batch left rows");
 	free(a);
