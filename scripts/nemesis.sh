@@ -20,6 +20,8 @@
 # the directory (logs).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
+# shellcheck source=scripts/proc_lib.sh
+source scripts/proc_lib.sh
 ROOT=$PWD
 export PAGEFS_BIN=${PAGEFS_BIN:-$ROOT/build/pagefs}
 [[ -x $PAGEFS_BIN ]] || {
@@ -28,22 +30,6 @@ export PAGEFS_BIN=${PAGEFS_BIN:-$ROOT/build/pagefs}
 }
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/pagefs-nemesis.XXXXXX") || exit 1
 chmod 755 "$WORK"
-
-mounts_under() {
-	local dev mp rest
-	while read -r dev mp rest; do
-		mp=$(printf '%b' "$mp")
-		[[ $mp == "$WORK"/* ]] && printf '%s\n' "$mp"
-	done </proc/self/mounts | sort -r
-}
-
-# gone PID: PID has exited (gone, or a zombie not reaped yet).
-gone() {
-	local stat state
-	read -r stat 2>/dev/null <"/proc/$1/stat" || return 0
-	read -r state _ <<<"${stat##*) }"
-	[[ $state == Z ]]
-}
 
 leftovers() {
 	bash scripts/leftovers.sh --as nemesis.sh "$@" "$WORK"
@@ -78,7 +64,7 @@ cleanup() {
 		((rc == 0)) && rc=1
 	fi
 	[[ -n ${PY:-} ]] && gone "$PY" && wait "$PY" 2>/dev/null
-	if [[ -n $(mounts_under) ]]; then
+	if [[ -n $(mounts_under "$WORK") ]]; then
 		echo "nemesis.sh: mounts remain under $WORK; not removing it" >&2
 	elif [[ ${NEMESIS_KEEP:-0} == 1 || $rc != 0 ]]; then
 		echo "nemesis.sh: logs kept in $WORK (node*/log, events/, pg/server.log)" >&2

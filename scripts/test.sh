@@ -53,6 +53,8 @@
 # PostgreSQL server is stopped. PAGEFS_TEST_KEEP=1 keeps the logs.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
+# shellcheck source=scripts/proc_lib.sh
+source scripts/proc_lib.sh
 ROOT=$PWD
 
 # Limits in seconds of the steps, each generous for a loaded 2-core machine
@@ -115,14 +117,6 @@ watchdog() {
 		fi
 		sleep 1
 	done
-}
-
-# gone PID: PID has exited (gone, or a zombie its parent has not reaped).
-gone() {
-	local stat state
-	read -r stat 2>/dev/null <"/proc/$1/stat" || return 0
-	read -r state _ <<<"${stat##*) }"
-	[[ $state == Z ]]
 }
 
 # run_step [--show] [--grace S] LIMIT LOG CMD...: runs CMD with stdin from
@@ -198,15 +192,6 @@ pg_stop() {
 
 # ---- never leave anything behind ----
 
-# Mount points under $WORK (/proc/mounts escapes spaces as \040).
-mounts_under() {
-	local dev mp rest
-	while read -r dev mp rest; do
-		mp=$(printf '%b' "$mp")
-		[[ $mp == "$WORK" || $mp == "$WORK"/* ]] && printf '%s\n' "$mp"
-	done </proc/self/mounts | sort -r
-}
-
 cleanup() {
 	local rc=$?
 	# Bounded as it is, the cleanup runs to its end: a further SIGTERM or
@@ -227,7 +212,7 @@ cleanup() {
 	# this finds something only after an interruption or a bug here.
 	leftovers --kill ${PG_DIR:+"$PG_DIR"} >&2
 	[[ -n $PG_DIR ]] && rm -rf "$PG_DIR"
-	if [[ -n $(mounts_under) ]]; then
+	if [[ -n $(mounts_under "$WORK") ]]; then
 		# Never rm -rf across a mount: it would delete through it.
 		echo "test.sh: mounts remain under $WORK; not removing it" >&2
 	elif [[ ${PAGEFS_TEST_KEEP:-0} == 1 ]]; then
