@@ -57,10 +57,11 @@ struct pg_store {
 	int exclusive;     /* ... exclusively (fsck); else shared, as a node */
 	int64_t xid;       /* the open transaction's id */
 	int64_t doubt_xid; /* a COMMIT whose outcome is not known yet, or 0 */
-	/* pg_postmaster_start_time() as the open transaction's BEGIN saw it,
-	 * and as the doubtful one's did: a restart in between may have
-	 * handed its id out again (store_pg.c, doubt_outcome). */
-	char xid_started[64], doubt_started[64];
+	/* pg_postmaster_start_time() of the server the write connection
+	 * reached (read at each connect), and of the one the doubtful
+	 * transaction ran on: a restart in between may have handed its id
+	 * out again (store_pg.c, doubt_outcome). */
+	char conn_started[64], doubt_started[64];
 	int broken; /* memory and index may disagree: writes refused */
 
 	pthread_mutex_t read_lock; /* protects rconn */

@@ -27,7 +27,8 @@
  *
  * txid_status() answers for a transaction id, and a server that crashed
  * hands out again the ids it had not written to its WAL: after a restart
- * (pg_postmaster_start_time() is not the one BEGIN saw) "committed" may
+ * (pg_postmaster_start_time() is not the one the write connection was
+ * made on) "committed" may
  * be another transaction's. Then the doubtful one counts as committed
  * only if the change rows its triggers wrote carry this node and its id;
  * an id the restarted server has not reached yet, or that another
@@ -255,6 +256,17 @@ int store_pg_exec(struct pg_store *s, const char *sql)
 	return rc;
 }
 
+/* pg_postmaster_start_time() as text into out ("" when it cannot be read). */
+static void server_started(PGconn *c, char *out, size_t len)
+{
+	PGresult *res = PQexec(c, "SELECT pg_postmaster_start_time()::text");
+
+	out[0] = '\0';
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+		snprintf(out, len, "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
+}
+
 /* Session settings, on every (re)connect. */
 static int pg_session(struct pg_store *s)
 {
@@ -266,6 +278,10 @@ static int pg_session(struct pg_store *s)
 	int rc = store_pg_exec(s, s->power || s->base.node_id ? "SET synchronous_commit = on"
 	                                                      : "SET synchronous_commit = off");
 
+	/* The server this connection reached: a connection does not outlive
+	 * a restart, so its transactions all ran on this one (doubt_outcome). */
+	if (rc == 0)
+		server_started(s->conn, s->conn_started, sizeof(s->conn_started));
 	/* The node the change feed's triggers name. */
 	if (rc == 0 && s->base.node_id) {
 		snprintf(sql, sizeof(sql), "SET pagefs.node = '%u'", s->base.node_id);
@@ -322,17 +338,6 @@ static int xid_outcome(struct pg_store *s, int64_t xid)
 	}
 	PQclear(res);
 	return rc;
-}
-
-/* pg_postmaster_start_time() as text into out ("" when it cannot be read). */
-static void server_started(PGconn *c, char *out, size_t len)
-{
-	PGresult *res = PQexec(c, "SELECT pg_postmaster_start_time()::text");
-
-	out[0] = '\0';
-	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
-		snprintf(out, len, "%s", PQgetvalue(res, 0, 0));
-	PQclear(res);
 }
 
 /* Whether change rows of transaction xid carry this node (1), only other
@@ -621,19 +626,15 @@ static int pg_begin(struct store *base)
 	 * lease ran out and another node removed it, it is fenced off. */
 	snprintf(sql, sizeof(sql),
 	         "BEGIN; SELECT txid_current(), (SELECT count(*) FROM (SELECT 1 FROM"
-	         " pagefs_nodes WHERE id = %u FOR SHARE) AS me), pg_postmaster_start_time()::text",
+	         " pagefs_nodes WHERE id = %u FOR SHARE) AS me)",
 	         s->base.node_id);
 	for (int attempt = 0; attempt < 2; attempt++) {
 		if ((rc = ensure_conn(s)) < 0)
 			return rc;
 		PGresult *res =
-			PQexec(s->conn, s->base.node_id ? sql
-		                                        : "BEGIN; SELECT txid_current(), 1,"
-		                                          " pg_postmaster_start_time()::text");
+			PQexec(s->conn, s->base.node_id ? sql : "BEGIN; SELECT txid_current()");
 		if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
 			s->xid = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-			snprintf(s->xid_started, sizeof(s->xid_started), "%s",
-			         PQgetvalue(res, 0, 2));
 			int fenced = s->base.node_id && atoi(PQgetvalue(res, 0, 1)) == 0;
 			PQclear(res);
 			if (fenced) {
@@ -670,7 +671,7 @@ static int resolve_commit(struct pg_store *s)
 	struct timespec pause = {0, 100L * 1000 * 1000};
 
 	s->doubt_xid = s->xid;
-	memcpy(s->doubt_started, s->xid_started, sizeof(s->doubt_started));
+	memcpy(s->doubt_started, s->conn_started, sizeof(s->doubt_started));
 	for (int waited = 0; waited < PG_RESOLVE_MS; waited += 100) {
 		PQfinish(s->conn);
 		memset(s->prepared, 0, sizeof(s->prepared));
