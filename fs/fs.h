@@ -47,8 +47,9 @@ int pagefs_serve(const struct pagefs_mount_opts *o,
                  void (*ready)(void *arg, int err, const char *msg), void *arg);
 
 /* The largest write request the kernel may send a pagefs daemon, and
- * the largest read (fs_main.c: what a pipe can splice, from
- * /proc/sys/fs/pipe-max-size). */
+ * the largest read when reads are spliced (fs_main.c: what a pipe can
+ * splice, from /proc/sys/fs/pipe-max-size; on a FUSE backing, where reads
+ * are copied, it is FS_MAX_WRITE). */
 #define FS_MAX_WRITE (1U << 20)
 unsigned fs_max_read(void);
 

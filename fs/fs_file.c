@@ -16,7 +16,9 @@
  * of reading the data file twice. Writers use direct I/O. Readers, by
  * --kernel-cache:
  *   - never (the default): direct I/O; each read is one max_read request
- *     (512 KiB: what a pipe can splice, see fs_main.c). Filling the
+ *     (512 KiB: what a pipe can splice, see fs_main.c; 1 MiB on a
+ *     FUSE backing, whose reads are copied through an aligned buffer,
+ *     fs_align.h). Filling the
  *     kernel's page cache instead costs several times more on a cold read
  *     (page allocation per 4 KiB), which a page read once never earns
  *     back;
@@ -50,6 +52,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fs/fs_align.h"
 #include "fs/fs_inode.h"
 #include "fs/fs_inval.h"
 #include "meta/log.h"
@@ -399,6 +402,35 @@ static int read_kept(fuse_req_t req, struct fs_handles *t, struct fs_handle *h, 
 	return 1;
 }
 
+/* A read from a FUSE backing: one pread into this thread's aligned buffer
+ * (fs_align.h), so the backing gets one request for up to 1 MiB where
+ * libfuse's own copy, into a buffer that starts inside a page, would
+ * make two. */
+static void read_aligned(fuse_req_t req, struct fs_handle *h, size_t size, uint64_t pos)
+{
+	char *buf = fs_align_buf();
+	size_t got = 0;
+	int err = buf ? 0 : ENOMEM;
+
+	while (!err && got < size) {
+		ssize_t n = pread(h->data_fd, buf + got, size - got, (off_t)(pos + got));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			err = errno;
+		else if (n == 0)
+			break; /* past the data file's end: a short read, as splice gives */
+		else
+			got += (size_t)n;
+	}
+	FS_ANSWERED(h);
+	if (err)
+		fuse_reply_err(req, err);
+	else
+		fuse_reply_buf(req, buf, got);
+}
+
 void pagefs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi)
 {
@@ -434,12 +466,15 @@ void pagefs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		FS_ANSWERED(h);
 		return (void)fuse_reply_err(req, -held);
 	}
+	uint64_t pos = slot * h->slot_size + (uint64_t)off;
+	if (fs->backing_fuse)
+		return read_aligned(req, h, size, pos);
 	bv.buf[0].size = size;
 	bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	bv.buf[0].fd = h->data_fd;
-	bv.buf[0].pos = (off_t)(slot * h->slot_size + (uint64_t)off);
+	bv.buf[0].pos = (off_t)pos;
 	FS_ANSWERED(h);
-	fuse_reply_data(req, &bv, fs->read_copy ? FUSE_BUF_NO_SPLICE : FUSE_BUF_SPLICE_MOVE);
+	fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
 }
 
 void pagefs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

@@ -79,8 +79,7 @@ struct fs_kept *fs_keep_alloc(struct fs_handles *t, uint64_t len)
 		atomic_fetch_sub(&t->kept, len);
 		return NULL;
 	}
-	k = malloc(sizeof(*k) + len);
-	if (!k) {
+	if (posix_memalign((void **)&k, _Alignof(struct fs_kept), sizeof(*k) + len) != 0) {
 		atomic_fetch_sub(&t->kept, len);
 		return NULL;
 	}

@@ -44,7 +44,7 @@ enum fs_writer_state {
 struct fs_kept {
 	_Atomic unsigned refs;
 	uint64_t len;
-	char data[];
+	_Alignas(4096) char data[]; /* one backing request a page (fs_align.h) */
 };
 
 /* Writer state; every field is protected by fs_handle.lock. */

@@ -101,14 +101,14 @@ unsigned fs_max_read(void)
 
 static void pagefs_op_init(void *userdata, struct fuse_conn_info *conn)
 {
+	const struct fs_mount *fs = userdata;
 	unsigned want = FUSE_CAP_ATOMIC_O_TRUNC | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE |
 	                FUSE_CAP_PARALLEL_DIROPS | FUSE_CAP_READDIRPLUS;
 
-	(void)userdata;
 	conn->want |= want & conn->capable;
 	conn->want &= ~(unsigned)(FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_SPLICE_READ);
 	conn->max_write = FS_MAX_WRITE;
-	conn->max_read = fs_max_read(); /* libfuse insists it equals -o max_read */
+	conn->max_read = fs->max_read; /* libfuse insists it equals -o max_read */
 	if (!(conn->capable & FUSE_CAP_ATOMIC_O_TRUNC))
 		log_warn("the kernel cannot pass O_TRUNC to open: replacing a page in place "
 		         "with open(O_TRUNC) will fail with EPERM");
@@ -160,14 +160,14 @@ static size_t append_escaped(char *out, size_t len, size_t size, const char *s)
 }
 
 /* The fuse_session_new arguments for o. 0 or -ENOMEM. */
-static int build_args(const struct pagefs_mount_opts *o, struct fuse_args *args)
+static int build_args(const struct pagefs_mount_opts *o, unsigned max_read, struct fuse_args *args)
 {
 	char opts[2 * PATH_MAX + 128];
 	size_t len;
 
 	len = (size_t)snprintf(opts, sizeof(opts), "fsname=pagefs:");
 	len = append_escaped(opts, len, sizeof(opts), o->meta.backing ? o->meta.backing : "");
-	snprintf(opts + len, sizeof(opts) - len, ",subtype=pagefs,max_read=%u%s%s", fs_max_read(),
+	snprintf(opts + len, sizeof(opts) - len, ",subtype=pagefs,max_read=%u%s%s", max_read,
 	         o->allow_other ? ",allow_other,default_permissions" : "",
 	         o->read_only ? ",ro" : "");
 	if (fuse_opt_add_arg(args, "pagefs") || fuse_opt_add_arg(args, "-o") ||
@@ -279,11 +279,12 @@ int pagefs_serve(const struct pagefs_mount_opts *o,
 	struct statfs bst;
 	if (o->meta.backing && statfs(o->meta.backing, &bst) == 0 &&
 	    bst.f_type == FUSE_SUPER_MAGIC) {
-		fs.read_copy = 1;
+		fs.backing_fuse = 1;
 		log_info("the backing directory %s is a FUSE mount: reads are copied from it, "
-		         "not spliced",
+		         "not spliced, and page bytes go to it from aligned buffers",
 		         o->meta.backing);
 	}
+	fs.max_read = fs.backing_fuse ? FS_MAX_WRITE : fs_max_read();
 
 	ret = check_mountpoint(o->mountpoint, msg, sizeof(msg));
 	if (ret < 0) {
@@ -292,7 +293,7 @@ int pagefs_serve(const struct pagefs_mount_opts *o,
 	}
 	/* Resolved before mounting: afterwards the path leads into us. */
 	canon = realpath(o->mountpoint, NULL);
-	ret = build_args(o, &args);
+	ret = build_args(o, fs.max_read, &args);
 	if (ret == 0) {
 		fs.se = fuse_session_new(&args, fs_metrics_ops(&pagefs_ops), sizeof(pagefs_ops),
 		                         &fs);

@@ -39,8 +39,12 @@ struct fs_mount {
 	struct timespec mounted; /* root mtime; stats uptime */
 	/* The backing directory is itself a FUSE mount (3FS, or the bench's
 	 * passthrough_ll): a splice from its direct-I/O files goes to it 4 KiB
-	 * a request, so reads are answered from one pread instead. */
-	int read_copy;
+	 * a request, so reads are answered from one pread into an aligned
+	 * buffer instead, and page bytes reach it from aligned buffers
+	 * (fs_align.h). */
+	int backing_fuse;
+	unsigned max_read; /* the mount's max_read: fs_max_read(), or FS_MAX_WRITE
+	                    * when nothing is spliced */
 };
 
 static inline struct fs_mount *fs_of(fuse_req_t req)

@@ -44,6 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fs/fs_align.h"
 #include "fs/fs_inode.h"
 #include "meta/hash.h"
 #include "meta/log.h"
@@ -96,6 +97,21 @@ static int pwrite_all(int fd, const char *buf, size_t len, uint64_t pos)
 		pos += (uint64_t)n;
 	}
 	return 0;
+}
+
+/* A page's bytes into its slot. On a FUSE backing, bytes that would cross
+ * one more request boundary than they need go through this thread's
+ * aligned buffer first (fs_align.h). */
+static int pwrite_backing(const struct fs_mount *fs, int fd, const char *buf, size_t len,
+                          uint64_t pos)
+{
+	char *aligned;
+
+	if (fs->backing_fuse && fs_align_helps(buf, len) && (aligned = fs_align_buf()) != NULL) {
+		memcpy(aligned, buf, len);
+		buf = aligned;
+	}
+	return pwrite_all(fd, buf, len, pos);
 }
 
 /* Zeroes [start, slot_size) of h's slot. Called with h->lock held. */
@@ -296,7 +312,7 @@ ssize_t fs_writer_write(struct fs_mount *fs, struct fs_handle *h, const char *bu
 
 	/* The slot is this node's only while its lease is (meta_lease_hold). */
 	ret = meta_lease_hold(fs->meta);
-	if (ret == 0 && (ret = pwrite_all(h->data_fd, buf, size, pos)) < 0)
+	if (ret == 0 && (ret = pwrite_backing(fs, h->data_fd, buf, size, pos)) < 0)
 		warn_backing(-ret);
 	pthread_mutex_lock(&h->lock);
 	if (ret < 0) {

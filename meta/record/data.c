@@ -91,9 +91,13 @@ static int read_full(int fd, char *buf, size_t len, uint64_t off)
 static int checksum(int fd, uint64_t off, uint64_t len, char *keep, uint64_t *out)
 {
 	XXH3_state_t *st = XXH3_createState();
-	char *buf = keep ? keep : malloc(CHECKSUM_CHUNK);
+	void *chunk_buf = NULL;
+	char *buf = keep;
 	int ret = 0;
 
+	/* Aligned: a read of a FUSE backing then takes one request a chunk. */
+	if (!keep && posix_memalign(&chunk_buf, 4096, CHECKSUM_CHUNK) == 0)
+		buf = chunk_buf;
 	if (!st || !buf) {
 		ret = -ENOMEM;
 		goto out;
@@ -111,8 +115,7 @@ static int checksum(int fd, uint64_t off, uint64_t len, char *keep, uint64_t *ou
 	}
 	*out = XXH3_64bits_digest(st);
 out:
-	if (buf != keep)
-		free(buf);
+	free(chunk_buf);
 	XXH3_freeState(st);
 	return ret;
 }

@@ -253,6 +253,32 @@ def test_bench_on_the_3fs_model_charges_its_latencies_and_records_them(tmp_path)
 
 
 @needs_root
+@pytest.mark.timeout_s(180)
+def test_on_the_3fs_model_pagefs_moves_a_1m_page_in_one_backing_request(tmp_path):
+    """A 1 MiB page costs the FUSE backing one write and one read, as it
+    costs raw pwrite/pread from an aligned buffer: the daemon's bytes go
+    through page-aligned buffers (fs/fs_align.h). From libfuse's request
+    buffer or a malloc'd one they span 257 pages, which the kernel sends
+    as two requests, each paying 3FS's data latency."""
+    out = tmp_path / "model.json"
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    r = run_pagefs("bench", "--backing-model", "3fs", "--model-meta-latency", "100us",
+                   "--model-data-latency", "100us", "--sizes", "1M", "--clients", "1",
+                   "--pages", "4", "--repeat", "1", "--workloads", "write,read-cold",
+                   "--json", out, timeout=150, env=env)
+    assert r.returncode == 0, f"bench failed: {describe(r)}"
+    got = {(rec["workload"], rec["contender"]): rec["model_requests_per_op"]
+           for rec in json.loads(out.read_text())}
+    for contender in ("raw", "pagefs"):
+        assert got[("write", contender)].get("write") == pytest.approx(1.0), \
+            (contender, got[("write", contender)])
+        assert got[("read-cold", contender)].get("read") == pytest.approx(1.0), \
+            (contender, got[("read-cold", contender)])
+    assert not _mounts_under(tmp_path), "bench left mounts behind"
+    assert not _model_processes(tmp_path), "the stand-in outlived the bench"
+
+
+@needs_root
 @pytest.mark.timeout_s(120)
 def test_an_interrupted_bench_unmounts_the_3fs_model_and_stops_it(tmp_path):
     """Ctrl-C in the middle of a run on the model: the bench unmounts

@@ -2,8 +2,10 @@
 deployment; libfuse's passthrough_ll here, as `pagefs bench --backing-fuse`
 stacks it). A splice from such a mount's direct-I/O files asks it for
 4 KiB at a time, so the daemon notices the backing's type at mount and
-answers reads from one pread (fs/fs_main.c, read_copy). The bytes must be
-exact on a page's first, checked read and on later ones, at any offset.
+answers reads from one pread, and reads and writes pages through aligned
+buffers (fs/fs_align.h: one backing request per MiB). The bytes must be
+exact on a page's first, checked read and on later ones, at any offset,
+whatever sizes they were written in.
 """
 import os
 import random
@@ -66,6 +68,17 @@ def test_pages_on_a_fuse_backing_read_back_exactly_on_first_and_later_reads(fuse
     pages = {f"p{n}": rng.randbytes(n) for n in (65536, (1 << 20) + 17, (3 << 20) - 5, 1)}
     for name, data in pages.items():
         write_page(pool / name, data)
+    # written in pieces of any size, 1 MiB ones included (the aligned copy)
+    data = rng.randbytes(3 << 20)
+    fd = os.open(pool / "pieces", os.O_CREAT | os.O_WRONLY, 0o644)
+    try:
+        pos = 0
+        while pos < len(data):
+            n = rng.choice((1 << 20, 4096, 1, rng.randrange(1, 1 << 20)))
+            pos += os.write(fd, data[pos:pos + n])
+    finally:
+        os.close(fd)
+    pages["pieces"] = data
     for attempt in range(2):  # the first open checks (and may keep) the bytes; then plain reads
         for name, data in pages.items():
             assert read_page(pool / name) == data, f"{name}: read {attempt} differs"

@@ -1,0 +1,56 @@
+/*
+ * fs_align.c - the per-thread aligned buffers of fs_align.h.
+ *
+ * One buffer per libfuse worker thread, kept for the thread's life: a
+ * fresh 1 MiB allocation per request would be mapped anew and fault in
+ * 256 pages each time, which costs more than the copy it serves.
+ */
+#include "fs/fs_align.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "fs/fs.h"
+
+static pthread_key_t buf_key;
+static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
+static int buf_key_ok;
+
+static void make_key(void)
+{
+	buf_key_ok = pthread_key_create(&buf_key, free) == 0;
+}
+
+static size_t requests(size_t pages)
+{
+	return (pages + FS_BACKING_MAX_PAGES - 1) / FS_BACKING_MAX_PAGES;
+}
+
+int fs_align_helps(const void *buf, size_t size)
+{
+	size_t lead = (uintptr_t)buf % FS_ALIGN;
+	size_t spanned = (lead + size + FS_ALIGN - 1) / FS_ALIGN;
+	size_t aligned = (size + FS_ALIGN - 1) / FS_ALIGN;
+
+	return size <= FS_MAX_WRITE && requests(spanned) > requests(aligned);
+}
+
+void *fs_align_buf(void)
+{
+	void *buf;
+
+	pthread_once(&buf_once, make_key);
+	if (!buf_key_ok)
+		return NULL;
+	buf = pthread_getspecific(buf_key);
+	if (buf)
+		return buf;
+	if (posix_memalign(&buf, FS_ALIGN, FS_MAX_WRITE) != 0)
+		return NULL;
+	if (pthread_setspecific(buf_key, buf) != 0) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
