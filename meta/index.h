@@ -327,6 +327,15 @@ struct meta {
 	 * (index_page_replaced, meta_page_replaced). */
 	uint64_t replaced[1024];
 	unsigned replaced_n;
+	/* Pages this node itself linked or unlinked (its writers, evictions,
+	 * unlinks, renames, and the apply of its own records), each with a
+	 * sequence number: a feed row read before such a change is older than
+	 * it (index_feed_mark, sync.c). feed_since: while a feed batch is
+	 * applied, 1 + the sequence number when it was read; else 0. */
+	struct {
+		uint64_t id, seq;
+	} local_recent[4096];
+	uint64_t local_seq, feed_since;
 	struct ctimes ctimes; /* renamed pages' ctimes (dirtime.c) */
 	uint32_t epoch;
 
@@ -511,6 +520,18 @@ void index_page_take_row(struct page *p, const struct rec *r);
 /* Notes that p leaves because another page takes its name. meta.lock. */
 void index_page_replaced(struct meta *m, const struct page *p);
 void index_page_replaced_id(struct meta *m, uint64_t id);
+/* The change feed against this node's own changes (meta.lock held):
+ * index_feed_mark before a batch is read; index_feed_begin(mark) ..
+ * index_feed_end around its apply; meanwhile index_page_local_since
+ * tells whether this node linked or unlinked page id after the batch was
+ * read (1), or cannot tell (-1: too many changes since), or not (0).
+ * index_page_local notes such a change (pages.c calls it; apply.c for a
+ * page rewritten in place). */
+uint64_t index_feed_mark(struct meta *m);
+void index_feed_begin(struct meta *m, uint64_t mark);
+void index_feed_end(struct meta *m);
+int index_page_local_since(const struct meta *m, uint64_t id);
+void index_page_local(struct meta *m, uint64_t id);
 /* A page still being written whose writer unlinked it: out of the name
  * table (nobody finds it by name; another page may take the name), in
  * the id table until its writer commits (which publishes nothing) or

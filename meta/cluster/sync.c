@@ -266,6 +266,11 @@ static void poll_feed(struct meta *m, struct sync *y)
 	y->nch = 0;
 	y->pools_changed = y->reload_again;
 	y->reload_again = 0;
+	/* This node's own changes from here on are newer than the rows the
+	 * batch reads (record_apply_remote leaves those pages alone). */
+	index_lock(m);
+	uint64_t read_at = index_feed_mark(m);
+	index_unlock(m);
 	if (m->store->sync->poll(m->store, collect, y) < 0) {
 		y->reload_again = y->pools_changed;
 		return; /* the same changes come again at the next poll */
@@ -278,6 +283,7 @@ static void poll_feed(struct meta *m, struct sync *y)
 	size_t batch = y->nch;
 	add_current_names(m, y);
 	index_lock(m);
+	index_feed_begin(m, read_at);
 	for (size_t i = 0; i < y->nch; i++) {
 		/* A current row read for a name (after the batch) only fills a
 		 * name the batch left without a page, with a page this node does
@@ -290,6 +296,7 @@ static void poll_feed(struct meta *m, struct sync *y)
 			continue;
 		record_apply_remote(m, &y->ch[i], &drops);
 	}
+	index_feed_end(m);
 	/* A page deleted in a transaction that gave its name to another (a
 	 * rename over it on another node: its deletion may come first) was
 	 * replaced, not removed: a reader here that still reaches it looks

@@ -112,6 +112,8 @@ void index_page_link_loaded(struct meta *m, struct page *p, uint32_t h)
 {
 	struct pool *pool = page_pool(p);
 
+	index_page_local(m, p->id);
+
 	p->committed = 1;
 	index_table_add_name(&m->by_name, p, h);
 	index_idtable_add(&m->by_id, p);
@@ -123,6 +125,48 @@ void index_page_link_loaded(struct meta *m, struct page *p, uint32_t h)
 void index_page_replaced(struct meta *m, const struct page *p)
 {
 	index_page_replaced_id(m, p->id);
+}
+
+uint64_t index_feed_mark(struct meta *m)
+{
+	return m->local_seq;
+}
+
+void index_feed_begin(struct meta *m, uint64_t mark)
+{
+	m->feed_since = mark + 1;
+}
+
+void index_feed_end(struct meta *m)
+{
+	m->feed_since = 0;
+}
+
+/* A feed batch's own apply is not this node's change. */
+void index_page_local(struct meta *m, uint64_t id)
+{
+	size_t n = sizeof(m->local_recent) / sizeof(m->local_recent[0]);
+
+	if (m->feed_since)
+		return;
+	m->local_seq++;
+	m->local_recent[m->local_seq % n].id = id;
+	m->local_recent[m->local_seq % n].seq = m->local_seq;
+}
+
+int index_page_local_since(const struct meta *m, uint64_t id)
+{
+	size_t n = sizeof(m->local_recent) / sizeof(m->local_recent[0]);
+
+	if (!m->feed_since)
+		return 0;
+	uint64_t since = m->feed_since - 1; /* the changes numbered above it */
+	if (m->local_seq - since >= n)
+		return -1;
+	for (uint64_t s = since + 1; s <= m->local_seq; s++)
+		if (m->local_recent[s % n].id == id)
+			return 1;
+	return 0;
 }
 
 void index_page_replaced_id(struct meta *m, uint64_t id)
@@ -149,6 +193,7 @@ void index_page_unlink_committed(struct meta *m, struct page *p)
 {
 	struct pool *pool = page_pool(p);
 
+	index_page_local(m, p->id);
 	index_table_del_name(&m->by_name, p);
 	index_idtable_del(&m->by_id, p);
 	lru_remove(pool, p);

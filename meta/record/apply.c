@@ -70,6 +70,7 @@ static void apply_commit(struct meta *m, const struct rec *r, struct dropped **d
 		remove_other(m, r, pool, named(m, pool, r), r->page_id, drops);
 	if (p && p->committed) {
 		/* In-place replacement (open with O_TRUNC): new slot, same id. */
+		index_page_local(m, p->id);
 		pool->bytes -= p->length;
 		if (p->slot != r->slot)
 			free_slot(m, pool, p->slot, r);
@@ -218,6 +219,23 @@ void record_apply_remote(struct meta *m, const struct store_change *c, struct dr
 		return;
 	}
 	o = index_table_find_name(&m->by_name, pool->id, r->name, NULL);
+	/* The feed read this row before this node itself changed the page
+	 * (evicted, unlinked, replaced or rewrote it) or gave its name to a
+	 * page of its own: the row is older than memory, and the change that
+	 * supersedes it in the index is this node's, which the feed never
+	 * brings (above). Applied, it would bring back a page whose slot is
+	 * freed and reused, or take the name from a page that has it now. */
+	if ((!p && index_page_local_since(m, r->page_id) > 0) ||
+	    /* (a rewrite on another node after this node's: a newer version) */
+	    (p && p->slot != r->slot && (int16_t)(r->version - p->version) <= 0 &&
+	     index_page_local_since(m, r->page_id) > 0) ||
+	    (o && o->id != r->page_id && index_page_local_since(m, o->id) > 0)) {
+		log_info("feed: the row of page %llu (%s, slot %llu, from node %u) was read "
+		         "before this node's own change of it or its name: left alone",
+		         (unsigned long long)r->page_id, r->name, (unsigned long long)r->slot,
+		         c->node);
+		return;
+	}
 	if (o && o->id != r->page_id) {
 		index_page_replaced(m, o);
 		remote_drop(m, o, drops); /* that name is this page's now */
@@ -300,6 +318,8 @@ void record_apply(struct meta *m, const struct rec *r, struct dropped **drops)
 				          (unsigned long long)r->extra_slot, r->pool_id);
 			return;
 		}
+		/* Durable now: a feed row read before this is older than it. */
+		index_page_local(m, r->page_id);
 		if (pool && !r->handoff)
 			free_slot(m, pool, r->drop_slot, r);
 		if (pool && r->has_extra) /* a rewrite's, never handed out */
@@ -330,6 +350,7 @@ void record_apply(struct meta *m, const struct rec *r, struct dropped **drops)
 		apply_commit(m, r, drops);
 		break;
 	case REC_UNLINK:
+		index_page_local(m, r->page_id); /* (as for REC_DROP) */
 		p = index_idtable_find(&m->by_id, r->page_id);
 		if (p && p->committed) {
 			index_page_unlink_committed(m, p);

@@ -14,6 +14,9 @@
 #include "meta/index.h"
 #include "meta/keys.h"
 #include "meta/record.h"
+#include "meta/store.h"
+
+#include <string.h>
 
 TestSuite(grace, .init = fx_setup, .fini = fx_teardown, .timeout = 30);
 
@@ -100,4 +103,120 @@ Test(grace, a_slot_the_key_protocol_takes_in_a_held_chunk_cancels_its_stale_grac
 	cr_assert_eq(rc, 0, "a free slot of chunk 4 is taken: %s", strerror(-rc));
 	cr_assert_eq(slot, 9, "the highest free slot of the held chunk");
 	cr_assert(!stale, "the key's slot has no grace period left to free it");
+}
+
+/* ---- the change feed: a row read before this node's own change ----
+ *
+ * The sync thread reads a feed batch (each changed page as the index
+ * holds it at that moment), then applies it under meta.lock. A change
+ * this node makes in between (its writer replaces or evicts the page)
+ * reaches memory first; the batch's row, older, would then bring the
+ * page back, and the change that removed it never comes through the
+ * feed (a node skips its own changes). The page then names a slot whose
+ * bytes are someone else's once it is reused: the nemesis's "checksum
+ * mismatch ... (the mirror was behind the index)". */
+
+/* A remote change of page id at slot, named name, in fx.pool. */
+static void remote_row(struct store_change *c, uint64_t id, const char *name, uint64_t slot)
+{
+	memset(c, 0, sizeof(*c));
+	c->node = 7; /* another node */
+	c->xid = 100;
+	c->pool_id = fx.pool;
+	c->page_id = id;
+	c->freed_slot = -1;
+	c->exists = 1;
+	c->row.type = REC_COMMIT;
+	c->row.pool_id = fx.pool;
+	c->row.page_id = id;
+	c->row.name_len = (uint16_t)strlen(name);
+	memcpy(c->row.name, name, c->row.name_len + 1);
+	c->row.slot = slot;
+	c->row.length = 4096;
+	c->row.has_checksum = 1;
+	c->row.checksum = 42;
+}
+
+Test(grace, a_feed_row_read_before_this_nodes_eviction_does_not_bring_the_page_back)
+{
+	struct store_change c;
+	struct dropped *drops = NULL;
+
+	remote_row(&c, 500, "pa", 6);
+	index_lock(fx.m);
+	shared_pool();
+	record_apply_remote(fx.m, &c, &drops); /* page 500 arrives from node 7 */
+	struct page *g = index_idtable_find(&fx.m->by_id, 500);
+	cr_assert_not_null(g, "the feed brought page 500");
+	/* The sync thread reads its next batch (it names page 500 at slot
+	 * 6: node 7 renamed it, say); then this node evicts page 500 (its
+	 * drop goes to the index after this) ... */
+	uint64_t read_at = index_feed_mark(fx.m);
+	index_page_unlink_committed(fx.m, g);
+	index_page_free(g);
+	/* ... and the batch is applied. */
+	index_feed_begin(fx.m, read_at);
+	record_apply_remote(fx.m, &c, &drops);
+	index_feed_end(fx.m);
+	int back = index_idtable_find(&fx.m->by_id, 500) != NULL;
+	index_unlock(fx.m);
+	index_drops_notify(fx.m, drops);
+	cr_assert(!back, "a row read before this node dropped page 500 brought it back");
+}
+
+Test(grace, a_feed_row_read_before_this_nodes_commit_of_its_name_does_not_replace_it)
+{
+	struct store_change c;
+	struct dropped *drops = NULL;
+
+	index_lock(fx.m);
+	struct pool *p = shared_pool();
+	uint64_t read_at = index_feed_mark(fx.m);
+	/* After the batch was read, this node commits its own page 600
+	 * named "pb" at slot 3 (its commit deleted node 7's page 501 of
+	 * that name in the index, which this node had not seen yet) ... */
+	struct page *mine = index_page_alloc("pb", 2);
+	cr_assert_not_null(mine);
+	mine->id = 600;
+	page_set_pool(mine, p);
+	struct rec own = {.slot = 3, .length = 100, .has_checksum = 1, .checksum = 1};
+	index_slot_mark(p, 3);
+	index_page_take_row(mine, &own);
+	index_page_link_committed(fx.m, mine, index_name_hash(p->id, "pb", 2));
+	/* ... then the batch, read before, brings node 7's page 501 "pb". */
+	remote_row(&c, 501, "pb", 6);
+	index_feed_begin(fx.m, read_at);
+	record_apply_remote(fx.m, &c, &drops);
+	index_feed_end(fx.m);
+	struct page *now = index_table_find_name(&fx.m->by_name, p->id, "pb", NULL);
+	uint64_t id = now ? now->id : 0;
+	index_unlock(fx.m);
+	index_drops_notify(fx.m, drops);
+	cr_assert_eq(id, 600,
+	             "name pb is this node's page 600, committed after the row was read "
+	             "(found %llu)",
+	             (unsigned long long)id);
+}
+
+Test(grace, a_feed_row_read_after_this_nodes_change_is_applied)
+{
+	struct store_change c;
+	struct dropped *drops = NULL;
+
+	remote_row(&c, 502, "pc", 6);
+	index_lock(fx.m);
+	shared_pool();
+	record_apply_remote(fx.m, &c, &drops);
+	struct page *g = index_idtable_find(&fx.m->by_id, 502);
+	cr_assert_not_null(g);
+	index_page_unlink_committed(fx.m, g);
+	index_page_free(g);
+	uint64_t read_at = index_feed_mark(fx.m); /* read after the drop */
+	index_feed_begin(fx.m, read_at);
+	record_apply_remote(fx.m, &c, &drops); /* (node 7 wrote it again) */
+	index_feed_end(fx.m);
+	int back = index_idtable_find(&fx.m->by_id, 502) != NULL;
+	index_unlock(fx.m);
+	index_drops_notify(fx.m, drops);
+	cr_assert(back, "a row read after this node's change is the index's word");
 }
