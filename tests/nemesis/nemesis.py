@@ -603,6 +603,19 @@ def explain(cl, t, node):
     return why
 
 
+def mismatch_kind(behind, t, slot):
+    """Which of the two ways foreign bytes got under a page read at t:
+    'mirror' when its drop found the slot held by another page in the index
+    (the reader's mirror was behind the index: a rule of the shared index
+    failed), 'two writers' when the index still gave the slot to the page
+    (someone else wrote into it: the window of docs/NEMESIS.md, "What is
+    left"). behind: (time, message) of the node's "behind the index" lines."""
+    for bt, msg in behind:
+        if 0 <= bt - t < 2 and f" at slot {slot} " in msg:
+            return "mirror"
+    return "two writers"
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -713,9 +726,13 @@ def report(cl, errors):
             if "san." in name and os.path.getsize(os.path.join(d, name)):
                 errors.append(f"node {i}: sanitizer report {os.path.join(d, name)}")
     drops = []
+    skipped = 0
     for i in range(NODES):
+        behind = node_log_lines(cl, i, "(the mirror was behind the index)")
+        skipped += len(node_log_lines(cl, i, "feed: the row of page"))
         for t, msg in node_log_lines(cl, i, "checksum mismatch"):
-            drops.append((t, i, msg))
+            slot = re.search(r"\(slot (\d+)\)", msg)
+            drops.append((t, i, msg, mismatch_kind(behind, t, slot.group(1) if slot else "?")))
     drops.sort()
     print("\n==== nemesis summary ====")
     print(f"seed {SEED}, {SECONDS:.0f} s, {NODES} nodes")
@@ -733,16 +750,22 @@ def report(cl, errors):
                                         or "none"))
     print(f"checksum mismatches (EIO, page dropped): {len(drops)}")
     unexplained = 0
-    by_fault = Counter()
-    for t, i, msg in drops:
+    by_fault, by_kind = Counter(), Counter()
+    for t, i, msg, kind in drops:
         why = explain(cl, t, i)
         if not why:
             unexplained += 1
         by_fault[why.split()[0] if why else "none"] += 1
-        print(f"  {utc(t)} node {i}: {msg[:120]} <- {why or 'NO FAULT BEFORE IT'}")
+        by_kind[kind] += 1
+        print(f"  {utc(t)} node {i}: {msg[:120]} [{kind}] <- {why or 'NO FAULT BEFORE IT'}")
     if drops:
         print("checksum mismatches by the fault before them: " +
               ", ".join(f"{k} {v}" for k, v in sorted(by_fault.items())))
+        print("checksum mismatches by kind: " +
+              ", ".join(f"{k} {v}" for k, v in sorted(by_kind.items())) +
+              " (mirror: the reader's mirror was behind the index; two writers: the index "
+              "still gave the slot to the page)")
+    print(f"feed rows read before the node's own change and left alone: {skipped}")
     taken = sum(len(node_log_lines(cl, i, "holds; node")) for i in range(NODES))
     print(f"commits refused because another page held their slot: {taken}")
     for e in wrong[:20]:
