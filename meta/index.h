@@ -590,8 +590,10 @@ struct presence;
 struct presence_stats {
 	uint64_t size, used, count, rebuilds, generation;
 };
-/* XXH64 of the name's bytes, seed 0, 0 and 1 taken to 2 and 3. */
+/* XXH64 of the name's bytes, seed 0, through index_presence_remap:
+ * 0 and 1 (empty, tombstone) taken to 2 and 3. */
 uint64_t index_presence_fp(const char *name, size_t len);
+uint64_t index_presence_remap(uint64_t h);
 /* A new empty table file in dir (mode: its permissions) for about pages
  * pages of pool pool_id, live; 0 or -errno. The caller owns *out. */
 int index_presence_new(const char *dir, unsigned mode, uint32_t pool_id, uint64_t pages,

@@ -87,11 +87,14 @@ struct presence {
  * tests open several) never name two files alike. */
 static _Atomic uint64_t generations;
 
+uint64_t index_presence_remap(uint64_t h)
+{
+	return h < 2 ? h + 2 : h;
+}
+
 uint64_t index_presence_fp(const char *name, size_t len)
 {
-	uint64_t fp = XXH64(name, len, 0);
-
-	return fp < 2 ? fp + 2 : fp;
+	return index_presence_remap(XXH64(name, len, 0));
 }
 
 static uint64_t size_for(uint64_t pages)
