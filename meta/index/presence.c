@@ -182,8 +182,8 @@ static int rebuild(struct presence *t, uint64_t size)
 	int fd = -1;
 	int rc = make_file(t, size, &hdr, &fd, path, sizeof(path));
 
-	if (rc < 0)
-		return rc;
+	if (rc < 0 || !hdr)
+		return rc < 0 ? rc : -EIO;
 	_Atomic uint64_t *e = (_Atomic uint64_t *)(void *)((char *)hdr + PRESENCE_HDR);
 	for (uint64_t i = 0; t->e && i < t->size; i++) {
 		uint64_t fp = atomic_load_explicit(&t->e[i], memory_order_relaxed);

@@ -41,6 +41,7 @@ TestSuite(presence, .init = setup, .fini = teardown);
 
 /* A client's view: the file mapped read only. */
 struct view {
+	void *map;
 	const volatile uint64_t *w;
 	size_t bytes;
 	uint64_t gen, mask;
@@ -58,6 +59,7 @@ static int view_open(const char *path, struct view *v)
 	close(fd);
 	if (map == MAP_FAILED)
 		return -1;
+	v->map = map;
 	v->w = map;
 	v->bytes = (size_t)st.st_size;
 	v->gen = v->w[GEN_WORD];
@@ -67,7 +69,7 @@ static int view_open(const char *path, struct view *v)
 
 static void view_close(struct view *v)
 {
-	munmap((void *)(uintptr_t)v->w, v->bytes);
+	munmap(v->map, v->bytes);
 }
 
 /* What python/pagefs/_presence.py's probe does. */
