@@ -43,6 +43,7 @@ from ._checksum import xxh3_64
 
 NAME_MAX = 255
 _DOTS = (b".", b"..")
+_DOTSET = frozenset(_DOTS)
 _ALIGN = 4096
 
 
@@ -61,6 +62,25 @@ def encode_name(name):
         return raw
     raise ValueError("invalid page name %r: 1 to %d bytes, no '/' or NUL, not '.' or '..'"
                      % (name, NAME_MAX))
+
+
+def encode_names(names):
+    """[encode_name(n) for n in names], checked for the whole batch at once
+    (a name-by-name check costs more than a probe of the presence table);
+    the first invalid name raises ValueError as encode_name does."""
+    if type(names) not in (list, tuple):
+        names = list(names)
+    try:
+        enc = list(map(str.encode, names))  # UTF-8: surrogates and bytes below
+    except (TypeError, UnicodeEncodeError):
+        return [encode_name(n) for n in names]
+    if enc:
+        lens = list(map(len, enc))
+        joined = b"".join(enc)
+        if b"/" in joined or b"\0" in joined or min(lens) == 0 or max(lens) > NAME_MAX or \
+                not _DOTSET.isdisjoint(enc):
+            return [encode_name(n) for n in names]
+    return enc
 
 
 def parse_size(value):
@@ -112,20 +132,17 @@ class Pool:
         self._no_table = False  # the daemon keeps none for this pool
 
     def table(self):
-        """The pool's presence table while the daemon keeps it (mapped once,
-        mapped again when the daemon made a new generation), or None: no
-        table here, ask the daemon. An old table is not closed here: a
-        thread may still probe it (it goes with its last reference)."""
+        """The pool's presence table as last mapped (the caller checks
+        Table.live after probing it and calls forget_table if it is not),
+        else mapped now, or None: no table here, ask the daemon. An old
+        table is not closed here: a thread may still probe it (it goes with
+        its last reference)."""
         t = self._table
-        if t is not None and t.live():
+        if t is not None or self._no_table:
             return t
-        if self._no_table:
-            return None
         with self._lock:
-            t = self._table
-            if t is not None and t.live():
-                return t
-            self._table = None
+            if self._table is not None:
+                return self._table
             try:
                 t = _presence.Table(os.fsdecode(os.getxattr(self.path,
                                                             "user.pagefs.presence")))
@@ -135,6 +152,12 @@ class Pool:
                 return None
             self._table = t
             return t
+
+    def forget_table(self, t):
+        """t is no longer the pool's table: the next table() maps anew."""
+        with self._lock:
+            if self._table is t:
+                self._table = None
 
     def close(self):
         with self._lock:
@@ -337,16 +360,17 @@ class Client:
         presence table, else one request per batch. An answer is as of some
         moment of the call (a page published or removed meanwhile may go
         either way), never from a table the daemon no longer keeps."""
-        enc = [encode_name(n) for n in names]
+        enc = encode_names(names)
         if self.presence:
             p = self._pool(rank, ns)
-            for _ in range(2):  # a table retired during the probe: once more
+            for _ in range(2):  # a table retired before the probe ended: once more
                 t = p.table()
                 if t is None:
                     break
                 out = t.probe(enc)
                 if t.live():
                     return out
+                p.forget_table(t)
         return self._batch(rank, ns, lambda p: _wire.exists(p.dirfd, enc))
 
     def lookup(self, rank, ns, names):
