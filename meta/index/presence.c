@@ -69,6 +69,8 @@ struct presence_hdr {
 
 _Static_assert(sizeof(struct presence_hdr) <= PRESENCE_HDR, "header fits");
 
+/* The writer's side of a table; every field under meta.lock (the one
+ * writer). */
 struct presence {
 	char path[320];
 	unsigned mode;
