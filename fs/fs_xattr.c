@@ -1,7 +1,8 @@
 /*
  * fs_xattr.c - the user.pagefs.* extended attributes: where a page's
  * bytes live (so a client can read the data file directly), a pool's
- * settings and counters, and the root's stats JSON and daemon pid.
+ * settings and counters and where its presence table is (meta_pool_presence),
+ * and the root's stats JSON and daemon pid.
  *
  * Values are text without a trailing NUL. getxattr/listxattr follow the
  * usual size protocol: size 0 asks for the length, a smaller buffer gets
@@ -42,12 +43,18 @@ static const char *const *keys_of(enum fs_kind kind)
 	}
 }
 
+/* A pool's presence table: where the file is (read-only, not listed:
+ * asking makes the table, which `getfattr -d` should not). */
+#define XA_PRESENCE "presence"
+
 /* The key of a user.pagefs.* name known for kind, or NULL. */
 static const char *known_key(enum fs_kind kind, const char *name)
 {
 	if (strncmp(name, XA_PREFIX, XA_PREFIX_LEN) != 0)
 		return NULL;
 	name += XA_PREFIX_LEN;
+	if (kind == FS_POOL && strcmp(name, XA_PRESENCE) == 0)
+		return XA_PRESENCE;
 	for (const char *const *k = keys_of(kind); *k; k++)
 		if (strcmp(*k, name) == 0)
 			return *k;
@@ -131,6 +138,12 @@ static int pool_value(struct fs_mount *fs, uint32_t pool_id, const char *key, ch
 
 	if (ret < 0)
 		return ret;
+	if (strcmp(key, XA_PRESENCE) == 0) {
+		char path[4096];
+		ret = meta_pool_presence(fs->meta, pool_id, path, sizeof(path));
+		/* A mount without tables: as for a name it does not know. */
+		return ret == -EOPNOTSUPP ? -ENODATA : ret < 0 ? ret : set_str(path, val, len);
+	}
 	if (strcmp(key, "data_file") == 0)
 		return set_str(p.data_file, val, len);
 	ret = pool_num(&p, key, &v);

@@ -259,6 +259,9 @@ struct pool {
 	int64_t fence_end;
 	int64_t fence_record; /* the record found at mount (wall-clock ns), fence.c */
 	char *data_path;
+	/* Its presence table in shared memory (presence.c), made at the first
+	 * request for it; NULL until then. meta.lock. */
+	struct presence *presence;
 };
 
 /* Ids handed out from blocks (a shared index takes them from database
@@ -311,7 +314,7 @@ struct meta {
 	pthread_mutex_t lock;         /* protects everything below but cfg */
 	struct lock_owner lock_owner; /* who holds lock (lock.h; checked builds) */
 	struct meta_config cfg;       /* immutable after open; strings owned */
-	char *uri, *backing, *prefix;
+	char *uri, *backing, *prefix, *presence_dir;
 	char *db_path; /* the index as messages name it (no password) */
 
 	struct pool *pools;
@@ -599,6 +602,45 @@ void index_dirs_notify(struct meta *m, struct gone_dir *d);
 int index_rank_is_set(const struct meta *m, int rank);
 int index_rank_has_pools(struct meta *m, int rank); /* any pool not removed */
 void index_rank_set(struct meta *m, int rank, int on);
+
+/* presence.c: a pool's table of the fingerprints of its committed
+ * pages' names in a file of shared memory, for clients to probe without
+ * a request (docs/DESIGN.md, "The presence table"). One writer: meta.lock
+ * held (or the load, before anything else sees the index). */
+struct presence;
+struct presence_stats {
+	uint64_t size, used, count, rebuilds, generation;
+};
+/* XXH64 of the name's bytes, seed 0, through index_presence_remap:
+ * 0 and 1 (empty, tombstone) taken to 2 and 3. */
+uint64_t index_presence_fp(const char *name, size_t len);
+uint64_t index_presence_remap(uint64_t h);
+/* A new empty table file in dir (mode: its permissions) for about pages
+ * pages of pool pool_id, live; 0 or -errno. The caller owns *out. */
+int index_presence_new(const char *dir, unsigned mode, uint32_t pool_id, uint64_t pages,
+                       struct presence **out);
+/* Retires the table (its live word 0: readers stop trusting it), removes
+ * its file and frees it. NULL: nothing. */
+void index_presence_free(struct presence *t);
+/* Enters a fingerprint (rebuilding into a new generation when entries
+ * and tombstones pass half the table); 0, or -errno when no new file
+ * could be made (the table is as it was). */
+int index_presence_add(struct presence *t, uint64_t fp);
+/* Takes one entry of fp out (none: nothing). */
+void index_presence_del(struct presence *t, uint64_t fp);
+/* What a client's probe answers: 1 if fp is in the table. */
+int index_presence_has(const struct presence *t, uint64_t fp);
+/* The path of the current generation's file (owned by t). */
+const char *index_presence_path(const struct presence *t);
+void index_presence_stats(const struct presence *t, struct presence_stats *out);
+/* Removes this user's table files in dir whose daemon is gone (kill -9). */
+void index_presence_sweep(const char *dir);
+/* p joins (in 1) or leaves (0) its pool's names: its pool's table, if
+ * it has one, follows (pages.c calls it). */
+void index_presence_page(struct page *p, int in);
+/* The path of pool's table (owned by the pool), made now in dir with
+ * mode and filled from its pages if it has none; 0 or -errno. */
+int index_presence_pool(struct pool *pool, const char *dir, unsigned mode, const char **path);
 
 /* slots.c */
 int index_slot_take(struct pool *p, uint64_t *slot);    /* 0 or -ENOSPC */

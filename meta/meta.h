@@ -52,6 +52,10 @@ struct meta_config {
 	enum meta_verify verify;
 	enum meta_durability durability;
 	int read_only; /* open the index without changing it */
+	/* Where pools' presence tables go (meta_pool_presence), and their
+	 * file mode; NULL: no tables. */
+	const char *presence_dir;
+	unsigned presence_mode;
 };
 
 /* One pool as the engine sees it right now (a copy). */
@@ -186,6 +190,13 @@ int meta_rank_list(struct meta *m, int after, uint16_t *out, int max);
 /* Looks up a pool by (rank, ns). 0 or -ENOENT. */
 int meta_pool_find(struct meta *m, int rank, const char *ns, struct meta_pool_info *out);
 int meta_pool_get(struct meta *m, uint32_t pool_id, struct meta_pool_info *out);
+/* The path of the pool's presence table (docs/DESIGN.md, "The presence
+ * table") into path, made now if the pool has none: a file of shared
+ * memory that clients map to tell which names are committed pages
+ * without a request. 0; -ENOENT: no such pool; -EOPNOTSUPP: the mount
+ * keeps no tables; -ERANGE: len too small; another -errno: the file
+ * could not be made. */
+int meta_pool_presence(struct meta *m, uint32_t pool_id, char *path, size_t len);
 /* Whether a pool of `slots` slots of slot_size bytes is allowed: 0, or
  * -EINVAL (no slot, a slot over META_SLOT_SIZE_MAX bytes, or over
  * META_SLOTS_MAX slots). */

@@ -246,10 +246,12 @@ static int copy_config(struct meta *m, const struct meta_config *cfg, const char
 	m->backing = realpath(cfg->backing, NULL);
 	m->prefix = strdup(cfg->prefix && cfg->prefix[0] ? cfg->prefix : "hicache");
 	m->db_path = strdup(db_path);
+	m->presence_dir = cfg->presence_dir ? strdup(cfg->presence_dir) : NULL;
 	if (!m->backing)
 		return -errno;
-	if (!m->uri || !m->prefix || !m->db_path)
+	if (!m->uri || !m->prefix || !m->db_path || (cfg->presence_dir && !m->presence_dir))
 		return -ENOMEM;
+	m->cfg.presence_dir = m->presence_dir;
 	m->cfg.uri = m->uri;
 	m->cfg.backing = m->backing;
 	m->cfg.prefix = m->prefix;
@@ -318,6 +320,8 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 		snprintf(err, errlen, "cannot resolve %s: %s", cfg->backing, strerror(-rc));
 		goto fail;
 	}
+	if (m->presence_dir)
+		index_presence_sweep(m->presence_dir); /* tables of daemons killed before */
 	rc = store_open(m->uri, cfg->durability == META_DURABLE_POWER, cfg->read_only, &m->store,
 	                err, errlen);
 	if (rc < 0 || (rc = store_lock(m->store, 0, err, errlen)) < 0)
@@ -404,6 +408,7 @@ void meta_close(struct meta *m)
 	free(m->uri);
 	free(m->backing);
 	free(m->prefix);
+	free(m->presence_dir);
 	free(m->db_path);
 	free(m);
 }

@@ -3,7 +3,8 @@
 HiCacheFile does, side by side in one run.
 
 Three ratios, for each page size, client process count and backing:
-  exists  Client.exists of a batch (one request)       vs a stat per key on a
+  exists  Client.exists of a batch (presence table;   vs a stat per key on a
+          --no-presence: one ioctl request)
                                                           plain directory
   get     Client.read_into of a batch (direct path)    vs pread of the same
                                                           bytes from the data file
@@ -24,8 +25,8 @@ FUSE mounts); everything is unmounted on exit.
   PYTHONPATH=python /usr/bin/python3 scripts/sglang_bench.py --pagefs build/pagefs \\
       [--sizes 64K,1M] [--procs 1,4] [--batch 64] [--seconds 2] [--backing-fuse] \\
       [--verify first|always|none] [--json FILE]
-  ... --channels   compares lookup channels instead (ioctl batch, stat and
-                   getxattr per name) on one mount
+  ... --channels   compares lookup channels instead (presence table, ioctl
+                   batch, stat and getxattr per name) on one mount
 """
 import argparse
 import json
@@ -142,9 +143,9 @@ def names_of(proc, n):
 class Worker:
     """One client process's view: its keys, buffers and pagefs client."""
 
-    def __init__(self, env, proc, page, batch, verify, rank, threads):
+    def __init__(self, env, proc, page, batch, verify, rank, threads, presence=True):
         self.env, self.page, self.batch, self.rank = env, page, batch, rank
-        self.client = pagefs.Client(env.mnt, verify=verify, threads=threads)
+        self.client = pagefs.Client(env.mnt, verify=verify, threads=threads, presence=presence)
         self.names = names_of(proc, batch * 4)
         # set writes names of its own: the pages get and exists use stay the
         # ones fill() wrote (a rewritten page is a new version, which the
@@ -214,7 +215,8 @@ PAIRS = {"exists": ("exists_native", "exists_file"),
 
 
 def child(env, proc, page, args, barrier, out):
-    w = Worker(env, proc, page, args.batch, args.verify, rank=proc, threads=args.threads)
+    w = Worker(env, proc, page, args.batch, args.verify, rank=proc, threads=args.threads,
+               presence=not args.no_presence)
     w.fill()
     res = {}
     for op in args.ops:
@@ -276,12 +278,14 @@ def channels(env, args):
     """Lookup channels for a batch: one ioctl, a stat per name, a getxattr
     per name (the offset), on one pagefs mount."""
     c = pagefs.Client(env.mnt)
+    ci = pagefs.Client(env.mnt, presence=False)
     c.pool(0, "kv", page_size="4K")
     names = names_of(0, args.batch)
     c.write(0, "kv", names, [b"x"] * len(names))
     pool = os.path.join(env.mnt, "0", "kv")
     ways = {
-        "ioctl EXISTS (1 request)": lambda: c.exists(0, "kv", names),
+        "presence table (no request)": lambda: c.exists(0, "kv", names),
+        "ioctl EXISTS (1 request)": lambda: ci.exists(0, "kv", names),
         "ioctl LOOKUP (1 request)": lambda: c.lookup(0, "kv", names),
         "stat per name": lambda: [os.stat(os.path.join(pool, n)) for n in names],
         "getxattr user.pagefs.offset per name":
@@ -301,6 +305,7 @@ def channels(env, args):
     for k, (n, s) in rates.items():
         print("  %-40s %9.1f us/batch  %10.0f names/s" % (k, s / n * 1e6, n * args.batch / s))
     c.close()
+    ci.close()
 
 
 def main():
@@ -316,6 +321,8 @@ def main():
     ap.add_argument("--backing-fuse", action="store_true",
                     help="also on passthrough_ll over the tmpfs")
     ap.add_argument("--threads", type=int, default=4, help="pagefs.Client threads")
+    ap.add_argument("--no-presence", action="store_true",
+                    help="exists asks the daemon (ioctl) instead of the presence table")
     ap.add_argument("--channels", action="store_true")
     ap.add_argument("--json")
     args = ap.parse_args()

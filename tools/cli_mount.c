@@ -784,6 +784,12 @@ static void cli_mount_fill_opts(const struct cli_mount_config *cfg, struct pagef
 	o->meta.verify = cfg->verify;
 	o->meta.durability = cfg->durability;
 	o->meta.read_only = cfg->read_only;
+	/* Presence tables in shared memory (docs/SGLANG.md): readable by
+	 * whoever may list the pools, the mounting user alone unless
+	 * allow_other. */
+	if (access("/dev/shm", W_OK | X_OK) == 0)
+		o->meta.presence_dir = "/dev/shm";
+	o->meta.presence_mode = cfg->allow_other ? 0644 : 0600;
 	o->mountpoint = cfg->mountpoint;
 	o->threads = cfg->threads;
 	o->allow_other = cfg->allow_other;

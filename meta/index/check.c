@@ -5,10 +5,10 @@
  * what the structures hold: the slot bitmap against nused and hwm, the
  * pins against npins and nzombies, the LRU list's links against its
  * ends and the pool's page and byte counts, and each committed page
- * against its pool and slot. It costs a walk of every page, so checked
- * builds (PAGEFS_CHECKS: the sanitizer and Debug builds) run it at open
- * and at close (open.c), and the unit tests after the operations they
- * make. meta.lock held (or no other thread running).
+ * against its pool, its slot and its pool's presence table (if any). It
+ * costs a walk of every page, so checked builds (PAGEFS_CHECKS: the
+ * sanitizer and Debug builds) run it at open and at close (open.c), and
+ * the unit tests after the operations they make. meta.lock held (or no other thread running).
  */
 #include "meta/index.h"
 
@@ -84,10 +84,22 @@ static int check_lru(const struct pool *p, char *err, size_t errlen)
 		     !(p->bits[g->slot / 64] >> (g->slot % 64) & 1)))
 			return BROKEN("pool %u: page %llu's slot %llu is free in the bitmap", p->id,
 			              (unsigned long long)g->id, (unsigned long long)g->slot);
+		if (p->presence) {
+			char text[META_NAME_MAX + 1];
+			if (!index_presence_has(
+				    p->presence,
+				    index_presence_fp(index_pname_text(g, text), g->name_len)))
+				return BROKEN("pool %u: page %llu is not in its presence table",
+				              p->id, (unsigned long long)g->id);
+		}
 		if (++pages > p->pages)
 			break;
 		bytes += g->length;
 	}
+	struct presence_stats ps;
+	if (p->presence && (index_presence_stats(p->presence, &ps), ps.count != p->pages))
+		return BROKEN("pool %u: %llu names in its presence table, %llu pages", p->id,
+		              (unsigned long long)ps.count, (unsigned long long)p->pages);
 	if (p->lru_tail != prev && pages <= p->pages)
 		return BROKEN("pool %u: the LRU list does not end at its tail", p->id);
 	if (pages != p->pages || bytes != p->bytes)

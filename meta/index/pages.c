@@ -1,6 +1,8 @@
 /*
  * pages.c - pages in the index: allocation, linking into the name and id
  * tables and the LRU, ids from blocks, and the ids of replaced pages.
+ * Linking and unlinking a committed page are the only places a name
+ * joins or leaves a pool's names: its presence table follows there.
  * All of it under meta.lock, none of it I/O.
  */
 #include "meta/index.h"
@@ -116,6 +118,7 @@ void index_page_link_loaded(struct meta *m, struct page *p, uint32_t h)
 
 	p->committed = 1;
 	index_table_add_name(&m->by_name, p, h);
+	index_presence_page(p, 1);
 	index_idtable_add(&m->by_id, p);
 	pool->pages++;
 	pool->bytes += p->length;
@@ -195,6 +198,7 @@ void index_page_unlink_committed(struct meta *m, struct page *p)
 
 	index_page_local(m, p->id);
 	index_table_del_name(&m->by_name, p);
+	index_presence_page(p, 0);
 	index_idtable_del(&m->by_id, p);
 	lru_remove(pool, p);
 	pool->pages--;

@@ -60,6 +60,7 @@ void index_pool_free(struct pool *p)
 	if (!p)
 		return;
 	index_pool_index_drop(p);
+	index_presence_free(p->presence);
 	index_slots_free(p);
 	index_chunks_free(p);
 	free(p->fence_bits);

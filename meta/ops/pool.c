@@ -53,6 +53,8 @@ static int retire_pages(struct meta *m, struct pool *p, struct dropped **drops)
 	if (p->removed)
 		return 0;
 	p->removed = 1;
+	index_presence_free(p->presence); /* its file goes with the pool */
+	p->presence = NULL;
 	/* No page row names the pool any more (commits check its row): pages
 	 * still in the mirror are removals the feed has not brought yet. */
 	while (p->lru_head) {
@@ -192,6 +194,22 @@ int meta_pool_get(struct meta *m, uint32_t pool_id, struct meta_pool_info *out)
 		index_pool_fill_info(p, out);
 	index_unlock(m);
 	return p ? 0 : -ENOENT;
+}
+
+int meta_pool_presence(struct meta *m, uint32_t pool_id, char *path, size_t len)
+{
+	const char *at = NULL;
+	int rc = -EOPNOTSUPP;
+
+	if (!m->cfg.presence_dir)
+		return rc;
+	index_lock(m);
+	struct pool *p = index_pool_live(m, pool_id);
+	rc = p ? index_presence_pool(p, m->cfg.presence_dir, m->cfg.presence_mode, &at) : -ENOENT;
+	if (rc == 0 && snprintf(path, len, "%s", at) >= (int)len)
+		rc = -ERANGE;
+	index_unlock(m);
+	return rc;
 }
 
 static struct rec *pool_rec(struct meta *m, enum rec_type type, const struct pool *p)

@@ -1,9 +1,13 @@
 """pagefs.Client: batch exists, reads straight into the caller's buffers,
 writes with pagefs's atomic publish, for any Python program.
 
-A pool is the directory MOUNTPOINT/RANK/NS. Lookups of a batch are one
-request to the daemon (the batch lookup ioctl, _wire.py), never a stat per
-name. Reads take the direct path: each page is opened through the mount,
+A pool is the directory MOUNTPOINT/RANK/NS. exists asks no one where it
+can: it probes the pool's presence table, a file of shared memory the
+daemon keeps and this client maps read only (_presence.py; needs
+python3-xxhash), and asks the daemon (the batch lookup ioctl, _wire.py)
+only when there is no table (no xxhash, a daemon without tables, or one
+that went away). Other lookups of a batch are one request to the daemon
+(the ioctl), never a stat per name. Reads take the direct path: each page is opened through the mount,
 which pins its slot so nothing can overwrite it while it is open; one
 lookup for the batch gives each page's inode number, offset in the pool's
 data file, length and checksum; where the inode of the open file is the
@@ -33,12 +37,13 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from . import _wire
+from . import _presence, _wire
 from ._buffers import byte_view
 from ._checksum import xxh3_64
 
 NAME_MAX = 255
 _DOTS = (b".", b"..")
+_DOTSET = frozenset(_DOTS)
 _ALIGN = 4096
 
 
@@ -57,6 +62,25 @@ def encode_name(name):
         return raw
     raise ValueError("invalid page name %r: 1 to %d bytes, no '/' or NUL, not '.' or '..'"
                      % (name, NAME_MAX))
+
+
+def encode_names(names):
+    """[encode_name(n) for n in names], checked for the whole batch at once
+    (a name-by-name check costs more than a probe of the presence table);
+    the first invalid name raises ValueError as encode_name does."""
+    if type(names) not in (list, tuple):
+        names = list(names)
+    try:
+        enc = list(map(str.encode, names))  # UTF-8: surrogates and bytes below
+    except (TypeError, UnicodeEncodeError):
+        return [encode_name(n) for n in names]
+    if enc:
+        lens = list(map(len, enc))
+        joined = b"".join(enc)
+        if b"/" in joined or b"\0" in joined or min(lens) == 0 or max(lens) > NAME_MAX or \
+                not _DOTSET.isdisjoint(enc):
+            return [encode_name(n) for n in names]
+    return enc
 
 
 def parse_size(value):
@@ -104,6 +128,36 @@ class Pool:
         self._data_path = None
         self._data_fd = -1
         self._direct_fd = -1
+        self._table = None  # the presence table mapped, or None
+        self._no_table = False  # the daemon keeps none for this pool
+
+    def table(self):
+        """The pool's presence table as last mapped (the caller checks
+        Table.live after probing it and calls forget_table if it is not),
+        else mapped now, or None: no table here, ask the daemon. An old
+        table is not closed here: a thread may still probe it (it goes with
+        its last reference)."""
+        t = self._table
+        if t is not None or self._no_table:
+            return t
+        with self._lock:
+            if self._table is not None:
+                return self._table
+            try:
+                t = _presence.Table(os.fsdecode(os.getxattr(self.path,
+                                                            "user.pagefs.presence")))
+            except OSError as e:
+                if e.errno in (errno.ENODATA, errno.EOPNOTSUPP):
+                    self._no_table = True  # a daemon that keeps none
+                return None
+            self._table = t
+            return t
+
+    def forget_table(self, t):
+        """t is no longer the pool's table: the next table() maps anew."""
+        with self._lock:
+            if self._table is t:
+                self._table = None
 
     def close(self):
         with self._lock:
@@ -111,6 +165,7 @@ class Pool:
                 if fd >= 0:
                     os.close(fd)
             self.dirfd = self._data_fd = self._direct_fd = -1
+            self._table = None
 
     def __del__(self):
         try:
@@ -157,10 +212,11 @@ class Client:
     first open after commit under its own --verify first). threads: how
     many pages of one batch are opened, read or written at once (the
     daemon answers them in parallel, and concurrent commits share its
-    group commit).
+    group commit). presence: exists probes the pools' presence tables
+    where it can (False: always one request to the daemon).
     """
 
-    def __init__(self, mountpoint, verify="first", threads=4):
+    def __init__(self, mountpoint, verify="first", threads=4, presence=True):
         if verify not in ("first", "always", "none"):
             raise ValueError("verify must be first, always or none, not %r" % (verify,))
         self.mountpoint = os.path.abspath(mountpoint)
@@ -173,6 +229,7 @@ class Client:
                                  % (self.mountpoint, getattr(e, "strerror", e), self.mountpoint),
                                  self.mountpoint)
         self.verify = verify
+        self.presence = bool(presence) and _presence.available
         self.threads = max(1, int(threads))
         self.last_error = None
         self._pools = {}
@@ -299,8 +356,21 @@ class Client:
     # ---- pages ----
 
     def exists(self, rank, ns, names):
-        """[bool]: which names are committed pages (one request per batch)."""
-        enc = [encode_name(n) for n in names]
+        """[bool]: which names are committed pages: probed in the pool's
+        presence table, else one request per batch. An answer is as of some
+        moment of the call (a page published or removed meanwhile may go
+        either way), never from a table the daemon no longer keeps."""
+        enc = encode_names(names)
+        if self.presence:
+            p = self._pool(rank, ns)
+            for _ in range(2):  # a table retired before the probe ended: once more
+                t = p.table()
+                if t is None:
+                    break
+                out = t.probe(enc)
+                if t.live():
+                    return out
+                p.forget_table(t)
         return self._batch(rank, ns, lambda p: _wire.exists(p.dirfd, enc))
 
     def lookup(self, rank, ns, names):
