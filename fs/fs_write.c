@@ -99,19 +99,18 @@ static int pwrite_all(int fd, const char *buf, size_t len, uint64_t pos)
 	return 0;
 }
 
-/* A page's bytes into its slot. On a FUSE backing, bytes that would cross
- * one more request boundary than they need go through this thread's
- * aligned buffer first (fs_align.h). */
-static int pwrite_backing(const struct fs_mount *fs, int fd, const char *buf, size_t len,
-                          uint64_t pos)
+/* The buffer a page's bytes go to the data file from: on a FUSE backing,
+ * bytes that would cross one more request boundary than they need are
+ * copied to this thread's aligned buffer (fs_align.h); else buf itself. */
+static const char *backing_buf(const struct fs_mount *fs, const char *buf, size_t len)
 {
 	char *aligned;
 
 	if (fs->backing_fuse && fs_align_helps(buf, len) && (aligned = fs_align_buf()) != NULL) {
 		memcpy(aligned, buf, len);
-		buf = aligned;
+		return aligned;
 	}
-	return pwrite_all(fd, buf, len, pos);
+	return buf;
 }
 
 /* Zeroes [start, slot_size) of h's slot. Called with h->lock held. */
@@ -310,9 +309,12 @@ ssize_t fs_writer_write(struct fs_mount *fs, struct fs_handle *h, const char *bu
 	pos = h->w.resv.slot * h->slot_size + off;
 	pthread_mutex_unlock(&h->lock);
 
-	/* The slot is this node's only while its lease is (meta_lease_hold). */
+	/* The slot is this node's only while its lease is (meta_lease_hold),
+	 * so nothing but the system call comes between the check and it (the
+	 * copy to an aligned buffer goes first). */
+	const char *out = backing_buf(fs, buf, size);
 	ret = meta_lease_hold(fs->meta);
-	if (ret == 0 && (ret = pwrite_backing(fs, h->data_fd, buf, size, pos)) < 0)
+	if (ret == 0 && (ret = pwrite_all(h->data_fd, out, size, pos)) < 0)
 		warn_backing(-ret);
 	pthread_mutex_lock(&h->lock);
 	if (ret < 0) {
