@@ -614,6 +614,8 @@ struct presence_stats {
 /* XXH64 of the name's bytes, seed 0, through index_presence_remap:
  * 0 and 1 (empty, tombstone) taken to 2 and 3. */
 uint64_t index_presence_fp(const char *name, size_t len);
+/* index_presence_fp of a page's name. */
+uint64_t index_presence_page_fp(const struct page *p);
 uint64_t index_presence_remap(uint64_t h);
 /* A new empty table file in dir (mode: its permissions) for about pages
  * pages of pool pool_id, live; 0 or -errno. The caller owns *out. */

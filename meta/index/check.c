@@ -8,7 +8,8 @@
  * against its pool, its slot and its pool's presence table (if any). It
  * costs a walk of every page, so checked builds (PAGEFS_CHECKS: the
  * sanitizer and Debug builds) run it at open and at close (open.c), and
- * the unit tests after the operations they make. meta.lock held (or no other thread running).
+ * the unit tests after the operations they make. meta.lock held (or no
+ * other thread running).
  */
 #include "meta/index.h"
 
@@ -84,14 +85,9 @@ static int check_lru(const struct pool *p, char *err, size_t errlen)
 		     !(p->bits[g->slot / 64] >> (g->slot % 64) & 1)))
 			return BROKEN("pool %u: page %llu's slot %llu is free in the bitmap", p->id,
 			              (unsigned long long)g->id, (unsigned long long)g->slot);
-		if (p->presence) {
-			char text[META_NAME_MAX + 1];
-			if (!index_presence_has(
-				    p->presence,
-				    index_presence_fp(index_pname_text(g, text), g->name_len)))
-				return BROKEN("pool %u: page %llu is not in its presence table",
-				              p->id, (unsigned long long)g->id);
-		}
+		if (p->presence && !index_presence_has(p->presence, index_presence_page_fp(g)))
+			return BROKEN("pool %u: page %llu is not in its presence table", p->id,
+			              (unsigned long long)g->id);
 		if (++pages > p->pages)
 			break;
 		bytes += g->length;

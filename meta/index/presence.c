@@ -99,6 +99,13 @@ uint64_t index_presence_fp(const char *name, size_t len)
 	return index_presence_remap(XXH64(name, len, 0));
 }
 
+uint64_t index_presence_page_fp(const struct page *p)
+{
+	char text[META_NAME_MAX + 1];
+
+	return index_presence_fp(index_pname_text(p, text), p->name_len);
+}
+
 static uint64_t size_for(uint64_t pages)
 {
 	uint64_t n = PRESENCE_MIN;
@@ -166,13 +173,16 @@ static void retire(struct presence_hdr *hdr, int fd, const char *path, uint64_t 
 	close(fd); /* and the lock with it */
 }
 
-static void put(_Atomic uint64_t *e, uint64_t mask, uint64_t fp)
+/* Stores fp in the first empty entry or tombstone of its probe; returns
+ * what that entry held (EMPTY or TOMB). */
+static uint64_t put(_Atomic uint64_t *e, uint64_t mask, uint64_t fp)
 {
-	uint64_t i = fp & mask;
+	uint64_t i = fp & mask, v;
 
-	while (atomic_load_explicit(&e[i], memory_order_relaxed) > TOMB)
+	while ((v = atomic_load_explicit(&e[i], memory_order_relaxed)) > TOMB)
 		i = (i + 1) & mask;
 	atomic_store_explicit(&e[i], fp, memory_order_release);
+	return v;
 }
 
 /* A new generation of size entries holding the pages of the old one.
@@ -244,12 +254,7 @@ int index_presence_add(struct presence *t, uint64_t fp)
 		if (rc < 0)
 			return rc;
 	}
-	uint64_t i = fp & (t->size - 1);
-	uint64_t v;
-	while ((v = atomic_load_explicit(&t->e[i], memory_order_relaxed)) > TOMB)
-		i = (i + 1) & (t->size - 1);
-	atomic_store_explicit(&t->e[i], fp, memory_order_release);
-	if (v == EMPTY)
+	if (put(t->e, t->size - 1, fp) == EMPTY)
 		t->used++;
 	t->count++;
 	atomic_store_explicit(&t->hdr->count, t->count, memory_order_relaxed);
@@ -354,11 +359,10 @@ void index_presence_sweep(const char *dir)
 void index_presence_page(struct page *p, int in)
 {
 	struct pool *pool = page_pool(p);
-	char text[META_NAME_MAX + 1];
 
 	if (!pool->presence)
 		return;
-	uint64_t fp = index_presence_fp(index_pname_text(p, text), p->name_len);
+	uint64_t fp = index_presence_page_fp(p);
 	if (!in) {
 		index_presence_del(pool->presence, fp);
 	} else if (index_presence_add(pool->presence, fp) < 0) {
@@ -371,7 +375,6 @@ void index_presence_page(struct page *p, int in)
 
 int index_presence_pool(struct pool *pool, const char *dir, unsigned mode, const char **path)
 {
-	char text[META_NAME_MAX + 1];
 	int rc;
 
 	if (!pool->presence) {
@@ -379,8 +382,8 @@ int index_presence_pool(struct pool *pool, const char *dir, unsigned mode, const
 		    0)
 			return rc;
 		for (struct page *p = pool->lru_head; p; p = page_at(p->lru_next)) {
-			uint64_t fp = index_presence_fp(index_pname_text(p, text), p->name_len);
-			if ((rc = index_presence_add(pool->presence, fp)) < 0) {
+			if ((rc = index_presence_add(pool->presence, index_presence_page_fp(p))) <
+			    0) {
 				index_presence_free(pool->presence);
 				pool->presence = NULL;
 				return rc;

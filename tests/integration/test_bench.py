@@ -203,6 +203,19 @@ def _model_processes(path):
     return pids
 
 
+def _bench_on_model(tmp_path, meta, data, size, workloads):
+    """One client's pagefs bench of 4 pages of size on the 3fs model with
+    those latencies: (the finished run, its JSON records)."""
+    out = tmp_path / "model.json"
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    r = run_pagefs("bench", "--backing-model", "3fs", "--model-meta-latency", meta,
+                   "--model-data-latency", data, "--sizes", size, "--clients", "1",
+                   "--pages", "4", "--repeat", "1", "--workloads", workloads,
+                   "--json", out, timeout=150, env=env)
+    assert r.returncode == 0, f"bench failed: {describe(r)}"
+    return r, json.loads(out.read_text())
+
+
 @needs_root
 @pytest.mark.timeout_s(180)
 def test_bench_on_the_3fs_model_charges_its_latencies_and_records_them(tmp_path):
@@ -212,15 +225,8 @@ def test_bench_on_the_3fs_model_charges_its_latencies_and_records_them(tmp_path)
     per page show dir's create and rename reaching the model and pagefs's
     exists never reaching it; the stand-in is unmounted and gone at the end."""
     meta_us, data_us = 5000, 3000
-    out = tmp_path / "model.json"
-    env = dict(os.environ, TMPDIR=str(tmp_path))
-    r = run_pagefs("bench", "--backing-model", "3fs", "--model-meta-latency", "5ms",
-                   "--model-data-latency", "3000us", "--sizes", "64K", "--clients", "1",
-                   "--pages", "4", "--repeat", "1", "--workloads", "write,read-cold,exists",
-                   "--json", out, timeout=150, env=env)
-    assert r.returncode == 0, f"bench failed: {describe(r)}"
+    r, recs = _bench_on_model(tmp_path, "5ms", "3000us", "64K", "write,read-cold,exists")
     assert "3fs-model (meta 5000 us, data 3000 us, cache shared)" in r.stdout, describe(r)
-    recs = json.loads(out.read_text())
     got = {(rec["workload"], rec["contender"]): rec for rec in recs}
     assert {c for w, c in got} == CONTENDERS, recs
     for rec in recs:
@@ -260,15 +266,8 @@ def test_on_the_3fs_model_pagefs_moves_a_1m_page_in_one_backing_request(tmp_path
     through page-aligned buffers (fs/fs_align.h). From libfuse's request
     buffer or a malloc'd one they span 257 pages, which the kernel sends
     as two requests, each paying 3FS's data latency."""
-    out = tmp_path / "model.json"
-    env = dict(os.environ, TMPDIR=str(tmp_path))
-    r = run_pagefs("bench", "--backing-model", "3fs", "--model-meta-latency", "100us",
-                   "--model-data-latency", "100us", "--sizes", "1M", "--clients", "1",
-                   "--pages", "4", "--repeat", "1", "--workloads", "write,read-cold",
-                   "--json", out, timeout=150, env=env)
-    assert r.returncode == 0, f"bench failed: {describe(r)}"
-    got = {(rec["workload"], rec["contender"]): rec["model_requests_per_op"]
-           for rec in json.loads(out.read_text())}
+    _, recs = _bench_on_model(tmp_path, "100us", "100us", "1M", "write,read-cold")
+    got = {(rec["workload"], rec["contender"]): rec["model_requests_per_op"] for rec in recs}
     for contender in ("raw", "pagefs"):
         assert got[("write", contender)].get("write") == pytest.approx(1.0), \
             (contender, got[("write", contender)])

@@ -137,31 +137,43 @@ static void remote_row(struct store_change *c, uint64_t id, const char *name, ui
 	c->row.checksum = 42;
 }
 
-Test(grace, a_feed_row_read_before_this_nodes_eviction_does_not_bring_the_page_back)
+/* Page id arrives from node 7 at slot 6; this node drops it; then a feed
+ * batch applies node 7's row again, the batch read before this node's
+ * drop (read_before) or after it. Whether the page is back. */
+static int row_back_after_own_drop(uint64_t id, const char *name, int read_before)
 {
 	struct store_change c;
 	struct dropped *drops = NULL;
+	uint64_t read_at = 0;
 
-	remote_row(&c, 500, "pa", 6);
+	remote_row(&c, id, name, 6);
 	index_lock(fx.m);
 	shared_pool();
-	record_apply_remote(fx.m, &c, &drops); /* page 500 arrives from node 7 */
-	struct page *g = index_idtable_find(&fx.m->by_id, 500);
-	cr_assert_not_null(g, "the feed brought page 500");
-	/* The sync thread reads its next batch (it names page 500 at slot
-	 * 6: node 7 renamed it, say); then this node evicts page 500 (its
-	 * drop goes to the index after this) ... */
-	uint64_t read_at = index_feed_mark(fx.m);
+	record_apply_remote(fx.m, &c, &drops);
+	struct page *g = index_idtable_find(&fx.m->by_id, id);
+	cr_assert_not_null(g, "the feed brought page %llu", (unsigned long long)id);
+	if (read_before)
+		read_at = index_feed_mark(fx.m);
 	index_page_unlink_committed(fx.m, g);
 	index_page_free(g);
-	/* ... and the batch is applied. */
+	if (!read_before)
+		read_at = index_feed_mark(fx.m);
 	index_feed_begin(fx.m, read_at);
 	record_apply_remote(fx.m, &c, &drops);
 	index_feed_end(fx.m);
-	int back = index_idtable_find(&fx.m->by_id, 500) != NULL;
+	int back = index_idtable_find(&fx.m->by_id, id) != NULL;
 	index_unlock(fx.m);
 	index_drops_notify(fx.m, drops);
-	cr_assert(!back, "a row read before this node dropped page 500 brought it back");
+	return back;
+}
+
+Test(grace, a_feed_row_read_before_this_nodes_eviction_does_not_bring_the_page_back)
+{
+	/* The sync thread reads its next batch (it names page 500 at slot 6:
+	 * node 7 renamed it, say), then this node evicts page 500, then the
+	 * batch is applied. */
+	cr_assert(!row_back_after_own_drop(500, "pa", 1),
+	          "a row read before this node dropped page 500 brought it back");
 }
 
 Test(grace, a_feed_row_read_before_this_nodes_commit_of_its_name_does_not_replace_it)
@@ -200,23 +212,7 @@ Test(grace, a_feed_row_read_before_this_nodes_commit_of_its_name_does_not_replac
 
 Test(grace, a_feed_row_read_after_this_nodes_change_is_applied)
 {
-	struct store_change c;
-	struct dropped *drops = NULL;
-
-	remote_row(&c, 502, "pc", 6);
-	index_lock(fx.m);
-	shared_pool();
-	record_apply_remote(fx.m, &c, &drops);
-	struct page *g = index_idtable_find(&fx.m->by_id, 502);
-	cr_assert_not_null(g);
-	index_page_unlink_committed(fx.m, g);
-	index_page_free(g);
-	uint64_t read_at = index_feed_mark(fx.m); /* read after the drop */
-	index_feed_begin(fx.m, read_at);
-	record_apply_remote(fx.m, &c, &drops); /* (node 7 wrote it again) */
-	index_feed_end(fx.m);
-	int back = index_idtable_find(&fx.m->by_id, 502) != NULL;
-	index_unlock(fx.m);
-	index_drops_notify(fx.m, drops);
-	cr_assert(back, "a row read after this node's change is the index's word");
+	/* (node 7 wrote it again after this node's drop) */
+	cr_assert(row_back_after_own_drop(502, "pc", 0),
+	          "a row read after this node's change is the index's word");
 }
