@@ -197,13 +197,23 @@ void pagefs_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (ret < 0)
 		return (void)fuse_reply_err(req, -ret);
 	fi->fh = 0;
+	if (fs_ino_kind(ino, &id) == FS_POOL) { /* may hold batch pins (fs_pin.h) */
+		struct fs_dirh *d = fs_dirh_new(&fs_of(req)->pins);
+
+		if (!d)
+			return (void)fuse_reply_err(req, ENOMEM);
+		fi->fh = (uintptr_t)d;
+	}
 	fuse_reply_open(req, fi);
 }
 
 void pagefs_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	struct fs_mount *fs = fs_of(req);
+
 	(void)ino;
-	(void)fi;
+	if (fi->fh)
+		fs_dirh_free(&fs->pins, fs->meta, fs_dirh_of(fi));
 	fuse_reply_err(req, 0);
 }
 

@@ -22,12 +22,23 @@
  *       u64 length, u64 XXH3-64 checksum.
  *     Each found page's recency is refreshed and counted as a hit, as a
  *     lookup by name is.
+ *   op 3, LOOKUP_PIN: LOOKUP, and each found page's slot is pinned until
+ *     UNPIN: the header, u64 slot size, u64 token, the records (flags bit
+ *     1: pinned), the path. The pins are held by the open directory
+ *     (fs_pin.h); closing it drops them. EBUSY when the directory would
+ *     hold more than FS_PIN_MAX pins (nothing is pinned then).
+ *   op 4, UNPIN: count 0, then `bytes` / 8 u64 tokens that LOOKUP_PIN
+ *     gave through this open directory; their pins are dropped. The reply
+ *     is the header. EINVAL if a token is not held (the others are still
+ *     dropped).
  *
- * The offset is only safe to read while the page is held open through
- * the mount (the open pins its slot): a client opens the pages, issues
- * LOOKUP, and reads a page's bytes only where the inode number of its
- * open file (fstat) is the one answered here, so the pinned version is
- * the one whose offset it reads. docs/SGLANG.md compares this channel
+ * An offset of LOOKUP is safe to read only while the page is held open
+ * through the mount (the open pins its slot): a client opens the pages,
+ * issues LOOKUP, and reads a page's bytes only where the inode number of
+ * its open file (fstat) is the one answered here, so the pinned version
+ * is the one whose offset it reads. An offset of LOOKUP_PIN is safe until
+ * its UNPIN, with no open per page: two requests a batch instead of one
+ * request a page and one a batch. docs/SGLANG.md compares this channel
  * with a control file and xattrs.
  *
  * The request is a restricted ioctl: the kernel copies FS_IOC_SIZE bytes
@@ -48,6 +59,9 @@
 #define FS_IOC_VERSION 1
 #define FS_IOC_EXISTS 1
 #define FS_IOC_LOOKUP 2
+#define FS_IOC_LOOKUP_PIN 3
+#define FS_IOC_UNPIN 4
+#define FS_IOC_PINNED 2U /* record flag: the slot is pinned until UNPIN */
 #define FS_IOC_HDR 16
 #define FS_IOC_REC 40
 
@@ -121,14 +135,17 @@ static int answer_exists(struct fs_mount *fs, uint32_t pool_id, const char **nam
 	return 0;
 }
 
+/* LOOKUP, and LOOKUP_PIN when d is not NULL: slots[] then receives the
+ * pinned slots and *npinned their count; the caller keeps or drops them. */
 static int answer_lookup(struct fs_mount *fs, uint32_t pool_id, const char **names,
-                         struct ioc_hdr *h, char *out, size_t *len)
+                         struct ioc_hdr *h, char *out, size_t *len, uint64_t *slots,
+                         size_t *npinned)
 {
 	struct meta_pool_info pool;
 	struct meta_page_info p;
 	struct ioc_rec rec;
 	size_t path_len;
-	size_t at = FS_IOC_HDR + sizeof(uint64_t);
+	size_t at = FS_IOC_HDR + (slots ? 2 : 1) * sizeof(uint64_t);
 	int ret = meta_pool_get(fs->meta, pool_id, &pool);
 
 	if (ret < 0)
@@ -141,9 +158,14 @@ static int answer_lookup(struct fs_mount *fs, uint32_t pool_id, const char **nam
 		memset(&rec, 0, sizeof(rec));
 		rec.err = meta_check_name(names[i]);
 		if (rec.err == 0)
-			rec.err = meta_page_lookup(fs->meta, pool_id, names[i], &p, NULL);
+			rec.err = slots ? meta_page_lookup_pin(fs->meta, pool_id, names[i], &p)
+			                : meta_page_lookup(fs->meta, pool_id, names[i], &p, NULL);
 		if (rec.err == 0) {
 			rec.flags = p.has_checksum ? 1U : 0U;
+			if (slots) {
+				slots[(*npinned)++] = p.slot;
+				rec.flags |= FS_IOC_PINNED;
+			}
 			rec.ino = fs_ino_page(p.id, p.version);
 			rec.offset = p.slot * pool.slot_size;
 			rec.length = p.length;
@@ -157,26 +179,83 @@ static int answer_lookup(struct fs_mount *fs, uint32_t pool_id, const char **nam
 	return 0;
 }
 
-/* Answers the request in `in` into out; 0 with *len set, or -errno. */
-static int answer(struct fs_mount *fs, uint32_t pool_id, const char *in, char *out, size_t *len)
+/* LOOKUP_PIN: the pins are kept by d under the token the reply carries;
+ * on any failure none is left. */
+static int answer_lookup_pin(struct fs_mount *fs, struct fs_dirh *d, uint32_t pool_id,
+                             const char **names, struct ioc_hdr *h, char *out, size_t *len)
+{
+	uint64_t *slots = calloc(h->count ? h->count : 1, sizeof(*slots));
+	uint64_t token = 0;
+	size_t n = 0;
+	int ret;
+
+	if (!slots)
+		return -ENOMEM;
+	/* The slots hold the answered pages' bytes only while this node is a
+	 * node of its index (fs_file.c's open checks the same). */
+	ret = meta_lease_hold(fs->meta);
+	if (ret == 0)
+		ret = answer_lookup(fs, pool_id, names, h, out, len, slots, &n);
+	if (ret == 0)
+		ret = fs_dirh_keep(d, pool_id, slots, n, &token);
+	if (ret == 0)
+		memcpy(out + FS_IOC_HDR + sizeof(uint64_t), &token, sizeof(token));
+	else
+		for (size_t i = 0; i < n; i++)
+			meta_slot_unpin(fs->meta, pool_id, slots[i]);
+	free(slots);
+	return ret;
+}
+
+/* UNPIN: every token is dropped that d holds. */
+static int answer_unpin(struct fs_mount *fs, struct fs_dirh *d, const char *in, struct ioc_hdr *h,
+                        size_t *len)
+{
+	int ret = 0;
+
+	if (h->count != 0 || h->bytes % sizeof(uint64_t) != 0)
+		return -EINVAL;
+	for (uint32_t at = 0; at < h->bytes; at += sizeof(uint64_t)) {
+		uint64_t token;
+
+		memcpy(&token, in + FS_IOC_HDR + at, sizeof(token));
+		if (fs_dirh_drop(d, fs->meta, token) < 0)
+			ret = -EINVAL;
+	}
+	h->bytes = 0;
+	*len = FS_IOC_HDR;
+	return ret;
+}
+
+/* Answers the request in `in` into out; 0 with *len set, or -errno. d is
+ * the pool directory's handle (NULL: no pins can be held, EBADF). */
+static int answer(struct fs_mount *fs, struct fs_dirh *d, uint32_t pool_id, const char *in,
+                  char *out, size_t *len)
 {
 	struct ioc_hdr h;
 	const char **names;
 	int ret;
 
 	memcpy(&h, in, sizeof(h));
-	if (h.magic != FS_IOC_MAGIC || h.version != FS_IOC_VERSION ||
-	    (h.op != FS_IOC_EXISTS && h.op != FS_IOC_LOOKUP) ||
-	    h.bytes > FS_IOC_SIZE - FS_IOC_HDR || h.count > h.bytes)
+	if (h.magic != FS_IOC_MAGIC || h.version != FS_IOC_VERSION || h.op < FS_IOC_EXISTS ||
+	    h.op > FS_IOC_UNPIN || h.bytes > FS_IOC_SIZE - FS_IOC_HDR || h.count > h.bytes)
 		return -EINVAL;
-	names = calloc(h.count ? h.count : 1, sizeof(*names));
-	if (!names)
-		return -ENOMEM;
-	ret = split_names(in, &h, names);
-	if (ret == 0)
-		ret = h.op == FS_IOC_EXISTS ? answer_exists(fs, pool_id, names, &h, out, len)
-		                            : answer_lookup(fs, pool_id, names, &h, out, len);
-	free((void *)names);
+	if ((h.op == FS_IOC_LOOKUP_PIN || h.op == FS_IOC_UNPIN) && !d)
+		return -EBADF;
+	if (h.op == FS_IOC_UNPIN)
+		ret = answer_unpin(fs, d, in, &h, len);
+	else if (!(names = calloc(h.count ? h.count : 1, sizeof(*names))))
+		ret = -ENOMEM;
+	else {
+		ret = split_names(in, &h, names);
+		if (ret == 0 && h.op == FS_IOC_EXISTS)
+			ret = answer_exists(fs, pool_id, names, &h, out, len);
+		else if (ret == 0 && h.op == FS_IOC_LOOKUP)
+			ret = answer_lookup(fs, pool_id, names, &h, out, len, NULL, NULL);
+		else if (ret == 0)
+			ret = answer_lookup_pin(fs, d, pool_id, names, &h, out, len);
+		free((void *)names);
+	}
 	if (ret == 0)
 		memcpy(out, &h, sizeof(h));
 	return ret;
@@ -192,7 +271,6 @@ void pagefs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg
 	int ret;
 
 	(void)arg;
-	(void)fi;
 	if (flags & FUSE_IOCTL_COMPAT)
 		return (void)fuse_reply_err(req, ENOSYS);
 	if (cmd != (unsigned int)PAGEFS_IOC_BATCH)
@@ -204,7 +282,7 @@ void pagefs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg
 	out = calloc(1, FS_IOC_SIZE);
 	if (!out)
 		return (void)fuse_reply_err(req, ENOMEM);
-	ret = answer(fs_of(req), (uint32_t)id, in_buf, out, &len);
+	ret = answer(fs_of(req), fs_dirh_of(fi), (uint32_t)id, in_buf, out, &len);
 	if (ret < 0)
 		fuse_reply_err(req, -ret);
 	else

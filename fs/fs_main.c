@@ -257,6 +257,12 @@ int pagefs_serve(const struct pagefs_mount_opts *o,
 		ready(arg, ret, "cannot initialize pagefs: out of resources");
 		return 1;
 	}
+	ret = fs_pins_init(&fs.pins);
+	if (ret < 0) {
+		fs_handles_destroy(&fs.handles);
+		ready(arg, ret, "cannot initialize pagefs: out of resources");
+		return 1;
+	}
 	ret = fs_inval_new(&fs.inval);
 	if (ret < 0) {
 		ready(arg, ret, "cannot initialize pagefs: out of memory");
@@ -348,6 +354,7 @@ out_session:
 		fuse_session_destroy(fs.se);
 out_meta:
 	close_all_handles(&fs);
+	fs_pins_close_all(&fs.pins, fs.meta);
 	if (o->on_close)
 		o->on_close(o->hook_arg);
 	meta_close(fs.meta);
@@ -355,6 +362,7 @@ out_inval:
 	if (!stuck)
 		fs_inval_free(fs.inval);
 out_handles:
+	fs_pins_destroy(&fs.pins);
 	fs_handles_destroy(&fs.handles);
 	fuse_opt_free_args(&args);
 	free(canon);

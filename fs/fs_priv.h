@@ -19,6 +19,7 @@
 
 #include "fs/fs.h"
 #include "fs/fs_handle.h"
+#include "fs/fs_pin.h"
 
 struct fs_inval;
 
@@ -32,6 +33,7 @@ struct fs_mount {
 	struct fuse_session *se;
 	struct fs_inval *inval;    /* sends kernel invalidations (fs_inval.c) */
 	struct fs_handles handles; /* open page files (fs_handle.c) */
+	struct fs_pins pins;       /* open pool directories and their pins (fs_pin.c) */
 	double timeout;            /* entry/attr timeout of dirs and committed pages */
 	uid_t uid;                 /* owner reported for every inode */
 	gid_t gid;
@@ -58,6 +60,14 @@ static inline struct fs_handle *fs_handle_of(const struct fuse_file_info *fi)
 	if (!fi)
 		return NULL;
 	return (struct fs_handle *)(uintptr_t)fi->fh; // NOLINT(performance-no-int-to-ptr)
+}
+
+static inline struct fs_dirh *fs_dirh_of(const struct fuse_file_info *fi)
+{
+	/* fi->fh of a pool directory holds the pointer opendir stored. */
+	if (!fi)
+		return NULL;
+	return (struct fs_dirh *)(uintptr_t)fi->fh; // NOLINT(performance-no-int-to-ptr)
 }
 
 /* Builds the user.pagefs.stats document. Returns a malloc'd NUL-terminated

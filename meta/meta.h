@@ -272,6 +272,15 @@ void meta_page_abort(struct meta *m, const struct meta_resv *r);
  */
 int meta_page_pin(struct meta *m, uint64_t page_id, struct meta_page_info *out, int *verify);
 /*
+ * Looks up committed page `name` of a pool and pins its slot, in one step
+ * under meta.lock: a lookup by name (recency refreshed, a hit or a miss
+ * counted) whose answer stays true of the slot until meta_slot_unpin. For
+ * readers that take a page's bytes from the data file themselves (the
+ * batch pin of fs_ioctl.c). 0 or -ENOENT.
+ */
+int meta_page_lookup_pin(struct meta *m, uint32_t pool_id, const char *name,
+                         struct meta_page_info *out);
+/*
  * Before the bytes of a slot are read or written: 0 while this node is
  * surely still a node of its shared index (a heartbeat renewed its lease
  * less than 1.5 s ago), so that no other node writes into the slots its

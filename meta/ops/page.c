@@ -604,6 +604,29 @@ int meta_page_pin(struct meta *m, uint64_t page_id, struct meta_page_info *out, 
 	return ret;
 }
 
+int meta_page_lookup_pin(struct meta *m, uint32_t pool_id, const char *name,
+                         struct meta_page_info *out)
+{
+	int ret = -ENOENT;
+
+	index_lock(m);
+	struct pool *pool = index_pool_live(m, pool_id);
+	if (pool) {
+		struct page *p = index_table_find_name(&m->by_name, pool_id, name, NULL);
+		if (p) {
+			index_slot_pin(pool, p->slot);
+			ops_page_touch(m, p);
+			fill_info(m, p, out);
+			pool->hits++;
+			ret = 0;
+		} else {
+			pool->misses++;
+		}
+	}
+	index_unlock(m);
+	return ret;
+}
+
 int meta_page_new_version(struct meta *m, uint64_t page_id, struct meta_page_info *out)
 {
 	int ret = -ENOENT;

@@ -17,21 +17,25 @@ MAGIC = 0x53464750
 VERSION = 1
 OP_EXISTS = 1
 OP_LOOKUP = 2
+OP_LOOKUP_PIN = 3
+OP_UNPIN = 4
 _HDR = struct.Struct("=IHHII")
 _REC = struct.Struct("=iIQQQQ")
-# Most names a request may carry: a LOOKUP reply needs a 40-byte record
-# per name, the slot size and the data file's path (up to 4 KiB).
-MAX_NAMES = (IOC_SIZE - _HDR.size - 8 - 4096) // _REC.size
+# Most names a request may carry: a LOOKUP_PIN reply needs a 40-byte
+# record per name, the slot size, the token and the data file's path (up
+# to 4 KiB).
+MAX_NAMES = (IOC_SIZE - _HDR.size - 16 - 4096) // _REC.size
 
 
 class Record:
     """What LOOKUP answers for one name."""
 
-    __slots__ = ("err", "has_checksum", "ino", "offset", "length", "checksum")
+    __slots__ = ("err", "has_checksum", "pinned", "ino", "offset", "length", "checksum")
 
     def __init__(self, err, flags, ino, offset, length, checksum):
         self.err = -err
         self.has_checksum = bool(flags & 1)
+        self.pinned = bool(flags & 2)
         self.ino = ino
         self.offset = offset
         self.length = length
@@ -53,8 +57,9 @@ def _chunks(encoded):
     yield start, len(encoded)
 
 
-def _request(dirfd, op, names):
-    body = b"\0".join(names) + b"\0" if names else b""
+def _request(dirfd, op, names, body=None):
+    if body is None:
+        body = b"\0".join(names) + b"\0" if names else b""
     buf = bytearray(IOC_SIZE)
     _HDR.pack_into(buf, 0, MAGIC, VERSION, op, len(names), len(body))
     buf[_HDR.size:_HDR.size + len(body)] = body
@@ -78,15 +83,43 @@ def exists(dirfd, encoded):
 
 def lookup(dirfd, encoded):
     """(data file path, slot size, [Record]) for the encoded names."""
+    path, slot_size, recs, _ = _lookup(dirfd, encoded, OP_LOOKUP)
+    return path, slot_size, recs
+
+
+def lookup_pin(dirfd, encoded):
+    """lookup, and each found page's slot stays pinned (Record.pinned)
+    until unpin(dirfd, tokens) or until dirfd is closed: (path, slot size,
+    [Record], tokens). OSError EINVAL from a daemon without the op."""
+    tokens = []
+    try:
+        return _lookup(dirfd, encoded, OP_LOOKUP_PIN, tokens)
+    except BaseException:
+        if tokens:
+            unpin(dirfd, tokens)
+        raise
+
+
+def unpin(dirfd, tokens):
+    """Drops the pins lookup_pin gave under tokens."""
+    for a in range(0, len(tokens), 1024):
+        part = tokens[a:a + 1024]
+        _request(dirfd, OP_UNPIN, [], struct.pack("=%dQ" % len(part), *part))
+
+
+def _lookup(dirfd, encoded, op, tokens=None):
     recs, path, slot_size = [], None, 0
     for a, b in _chunks(encoded):
         if a == b:
             continue
-        buf, path_len = _request(dirfd, OP_LOOKUP, encoded[a:b])
+        buf, path_len = _request(dirfd, op, encoded[a:b])
         (slot_size,) = struct.unpack_from("=Q", buf, _HDR.size)
         at = _HDR.size + 8
+        if op == OP_LOOKUP_PIN:
+            tokens.append(struct.unpack_from("=Q", buf, at)[0])
+            at += 8
         for _ in range(b - a):
             recs.append(Record(*_REC.unpack_from(buf, at)))
             at += _REC.size
         path = os.fsdecode(bytes(buf[at:at + path_len]))
-    return path, slot_size, recs
+    return path, slot_size, recs, tokens

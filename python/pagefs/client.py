@@ -7,19 +7,20 @@ daemon keeps and this client maps read only (_presence.py; needs
 python3-xxhash), and asks the daemon (the batch lookup ioctl, _wire.py)
 only when there is no table (no xxhash, a daemon without tables, or one
 that went away). Other lookups of a batch are one request to the daemon
-(the ioctl), never a stat per name. Reads take the direct path: each page is opened through the mount,
-which pins its slot so nothing can overwrite it while it is open; one
-lookup for the batch gives each page's inode number, offset in the pool's
-data file, length and checksum; where the inode of the open file is the
-one answered (so the pinned version is the one whose offset we have), the
-bytes are read from the data file with preadv straight into the buffer
-(O_DIRECT when buffer, offset and length are aligned and the backing
-allows it), their XXH3-64 is checked, and the page is closed. Anything
-else (a page replaced between open and lookup, a page without checksum,
-no XXH3 available, a checksum that does not match) reads through the open
-file, where the daemon verifies. Writes go through the mount: one write of
-the whole buffer, committed at close, so a page is published whole or not
-at all.
+(the ioctl), never a stat per name. Reads take the direct path: one
+request (LOOKUP_PIN) pins every page of the batch, so nothing can
+overwrite its slot, and answers each page's offset in the pool's data
+file, length and checksum; the bytes are read from the data file with
+preadv straight into the buffers (O_DIRECT when buffer, offset and length
+are aligned and the backing allows it), their XXH3-64 is checked, and a
+second request (UNPIN) lets the slots go; a client that dies lets them go
+when the kernel closes its pool directory. A daemon without the batch pin
+(or pin=False) gets an open per page instead, which pins it: the open
+file's inode must be the one the batch's LOOKUP answered. A page without
+a checksum, or no XXH3 available, reads through the open file, where the
+daemon verifies; a checksum that does not match is a miss. Writes go
+through the mount: one write of the whole buffer, committed at close, so
+a page is published whole or not at all.
 
 Errors: bad arguments (a name with '/' or NUL, a buffer larger than the
 pool's page size, a buffer count that differs from the name count) raise
@@ -213,10 +214,13 @@ class Client:
     many pages of one batch are opened, read or written at once (the
     daemon answers them in parallel, and concurrent commits share its
     group commit). presence: exists probes the pools' presence tables
-    where it can (False: always one request to the daemon).
+    where it can (False: always one request to the daemon). pin: a read
+    pins its batch's pages with one request and unpins them with another
+    (False, or a daemon without the batch pin: each page is opened through
+    the mount, which pins it, and closed).
     """
 
-    def __init__(self, mountpoint, verify="first", threads=4, presence=True):
+    def __init__(self, mountpoint, verify="first", threads=4, presence=True, pin=True):
         if verify not in ("first", "always", "none"):
             raise ValueError("verify must be first, always or none, not %r" % (verify,))
         self.mountpoint = os.path.abspath(mountpoint)
@@ -236,9 +240,11 @@ class Client:
         self._lock = threading.Lock()
         self._verified = {}
         self._executor = None
-        # How reads went: straight from the data file, or through the mount.
+        self.pin = bool(pin)
+        # How reads went: straight from the data file (pinned_batches of
+        # them pinned by one request), or through the mount.
         self.counters = {"direct_reads": 0, "odirect_reads": 0, "mount_reads": 0,
-                         "checksum_mismatches": 0}
+                         "checksum_mismatches": 0, "pinned_batches": 0}
 
     # ---- pools ----
 
@@ -389,10 +395,70 @@ class Client:
         views = [byte_view(b, writable=True) for b in buffers]
         p = self._pool(rank, ns)
         ok = [False] * len(enc)
-        fds = [-1] * len(enc)
+        rest = range(len(enc))
+        if self.pin and xxh3_64 is not None and enc:
+            rest = self._read_pinned(p, enc, views, ok)
+        if rest:
+            self._read_opened(rank, ns, p, enc, views, ok, rest)
+        return ok
+
+    def _read_pinned(self, p, enc, views, ok):
+        """Reads the batch with its pages pinned by one request and unpinned
+        by another (no open per page). Returns the indices left for
+        _read_opened: all of them when the daemon has no batch pin or the
+        data file cannot be opened; pages without a checksum."""
+        try:
+            path, _, recs, tokens = _wire.lookup_pin(p.dirfd, enc)
+        except OSError as e:
+            if e.errno in (errno.EINVAL, errno.ENOTTY):
+                self.pin = False  # a daemon without LOOKUP_PIN: open per page
+            elif e.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EBADF):
+                self.last_error = e  # say EBUSY: this client holds too many pins
+            return range(len(enc))
+        rest = []
+        try:
+            data_fd, direct_fd = p.data_fds(path)
+            if data_fd < 0:
+                return range(len(enc))
+            self.counters["pinned_batches"] += 1
+
+            def read_some(idx):
+                for i in idx:
+                    rec = recs[i]
+                    if not rec.found or rec.length != len(views[i]):
+                        continue  # a miss
+                    got = None
+                    if rec.pinned and rec.has_checksum:
+                        try:
+                            got = self._read_slot(data_fd, direct_fd, rec, views[i])
+                        except OSError as e:
+                            self.last_error = e
+                    if not got:
+                        # Short, unreadable or corrupt: an open through the
+                        # mount decides (the daemon's check at open drops a
+                        # corrupt page it has not verified yet).
+                        rest.append(i)
+                    else:
+                        self.counters["direct_reads"] += 1
+                        ok[i] = True
+
+            self._in_parallel(read_some, len(enc))
+        finally:
+            try:
+                _wire.unpin(p.dirfd, tokens)
+            except OSError as e:
+                self.last_error = e  # closing the pool directory drops them
+        return sorted(rest)
+
+    def _read_opened(self, rank, ns, p, enc, views, ok, which):
+        """Reads the pages `which` of the batch each held open through the
+        mount (the open pins it), with one lookup for them all."""
+        which = list(which)
+        fds = {}
 
         def open_some(idx):
-            for i in idx:
+            for j in idx:
+                i = which[j]
                 try:
                     fds[i] = os.open(p.bpath + b"/" + enc[i], os.O_RDONLY | os.O_CLOEXEC)
                 except OSError as e:
@@ -400,31 +466,27 @@ class Client:
                         self.last_error = e
 
         try:
-            self._in_parallel(open_some, len(enc))
-            opened = [i for i in range(len(enc)) if fds[i] >= 0]
+            self._in_parallel(open_some, len(which))
+            opened = [i for i in which if i in fds]
             if not opened:
-                return ok
+                return
             try:
                 asked = [enc[i] for i in opened]
                 path, _, got = self._batch(rank, ns, lambda q: _wire.lookup(q.dirfd, asked))
             except OSError as e:
                 self.last_error = e
                 path, got = None, [None] * len(opened)
-            recs = [None] * len(enc)
-            for i, rec in zip(opened, got):
-                recs[i] = rec
+            recs = dict(zip(opened, got))
 
             def read_some(idx):
-                for i in idx:
-                    if fds[i] >= 0:
-                        ok[i] = self._read_one(p, path, fds[i], recs[i], views[i])
+                for j in idx:
+                    i = opened[j]
+                    ok[i] = self._read_one(p, path, fds[i], recs[i], views[i])
 
-            self._in_parallel(read_some, len(enc))
+            self._in_parallel(read_some, len(opened))
         finally:
-            for fd in fds:
-                if fd >= 0:
-                    os.close(fd)
-        return ok
+            for fd in fds.values():
+                os.close(fd)
 
     def _in_parallel(self, fn, n):
         """fn(indices) over range(n) in up to self.threads contiguous chunks
@@ -474,6 +536,18 @@ class Client:
         data_fd, direct_fd = p.data_fds(path)
         if data_fd < 0:
             return None
+        got = self._read_slot(data_fd, direct_fd, rec, view)
+        if got is False:
+            # The open file pins this version's slot, so these are its
+            # bytes, corrupt on the backing: a miss (the daemon, under
+            # --verify none, would serve them through fd as they are).
+            self.counters["checksum_mismatches"] += 1
+        return got
+
+    def _read_slot(self, data_fd, direct_fd, rec, view):
+        """Reads the bytes of rec, whose slot is pinned, from the data file
+        into view and checks them: True, False when they do not match the
+        checksum, None when the file is short (read through the mount)."""
         use = data_fd
         if (direct_fd >= 0 and rec.offset % _ALIGN == 0 and len(view) % _ALIGN == 0 and
                 len(view) and _address(view) % _ALIGN == 0):
@@ -488,10 +562,6 @@ class Client:
         if self.verify == "first" and self._verified.get(key) == rec.checksum:
             return True
         if xxh3_64(view) != rec.checksum:
-            # fd pins this version's slot, so these are its bytes, corrupt
-            # on the backing: a miss (the daemon, under --verify none,
-            # would serve them through fd as they are).
-            self.counters["checksum_mismatches"] += 1
             return False
         if self.verify == "first":
             if len(self._verified) > 1 << 20:
