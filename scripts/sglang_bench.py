@@ -6,11 +6,13 @@ Three ratios, for each page size, client process count and backing:
   exists  Client.exists of a batch (presence table;   vs a stat per key on a
           --no-presence: one ioctl request)
                                                           plain directory
-  get     Client.read_into of a batch (direct path)    vs pread of the same
-                                                          bytes from the data file
+  get     Client.read_into of a batch (direct path:    vs pread of the same
+          one request pins the batch, one unpins it)      bytes from the data file
   set     Client.write of a batch (atomic publish)     vs temp file + write +
                                                           rename per key on a
                                                           plain directory
+and with --ops pin, the batch pin against an open per page (pin=False, as
+with a daemon without it) for the same reads.
 The plain directory lives on the same backing as pagefs's data files. The
 contenders alternate in short rounds (--round seconds each) so that a load
 change on the machine hits both; a ratio is native keys/s over baseline
@@ -24,7 +26,7 @@ FUSE mounts); everything is unmounted on exit.
 
   PYTHONPATH=python /usr/bin/python3 scripts/sglang_bench.py --pagefs build/pagefs \\
       [--sizes 64K,1M] [--procs 1,4] [--batch 64] [--seconds 2] [--backing-fuse] \\
-      [--verify first|always|none] [--json FILE]
+      [--verify first|always|none] [--ops exists,get,set,pin] [--no-pin] [--json FILE]
   ... --channels   compares lookup channels instead (presence table, ioctl
                    batch, stat and getxattr per name) on one mount
 """
@@ -143,9 +145,12 @@ def names_of(proc, n):
 class Worker:
     """One client process's view: its keys, buffers and pagefs client."""
 
-    def __init__(self, env, proc, page, batch, verify, rank, threads, presence=True):
+    def __init__(self, env, proc, page, batch, verify, rank, threads, presence=True, pin=True):
         self.env, self.page, self.batch, self.rank = env, page, batch, rank
-        self.client = pagefs.Client(env.mnt, verify=verify, threads=threads, presence=presence)
+        self.client = pagefs.Client(env.mnt, verify=verify, threads=threads, presence=presence,
+                                    pin=pin)
+        # the same reads with an open per page instead of the batch pin
+        self.opener = pagefs.Client(env.mnt, verify=verify, threads=threads, pin=False)
         self.names = names_of(proc, batch * 4)
         # set writes names of its own: the pages get and exists use stay the
         # ones fill() wrote (a rewritten page is a new version, which the
@@ -175,6 +180,7 @@ class Worker:
         # reads are of pages read before, as a hot prefix is.
         for k in range(4):
             assert all(self.client.read_into(self.rank, "kv", self.take(), self.bufs))
+            assert all(self.opener.read_into(self.rank, "kv", self.take(), self.bufs))
         self.offsets = [r.offset for r in recs]
 
     # exists
@@ -188,6 +194,9 @@ class Worker:
     # get
     def get_native(self):
         assert all(self.client.read_into(self.rank, "kv", self.take(), self.bufs))
+
+    def get_opened(self):
+        assert all(self.opener.read_into(self.rank, "kv", self.take(), self.bufs))
 
     def get_raw(self):
         k = self.i % 4
@@ -211,12 +220,13 @@ class Worker:
 
 PAIRS = {"exists": ("exists_native", "exists_file"),
          "get": ("get_native", "get_raw"),
+         "pin": ("get_native", "get_opened"),
          "set": ("set_native", "set_file")}
 
 
 def child(env, proc, page, args, barrier, out):
     w = Worker(env, proc, page, args.batch, args.verify, rank=proc, threads=args.threads,
-               presence=not args.no_presence)
+               presence=not args.no_presence, pin=not args.no_pin)
     w.fill()
     res = {}
     for op in args.ops:
@@ -323,6 +333,8 @@ def main():
     ap.add_argument("--threads", type=int, default=4, help="pagefs.Client threads")
     ap.add_argument("--no-presence", action="store_true",
                     help="exists asks the daemon (ioctl) instead of the presence table")
+    ap.add_argument("--no-pin", action="store_true",
+                    help="get opens each page (which pins it) instead of the batch pin")
     ap.add_argument("--channels", action="store_true")
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -354,6 +366,7 @@ def main():
                               "keys/s  ratio %5.2f" % (
                                   env.desc, human(page), nprocs, op, r[nat],
                                   {"exists": "stat per key", "get": "raw pread",
+                                   "pin": "open per page",
                                    "set": "tmp+write+rename"}[op], r[base], row["ratio"]),
                               flush=True)
         finally:

@@ -8,9 +8,11 @@ PAGEFS_TEST_PG_URI (skipped without it).
 """
 import errno
 import os
+import pathlib
 import random
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -166,14 +168,39 @@ def test_no_slot_is_ever_owned_by_two_names_under_writers_on_every_mount(mount):
     assert r.returncode == 0, describe(r)
 
 
-def test_a_reader_on_one_mount_keeps_its_slot_from_reuse_by_another(mount):
+def batch_pin(pool_dir, name):
+    """A reader of python/pagefs's kind: the pool directory open, name
+    pinned by LOOKUP_PIN. (directory fd, the page's bytes as read from the
+    data file, for as long as the fd is open)."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python"))
+    from pagefs import _wire
+
+    dirfd = os.open(pool_dir, os.O_RDONLY | os.O_DIRECTORY)
+    path, _, (rec,), _ = _wire.lookup_pin(dirfd, [name.encode()])
+    assert rec.pinned
+
+    def read(n):
+        with open(path, "rb") as f:
+            return os.pread(f.fileno(), n, rec.offset)
+
+    return dirfd, read
+
+
+@pytest.mark.parametrize("reader", ["open", "batch_pin"])
+def test_a_reader_on_one_mount_keeps_its_slot_from_reuse_by_another(mount, reader):
     # 64 slots in chunks of 2: the writer's node must reuse freed slots.
     a, b = mounts(mount, 2, "--page-size", "64K", "--capacity", "4M")
     pool_everywhere([a, b])
     old = os.urandom(60000)
     write_page(a.path(0, "kv", "old"), old)
     wait_visible(b.path(0, "kv", "old"), old)
-    fd = os.open(b.path(0, "kv", "old"), os.O_RDONLY)  # a reader on b
+    if reader == "open":  # a reader on b
+        fd = os.open(b.path(0, "kv", "old"), os.O_RDONLY)
+
+        def read(n):
+            return os.pread(fd, n, 0)
+    else:
+        fd, read = batch_pin(b.path(0, "kv"), "old")
     try:
         slot = int(os.getxattr(a.path(0, "kv", "old"), "user.pagefs.slot"))
         os.unlink(a.path(0, "kv", "old"))
@@ -186,7 +213,7 @@ def test_a_reader_on_one_mount_keeps_its_slot_from_reuse_by_another(mount):
             os.unlink(p)
         assert slot not in seen, f"slot {slot} was reused while b's reader had it open"
         assert len(seen) > 1, "the writer never cycled through its slots"
-        assert_bytes_equal(os.pread(fd, 60000, 0), old, "b's open page")
+        assert_bytes_equal(read(60000), old, "b's pinned page")
     finally:
         os.close(fd)
     # Closed: the slot comes back to the chunk's holder within a few seconds.
