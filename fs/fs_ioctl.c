@@ -1,49 +1,13 @@
 /*
- * fs_ioctl.c - the batch lookup channel: one ioctl on a pool directory
- * answers for a whole batch of page names, on a plain mount (no --http).
+ * fs_ioctl.c - the batch channel: one ioctl on a pool directory answers
+ * for a whole batch of page names, on a plain mount (no --http). The wire
+ * format, and what each op answers, is in pagefs_ioctl.h (for C clients;
+ * python/pagefs/_wire.py speaks it too).
  *
- * A client (python/pagefs) opens the pool directory and issues
- * PAGEFS_IOC_BATCH with a buffer of FS_IOC_SIZE bytes holding a request:
- *
- *   u32 magic 'PGFS' (0x53464750), u16 version (1), u16 op,
- *   u32 count, u32 bytes; then `bytes` bytes of `count` NUL-terminated
- *   names.
- *
- * The same buffer comes back with the reply (host byte order):
- *
- *   op 1, EXISTS: the 16-byte header (bytes = count), then one byte per
- *     name: 1 if it is a committed page, else 0 (recency unchanged, as a
- *     stat-free exists should be; an invalid name is 0).
- *   op 2, LOOKUP: the header (bytes = length of the data file path), u64
- *     slot size, then a 40-byte record per name, then the data file path
- *     and its NUL:
- *       i32 err (0, -ENOENT, -EINVAL for a bad name), u32 flags (bit 0: the
- *       checksum is valid), u64 inode number, u64 offset in the data file,
- *       u64 length, u64 XXH3-64 checksum.
- *     Each found page's recency is refreshed and counted as a hit, as a
- *     lookup by name is.
- *   op 3, LOOKUP_PIN: LOOKUP, and each found page's slot is pinned until
- *     UNPIN: the header, u64 slot size, u64 token, the records (flags bit
- *     1: pinned), the path. The pins are held by the open directory
- *     (fs_pin.h); closing it drops them. EBUSY when the directory would
- *     hold more than FS_PIN_MAX pins (nothing is pinned then).
- *   op 4, UNPIN: count 0, then `bytes` / 8 u64 tokens that LOOKUP_PIN
- *     gave through this open directory; their pins are dropped. The reply
- *     is the header. EINVAL if a token is not held (the others are still
- *     dropped).
- *
- * An offset of LOOKUP is safe to read only while the page is held open
- * through the mount (the open pins its slot): a client opens the pages,
- * issues LOOKUP, and reads a page's bytes only where the inode number of
- * its open file (fstat) is the one answered here, so the pinned version
- * is the one whose offset it reads. An offset of LOOKUP_PIN is safe until
- * its UNPIN, with no open per page: two requests a batch instead of one
- * request a page and one a batch. docs/SGLANG.md compares this channel
- * with a control file and xattrs.
- *
- * The request is a restricted ioctl: the kernel copies FS_IOC_SIZE bytes
- * in and out (the size is encoded in the command, at most 16 KiB - 1).
- * A reply that does not fit is E2BIG: the client sends smaller batches.
+ * LOOKUP_PIN pins through the open directory's handle (fs_pin.h): two
+ * requests a batch (pin, unpin) instead of an open and a release per page
+ * for a client that reads the data file itself. docs/SGLANG.md compares
+ * this channel with a control file and xattrs.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -52,42 +16,15 @@
 #include <sys/ioctl.h>
 
 #include "fs/fs_inode.h"
+#include "fs/pagefs_ioctl.h"
 
-#define FS_IOC_SIZE 16368
-#define PAGEFS_IOC_BATCH _IOWR('P', 0x47, char[FS_IOC_SIZE])
-#define FS_IOC_MAGIC 0x53464750U
-#define FS_IOC_VERSION 1
-#define FS_IOC_EXISTS 1
-#define FS_IOC_LOOKUP 2
-#define FS_IOC_LOOKUP_PIN 3
-#define FS_IOC_UNPIN 4
-#define FS_IOC_PINNED 2U /* record flag: the slot is pinned until UNPIN */
-#define FS_IOC_HDR 16
-#define FS_IOC_REC 40
-
-struct ioc_hdr {
-	uint32_t magic;
-	uint16_t version;
-	uint16_t op;
-	uint32_t count;
-	uint32_t bytes;
-};
-
-struct ioc_rec {
-	int32_t err;
-	uint32_t flags;
-	uint64_t ino;
-	uint64_t offset;
-	uint64_t length;
-	uint64_t checksum;
-};
-
-_Static_assert(sizeof(struct ioc_hdr) == FS_IOC_HDR, "header layout");
-_Static_assert(sizeof(struct ioc_rec) == FS_IOC_REC, "record layout");
+/* Sizes of the header and of a record, for offsets in the buffer. */
+#define FS_IOC_HDR sizeof(struct pagefs_ioc_hdr)
+#define FS_IOC_REC sizeof(struct pagefs_ioc_rec)
 
 /* Splits the request's names into names[] (pointers into in). 0 or
  * -EINVAL when the names are not count NUL-terminated strings. */
-static int split_names(const char *in, const struct ioc_hdr *h, const char **names)
+static int split_names(const char *in, const struct pagefs_ioc_hdr *h, const char **names)
 {
 	const char *p = in + FS_IOC_HDR;
 	const char *end = p + h->bytes;
@@ -106,7 +43,7 @@ static int split_names(const char *in, const struct ioc_hdr *h, const char **nam
 /* EXISTS: names that are no page name (meta_check_name) are not asked
  * for; they answer 0. */
 static int answer_exists(struct fs_mount *fs, uint32_t pool_id, const char **names,
-                         struct ioc_hdr *h, char *out, size_t *len)
+                         struct pagefs_ioc_hdr *h, char *out, size_t *len)
 {
 	uint8_t *found = (uint8_t *)out + FS_IOC_HDR;
 	uint8_t *asked_found;
@@ -114,7 +51,7 @@ static int answer_exists(struct fs_mount *fs, uint32_t pool_id, const char **nam
 	size_t n = 0;
 	int ret;
 
-	if (FS_IOC_HDR + (size_t)h->count > FS_IOC_SIZE)
+	if (FS_IOC_HDR + (size_t)h->count > PAGEFS_IOC_SIZE)
 		return -E2BIG;
 	asked = calloc(h->count ? h->count : 1, sizeof(*asked));
 	asked_found = calloc(h->count ? h->count : 1, 1);
@@ -138,12 +75,12 @@ static int answer_exists(struct fs_mount *fs, uint32_t pool_id, const char **nam
 /* LOOKUP, and LOOKUP_PIN when d is not NULL: slots[] then receives the
  * pinned slots and *npinned their count; the caller keeps or drops them. */
 static int answer_lookup(struct fs_mount *fs, uint32_t pool_id, const char **names,
-                         struct ioc_hdr *h, char *out, size_t *len, uint64_t *slots,
+                         struct pagefs_ioc_hdr *h, char *out, size_t *len, uint64_t *slots,
                          size_t *npinned)
 {
 	struct meta_pool_info pool;
 	struct meta_page_info p;
-	struct ioc_rec rec;
+	struct pagefs_ioc_rec rec;
 	size_t path_len;
 	size_t at = FS_IOC_HDR + (slots ? 2 : 1) * sizeof(uint64_t);
 	int ret = meta_pool_get(fs->meta, pool_id, &pool);
@@ -151,7 +88,7 @@ static int answer_lookup(struct fs_mount *fs, uint32_t pool_id, const char **nam
 	if (ret < 0)
 		return ret;
 	path_len = strlen(pool.data_file);
-	if (at + (size_t)h->count * FS_IOC_REC + path_len + 1 > FS_IOC_SIZE)
+	if (at + (size_t)h->count * FS_IOC_REC + path_len + 1 > PAGEFS_IOC_SIZE)
 		return -E2BIG;
 	memcpy(out + FS_IOC_HDR, &pool.slot_size, sizeof(uint64_t));
 	for (uint32_t i = 0; i < h->count; i++, at += FS_IOC_REC) {
@@ -164,7 +101,7 @@ static int answer_lookup(struct fs_mount *fs, uint32_t pool_id, const char **nam
 			rec.flags = p.has_checksum ? 1U : 0U;
 			if (slots) {
 				slots[(*npinned)++] = p.slot;
-				rec.flags |= FS_IOC_PINNED;
+				rec.flags |= PAGEFS_IOC_PINNED;
 			}
 			rec.ino = fs_ino_page(p.id, p.version);
 			rec.offset = p.slot * pool.slot_size;
@@ -182,7 +119,7 @@ static int answer_lookup(struct fs_mount *fs, uint32_t pool_id, const char **nam
 /* LOOKUP_PIN: the pins are kept by d under the token the reply carries;
  * on any failure none is left. */
 static int answer_lookup_pin(struct fs_mount *fs, struct fs_dirh *d, uint32_t pool_id,
-                             const char **names, struct ioc_hdr *h, char *out, size_t *len)
+                             const char **names, struct pagefs_ioc_hdr *h, char *out, size_t *len)
 {
 	uint64_t *slots = calloc(h->count ? h->count : 1, sizeof(*slots));
 	uint64_t token = 0;
@@ -208,8 +145,8 @@ static int answer_lookup_pin(struct fs_mount *fs, struct fs_dirh *d, uint32_t po
 }
 
 /* UNPIN: every token is dropped that d holds. */
-static int answer_unpin(struct fs_mount *fs, struct fs_dirh *d, const char *in, struct ioc_hdr *h,
-                        size_t *len)
+static int answer_unpin(struct fs_mount *fs, struct fs_dirh *d, const char *in,
+                        struct pagefs_ioc_hdr *h, size_t *len)
 {
 	int ret = 0;
 
@@ -232,25 +169,26 @@ static int answer_unpin(struct fs_mount *fs, struct fs_dirh *d, const char *in, 
 static int answer(struct fs_mount *fs, struct fs_dirh *d, uint32_t pool_id, const char *in,
                   char *out, size_t *len)
 {
-	struct ioc_hdr h;
+	struct pagefs_ioc_hdr h;
 	const char **names;
 	int ret;
 
 	memcpy(&h, in, sizeof(h));
-	if (h.magic != FS_IOC_MAGIC || h.version != FS_IOC_VERSION || h.op < FS_IOC_EXISTS ||
-	    h.op > FS_IOC_UNPIN || h.bytes > FS_IOC_SIZE - FS_IOC_HDR || h.count > h.bytes)
+	if (h.magic != PAGEFS_IOC_MAGIC || h.version != PAGEFS_IOC_VERSION ||
+	    h.op < PAGEFS_IOC_EXISTS || h.op > PAGEFS_IOC_UNPIN ||
+	    h.bytes > PAGEFS_IOC_SIZE - FS_IOC_HDR || h.count > h.bytes)
 		return -EINVAL;
-	if ((h.op == FS_IOC_LOOKUP_PIN || h.op == FS_IOC_UNPIN) && !d)
+	if ((h.op == PAGEFS_IOC_LOOKUP_PIN || h.op == PAGEFS_IOC_UNPIN) && !d)
 		return -EBADF;
-	if (h.op == FS_IOC_UNPIN)
+	if (h.op == PAGEFS_IOC_UNPIN)
 		ret = answer_unpin(fs, d, in, &h, len);
 	else if (!(names = calloc(h.count ? h.count : 1, sizeof(*names))))
 		ret = -ENOMEM;
 	else {
 		ret = split_names(in, &h, names);
-		if (ret == 0 && h.op == FS_IOC_EXISTS)
+		if (ret == 0 && h.op == PAGEFS_IOC_EXISTS)
 			ret = answer_exists(fs, pool_id, names, &h, out, len);
-		else if (ret == 0 && h.op == FS_IOC_LOOKUP)
+		else if (ret == 0 && h.op == PAGEFS_IOC_LOOKUP)
 			ret = answer_lookup(fs, pool_id, names, &h, out, len, NULL, NULL);
 		else if (ret == 0)
 			ret = answer_lookup_pin(fs, d, pool_id, names, &h, out, len);
@@ -277,9 +215,9 @@ void pagefs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg
 		return (void)fuse_reply_err(req, ENOTTY);
 	if (fs_ino_kind(ino, &id) != FS_POOL)
 		return (void)fuse_reply_err(req, ENOTDIR);
-	if (in_bufsz != FS_IOC_SIZE || out_bufsz != FS_IOC_SIZE)
+	if (in_bufsz != PAGEFS_IOC_SIZE || out_bufsz != PAGEFS_IOC_SIZE)
 		return (void)fuse_reply_err(req, EINVAL);
-	out = calloc(1, FS_IOC_SIZE);
+	out = calloc(1, PAGEFS_IOC_SIZE);
 	if (!out)
 		return (void)fuse_reply_err(req, ENOMEM);
 	ret = answer(fs_of(req), fs_dirh_of(fi), (uint32_t)id, in_buf, out, &len);

@@ -22,6 +22,7 @@
 #include "tools/cli_bench.h"
 #include "tools/cli_common.h"
 
+#include "fs/pagefs_ioctl.h"
 #include "meta/meta.h"
 
 #include <errno.h>
@@ -72,7 +73,7 @@ static void usage(FILE *out)
 	        "                    [--plot FILE.png] [--sizes LIST] [--clients LIST]\n"
 	        "                    [--meta URI] [--pages N] [--pt-cache MODE]\n"
 	        "                    [--pf-cache MODE]\n"
-	        "                    [--repeat N] [--workloads LIST]\n"
+	        "                    [--repeat N] [--workloads LIST] [--direct-batch N]\n"
 	        "       pagefs bench --scale N [--backing DIR] [--meta URI]\n"
 	        "       pagefs bench --mounts LIST --meta postgres://... [--clients N] [--pages "
 	        "N]\n"
@@ -114,6 +115,11 @@ static void usage(FILE *out)
 	        "                        always (default never, the mount's default)\n"
 	        "  -R, --repeat N        rounds of read, exists and list; the median is\n"
 	        "                        reported (default 3, 1 with --quick)\n"
+	        "  -G, --direct-batch N  pagefs-direct reads pin N pages with one request\n"
+	        "                        and unpin them with another, as python/pagefs\n"
+	        "                        does (default 64); 1: each page opened through\n"
+	        "                        the mount, its user.pagefs.offset read, as a\n"
+	        "                        client without the batch channel does\n"
 	        "  -W, --workloads LIST  report only these of write, read-cold, read-hot,\n"
 	        "                        exists, list, delete (write and delete always run:\n"
 	        "                        the others need the pages, and the run cleans up)\n"
@@ -212,6 +218,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		{"mounts", required_argument, NULL, 'M'},
 		{"workloads", required_argument, NULL, 'W'},
 		{"floors", no_argument, NULL, 'f'},
+		{"direct-batch", required_argument, NULL, 'G'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -221,7 +228,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 	memset(o, 0, sizeof(*o));
 	o->model_meta_us = o->model_data_us = DEFAULT_MODEL_US;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "qb:FB:T:D:X:j:p:s:c:m:S:L:P:C:K:R:M:W:fh", longopts,
+	while ((c = getopt_long(argc, argv, "qb:FB:T:D:X:j:p:s:c:m:S:L:P:C:K:R:M:W:G:fh", longopts,
 	                        NULL)) != -1) {
 		switch (c) {
 		case 'f':
@@ -280,6 +287,17 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 		case 'm':
 			o->meta_uri = optarg;
 			break;
+		case 'G': {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+
+			if (*optarg == '\0' || *end != '\0' || v < 1 || v > PAGEFS_IOC_MAX_NAMES)
+				return cli_usage_error(BENCH_CMD,
+				                       "--direct-batch: '%s' is not 1 to %d",
+				                       optarg, PAGEFS_IOC_MAX_NAMES);
+			o->direct_batch = v;
+			break;
+		}
 		case 'L':
 			if (strcmp(optarg, "adopt") == 0)
 				o->fill_commit = 0;
@@ -414,6 +432,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 	}
 	if (!o->repeat)
 		o->repeat = o->quick ? 1 : 3;
+	if (!o->direct_batch)
+		o->direct_batch = 64;
 	if (!o->workloads)
 		o->workloads = (1U << W_COUNT) - 1;
 	if (!o->pt_cache)
@@ -595,6 +615,7 @@ static int measure_one(const struct bench_env *env, const struct bench_opts *o,
 	memset(&job, 0, sizeof(job));
 	job.workload = w;
 	job.contender = c;
+	job.direct_batch = o->direct_batch;
 	job.page_size = size;
 	job.clients = cl;
 	job.pages = pages_for(o, size);
@@ -613,6 +634,8 @@ static int measure_one(const struct bench_env *env, const struct bench_opts *o,
 	if (bench_measure(&job, out) < 0)
 		goto fail;
 	model_per_op(env, m0, out);
+	if (c == C_DIRECT && (w == W_READ_COLD || w == W_READ_HOT))
+		out->direct_batch = o->direct_batch;
 	if (c == C_PAGEFS && w == W_WRITE) {
 		store_counters(env, &b1, &r1);
 		if (b1 > b0)

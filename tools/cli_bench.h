@@ -60,6 +60,8 @@ struct bench_opts {
 	int nmounts;
 	unsigned workloads; /* --workloads: bit w reports workload w (0: all) */
 	int floors;         /* --floors: what no FUSE daemon goes below */
+	long direct_batch;  /* --direct-batch: pages pagefs-direct pins per request
+	                     * (1: an open and user.pagefs.offset per page) */
 };
 
 /* Set by SIGINT/SIGTERM/SIGHUP: every loop gives up and cleans up. */
@@ -105,6 +107,7 @@ struct bench_result {
 	double ops_per_s, mib_per_s;
 	double p50_us, p99_us;
 	double records_per_txn; /* pagefs write: store records per transaction */
+	long direct_batch;      /* pagefs-direct reads: pages per LOOKUP_PIN (0: not one) */
 	/* --backing-model: the stand-in's requests per operation, by kind
 	 * (bench_model.h); has_model 0 otherwise */
 	int has_model;
@@ -118,6 +121,7 @@ struct bench_job {
 	uint64_t page_size;
 	long clients;
 	uint64_t pages;     /* pages 0..pages-1, page i belongs to client i % clients */
+	long direct_batch;  /* pagefs-direct reads: pages per LOOKUP_PIN (1: open each) */
 	char dir[PATH_MAX]; /* raw: the data file; others: the directory */
 };
 

@@ -204,6 +204,8 @@ int bench_write_json(const char *path, const struct bench_env *env, const struct
 		                      (json_int_t)r->bytes, "seconds", r->seconds);
 		if (o && r->records_per_txn > 0)
 			json_object_set_new(o, "records_per_txn", json_real(r->records_per_txn));
+		if (o && r->direct_batch > 0)
+			json_object_set_new(o, "direct_batch", json_integer(r->direct_batch));
 		if (o && (json_object_set_new(o, "backing", json_string(backing)) < 0 ||
 		          (env->model_counts && model_fields(env, r, o) < 0))) {
 			json_decref(o);

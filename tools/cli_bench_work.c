@@ -18,12 +18,17 @@
  *           (one op = one entry; latency = one whole listing)
  *   delete  unlink
  * raw does pwrite/pread at slot offsets in one file; pagefs-direct opens
- * the pool's data file once (user.pagefs.data_file of the pool directory),
- * then per page opens it through the mount (the open pins its slot),
- * reads user.pagefs.offset and preads the data file itself.
+ * the pool's data file once (user.pagefs.data_file of the pool directory)
+ * and reads its pages --direct-batch at a time as python/pagefs does: one
+ * LOOKUP_PIN ioctl on the pool directory pins them and answers their
+ * offsets, a pread of each from the data file, one UNPIN (each page's
+ * latency is its batch's time divided by its pages). With --direct-batch
+ * 1 it opens each page through the mount (the open pins its slot), reads
+ * user.pagefs.offset and preads the data file.
  */
 #include "tools/cli_bench.h"
 
+#include "fs/pagefs_ioctl.h"
 #include "meta/hash.h"
 
 #include <dirent.h>
@@ -32,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -263,6 +269,62 @@ static int run_exists(struct client *c, long idx)
 	return 0;
 }
 
+/* One LOOKUP_PIN or UNPIN request in req (PAGEFS_IOC_SIZE bytes). */
+static int pin_request(int dirfd, char *req, uint16_t op, uint32_t count, uint32_t bytes)
+{
+	struct pagefs_ioc_hdr h = {PAGEFS_IOC_MAGIC, PAGEFS_IOC_VERSION, op, count, bytes};
+
+	memcpy(req, &h, sizeof(h));
+	return ioctl(dirfd, PAGEFS_IOC_BATCH, req);
+}
+
+/* pagefs-direct reads, direct_batch pages a request (the file's header). */
+static int run_pinned(struct client *c, long idx, int dirfd, char *req)
+{
+	const struct bench_job *j = c->job;
+	const size_t hdr = sizeof(struct pagefs_ioc_hdr);
+	char name[160];
+
+	for (uint64_t i = (uint64_t)idx; i < j->pages;) {
+		uint64_t t0 = bench_now_ns(), token, dt;
+		uint32_t n = 0, bytes = 0;
+
+		for (; i < j->pages && n < (uint32_t)j->direct_batch;
+		     i += (uint64_t)j->clients, n++) {
+			bench_page_name(i, 0, name, sizeof(name));
+			size_t len = strlen(name) + 1;
+
+			if (hdr + bytes + len > PAGEFS_IOC_SIZE)
+				break;
+			memcpy(req + hdr + bytes, name, len);
+			bytes += (uint32_t)len;
+		}
+		if (pin_request(dirfd, req, PAGEFS_IOC_LOOKUP_PIN, n, bytes) < 0)
+			return fail(c->slot, "ioctl LOOKUP_PIN", j->dir);
+		memcpy(&token, req + hdr + 8, sizeof(token));
+		for (uint32_t k = 0; k < n; k++) {
+			struct pagefs_ioc_rec rec;
+
+			memcpy(&rec, req + hdr + 16 + k * sizeof(rec), sizeof(rec));
+			if (rec.err != 0 || !(rec.flags & PAGEFS_IOC_PINNED)) {
+				errno = rec.err ? -rec.err : EIO;
+				return fail(c->slot, "LOOKUP_PIN of a page", j->dir);
+			}
+			if (read_all(c->data_fd, c->buf, j->page_size, rec.offset, 1) < 0)
+				return fail(c->slot, "pread", c->data_path);
+		}
+		memcpy(req + hdr, &token, sizeof(token));
+		if (pin_request(dirfd, req, PAGEFS_IOC_UNPIN, 0, sizeof(token)) < 0)
+			return fail(c->slot, "ioctl UNPIN", j->dir);
+		dt = n ? (bench_now_ns() - t0) / n : 0;
+		for (uint32_t k = 0; k < n && c->slot->n < c->cap; k++)
+			c->lat[c->slot->n++] = dt;
+		c->slot->ops += n;
+		c->slot->bytes += n * j->page_size;
+	}
+	return 0;
+}
+
 static int run_pages(struct client *c, long idx)
 {
 	const struct bench_job *j = c->job;
@@ -304,8 +366,8 @@ static void client_main(const struct bench_job *job, long idx, struct client_slo
                         uint64_t *lat, uint64_t cap, int ready_fd, int go_fd)
 {
 	struct client c = {job, slot, lat, cap, NULL, -1, -1, ""};
-	char b;
-	int ret;
+	char b, *req = NULL;
+	int ret, pinned, dirfd = -1;
 
 	signal(SIGINT, SIG_DFL);
 	signal(SIGTERM, SIG_DFL);
@@ -326,6 +388,16 @@ static void client_main(const struct bench_job *job, long idx, struct client_slo
 	}
 	if (job->contender == C_DIRECT && open_data_file(&c) < 0)
 		_exit(1);
+	pinned = job->contender == C_DIRECT && job->direct_batch > 1 &&
+	         (job->workload == W_READ_COLD || job->workload == W_READ_HOT);
+	if (pinned) {
+		req = malloc(PAGEFS_IOC_SIZE);
+		dirfd = open(job->dir, O_RDONLY | O_DIRECTORY);
+		if (!req || dirfd < 0) {
+			fail(slot, "open", job->dir);
+			_exit(1);
+		}
+	}
 	if (write(ready_fd, "r", 1) != 1)
 		_exit(1);
 	while (read(go_fd, &b, 1) < 0 && errno == EINTR)
@@ -334,6 +406,8 @@ static void client_main(const struct bench_job *job, long idx, struct client_slo
 		ret = run_list(&c);
 	else if (job->workload == W_EXISTS)
 		ret = run_exists(&c, idx);
+	else if (pinned)
+		ret = run_pinned(&c, idx, dirfd, req);
 	else
 		ret = run_pages(&c, idx);
 	_exit(ret < 0 ? 1 : 0);

@@ -127,6 +127,32 @@ def test_bench_rejects_a_bad_option_with_exit_2():
     assert r.returncode == 2 and "--json: an empty file name" in r.stderr, describe(r)
 
 
+@needs_root
+@pytest.mark.timeout_s(200)
+def test_pagefs_direct_reads_by_batch_pin_or_by_an_open_per_page(tmp_path):
+    """--direct-batch N: pagefs-direct reads N pages per LOOKUP_PIN (64 by
+    default), 1: an open and user.pagefs.offset per page; both read every
+    page of every client, and each record says which it measured."""
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    for batch in (None, "1", "3"):
+        out = tmp_path / ("bench-%s.json" % batch)
+        extra = ("--direct-batch", batch) if batch else ()
+        r = run_pagefs("bench", "--sizes", "64K", "--clients", "1,2", "--pages", "7",
+                       "--workloads", "read-cold,read-hot", "--json", out, *extra,
+                       timeout=150, env=env)
+        assert r.returncode == 0, f"bench failed: {describe(r)}"
+        recs = [rec for rec in json.loads(out.read_text()) if rec["contender"] == "pagefs-direct"]
+        assert {(rec["workload"], rec["clients"]) for rec in recs} == \
+            {(w, c) for w in ("read-cold", "read-hot") for c in (1, 2)}, recs
+        for rec in recs:
+            assert rec["direct_batch"] == int(batch or 64), rec
+            assert rec["ops"] == 7 and rec["bytes"] == 7 * 65536, rec
+    assert not _mounts_under(tmp_path), "bench left mounts behind"
+    for bad in ("0", "307", "x"):
+        r = run_pagefs("bench", "--direct-batch", bad, timeout=30)
+        assert r.returncode == 2 and "--direct-batch" in r.stderr, describe(r)
+
+
 def test_bench_refuses_result_files_it_could_not_write_before_running(tmp_path):
     """--json/--plot where nothing can be written fail at once (exit 2),
     not after the minutes of the run."""

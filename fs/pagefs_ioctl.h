@@ -1,0 +1,79 @@
+/*
+ * pagefs_ioctl.h - the batch channel of a pagefs mount, for C clients: one
+ * ioctl on an open pool directory answers for a batch of page names
+ * (fs/fs_ioctl.c serves it; python/pagefs/_wire.py speaks it too).
+ *
+ * A request and its reply share one buffer of PAGEFS_IOC_SIZE bytes
+ * (host byte order):
+ *
+ *   struct pagefs_ioc_hdr (magic PAGEFS_IOC_MAGIC, version 1, op, count,
+ *   bytes), then `bytes` bytes of `count` NUL-terminated names.
+ *
+ * The reply, per op:
+ *
+ *   EXISTS: the header (bytes = count), then one byte per name: 1 if it
+ *     is a committed page, else 0 (recency unchanged; an invalid name is 0).
+ *   LOOKUP: the header (bytes = length of the data file path), u64 slot
+ *     size, then a struct pagefs_ioc_rec per name, then the data file path
+ *     and its NUL. Each found page's recency is refreshed and counted as a
+ *     hit. Its offset is safe to read only while the page is held open
+ *     through the mount (an open pins its slot), and only where the open
+ *     file's inode number (fstat) is the record's.
+ *   LOOKUP_PIN: LOOKUP, and each found page's slot is pinned until UNPIN:
+ *     the header, u64 slot size, u64 token, the records (flags
+ *     PAGEFS_IOC_PINNED), the path. The pins are held by the open
+ *     directory; closing it (or the death of the client) drops them. EBUSY
+ *     when the directory would hold more than 65,536 pins (nothing is
+ *     pinned then).
+ *   UNPIN: count 0, then `bytes` / 8 u64 tokens that LOOKUP_PIN gave
+ *     through this open directory; their pins are dropped. The reply is
+ *     the header. EINVAL if a token is not held (the others are still
+ *     dropped).
+ *
+ * The kernel copies PAGEFS_IOC_SIZE bytes in and out (the size is encoded
+ * in the command). A reply that does not fit is E2BIG: send smaller
+ * batches (PAGEFS_IOC_MAX_NAMES names always fit). Errors are the
+ * ioctl's: EINVAL for a malformed request or an op the daemon does not
+ * know, ENOTDIR on anything but a pool directory.
+ */
+#ifndef PAGEFS_IOCTL_H
+#define PAGEFS_IOCTL_H
+
+#include <stdint.h>
+#include <sys/ioctl.h>
+
+#define PAGEFS_IOC_SIZE 16368
+#define PAGEFS_IOC_BATCH _IOWR('P', 0x47, char[PAGEFS_IOC_SIZE])
+#define PAGEFS_IOC_MAGIC 0x53464750U
+#define PAGEFS_IOC_VERSION 1
+#define PAGEFS_IOC_EXISTS 1
+#define PAGEFS_IOC_LOOKUP 2
+#define PAGEFS_IOC_LOOKUP_PIN 3
+#define PAGEFS_IOC_UNPIN 4
+#define PAGEFS_IOC_HAS_CHECKSUM 1U /* record flag: checksum is the page's XXH3-64 */
+#define PAGEFS_IOC_PINNED 2U       /* record flag: the slot is pinned until UNPIN */
+/* Names that always fit one LOOKUP_PIN (a data file path of up to 4 KiB). */
+#define PAGEFS_IOC_MAX_NAMES 306
+
+struct pagefs_ioc_hdr {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t op;
+	uint32_t count;
+	uint32_t bytes;
+};
+
+struct pagefs_ioc_rec {
+	int32_t err; /* 0, -ENOENT, -EINVAL for a bad name */
+	uint32_t flags;
+	uint64_t ino;    /* the page version's inode number */
+	uint64_t offset; /* of its bytes in the data file */
+	uint64_t length;
+	uint64_t checksum;
+};
+
+_Static_assert(sizeof(struct pagefs_ioc_hdr) == 16, "header layout");
+_Static_assert(sizeof(struct pagefs_ioc_rec) == 40, "record layout");
+_Static_assert(16 + 16 + PAGEFS_IOC_MAX_NAMES * 40 + 4096 <= PAGEFS_IOC_SIZE, "max names fit");
+
+#endif
