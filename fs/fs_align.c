@@ -46,7 +46,7 @@ void *fs_align_buf(void)
 	buf = pthread_getspecific(buf_key);
 	if (buf)
 		return buf;
-	if (posix_memalign(&buf, FS_ALIGN, FS_MAX_WRITE) != 0)
+	if (posix_memalign(&buf, FS_ALIGN, FS_ALIGN_BUF_SIZE) != 0)
 		return NULL;
 	if (pthread_setspecific(buf_key, buf) != 0) {
 		free(buf);

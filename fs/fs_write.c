@@ -46,6 +46,7 @@
 
 #include "fs/fs_align.h"
 #include "fs/fs_inode.h"
+#include "fs/fs_recv.h"
 #include "meta/hash.h"
 #include "meta/log.h"
 
@@ -101,7 +102,9 @@ static int pwrite_all(int fd, const char *buf, size_t len, uint64_t pos)
 
 /* The buffer a page's bytes go to the data file from: on a FUSE backing,
  * bytes that would cross one more request boundary than they need are
- * copied to this thread's aligned buffer (fs_align.h); else buf itself. */
+ * copied to this thread's aligned buffer (fs_align.h); else buf itself.
+ * A write read by fs_recv.c is aligned already and is never copied (its
+ * bytes may be in that very buffer). */
 static const char *backing_buf(const struct fs_mount *fs, const char *buf, size_t len)
 {
 	char *aligned;
@@ -413,6 +416,7 @@ void pagefs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		return (void)fuse_reply_err(req, EBADF);
 	if (off < 0)
 		return (void)fuse_reply_err(req, EINVAL);
+	buf = fs_recv_payload(buf); /* page-aligned where fs_recv.c could */
 	uint64_t at = (uint64_t)off;
 	/* (the kernel sends the file's flags with each write: fcntl may
 	 * have changed O_APPEND since the open) */
