@@ -41,4 +41,15 @@ int fs_align_helps(const void *buf, size_t size);
  * (fs_recv.h). */
 void *fs_align_buf(void);
 
+/* At most this many buffers are taken at once (FS_ALIGN_TAKEN_MAX MiB). */
+#define FS_ALIGN_TAKEN_MAX 64
+
+/* Takes this thread's buffer over when buf is it (the thread gets another
+ * at its next fs_align_buf): returns buf, now the caller's, or NULL (buf
+ * is not this thread's buffer, or FS_ALIGN_TAKEN_MAX are taken). */
+void *fs_align_take(const void *buf);
+
+/* Gives back a buffer fs_align_take returned; NULL does nothing. */
+void fs_align_give(void *buf);
+
 #endif
