@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fs/fs_align.h"
 #include "fs/fs_inode.h"
 #include "fs/fs_inval.h"
 #include "fs/fs_task.h"
@@ -104,6 +105,12 @@ int fs_writer_flush(struct fs_mount *fs, struct fs_handle *h, pid_t tid)
 	while (h->w.state == FS_W_BUSY || h->w.inflight > 0)
 		pthread_cond_wait(&h->idle, &h->lock);
 	r = h->w.resv;
+	/* Bytes a write held back (fs_write.c): written before the commit,
+	 * or dropped with the page. Nothing is in flight to read them. */
+	char *bytes = h->w.held;
+	uint64_t bytes_pos = r.slot * h->slot_size + h->w.held_off;
+	size_t bytes_len = h->w.held_len;
+	h->w.held = NULL;
 	if (h->w.state != FS_W_OPEN) {
 		/* Already published (a dup'd descriptor), or failed: the
 		 * write or flush that failed told the caller, so close()
@@ -113,6 +120,7 @@ int fs_writer_flush(struct fs_mount *fs, struct fs_handle *h, pid_t tid)
 		ret = -h->w.report;
 		h->w.report = 0;
 		pthread_mutex_unlock(&h->lock);
+		fs_align_give(bytes);
 		if (held)
 			meta_page_abort(fs->meta, &r);
 		return ret;
@@ -127,8 +135,12 @@ int fs_writer_flush(struct fs_mount *fs, struct fs_handle *h, pid_t tid)
 	killed = fs_task_killed(tid);
 	if (killed) {
 		log_debug("writer %d of page %s was killed; not committing", (int)tid, h->name);
+		fs_align_give(bytes);
 		meta_page_abort(fs->meta, &r);
 		ret = -EIO; /* what a surviving sharer of the file sees */
+	} else if (bytes && (ret = fs_writer_put_held(fs, h, bytes, bytes_pos, bytes_len)) < 0) {
+		log_debug("held bytes of page %s: %s", h->name, strerror(-ret));
+		meta_page_abort(fs->meta, &r);
 	} else {
 		ret = publish(fs, h, &r, length, have_sum, sum);
 		if (ret < 0)
@@ -202,7 +214,10 @@ void fs_handle_close(struct fs_mount *fs, struct fs_handle *h)
 	r = h->w.resv;
 	if (h->w.state != FS_W_COMMITTED)
 		h->w.state = FS_W_FAILED;
+	char *bytes = h->w.held; /* held back by a write: dropped with the page */
+	h->w.held = NULL;
 	pthread_mutex_unlock(&h->lock);
+	fs_align_give(bytes);
 	if (held)
 		meta_page_abort(fs->meta, &r);
 }

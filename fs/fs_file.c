@@ -445,7 +445,10 @@ void pagefs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		slot = h->page.slot;
 		length = h->page.length;
 	} else {
-		/* O_RDWR writer reading back what it wrote so far. */
+		/* O_RDWR writer reading back what it wrote so far, held
+		 * bytes included (a failed push shows as the bytes missing:
+		 * the close that follows reports it). */
+		(void)fs_writer_push(fs, h);
 		pthread_mutex_lock(&h->lock);
 		slot = h->w.resv.slot;
 		pthread_mutex_unlock(&h->lock);
@@ -494,8 +497,14 @@ void pagefs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 
 	(void)ino;
 	(void)datasync;
-	if (h->kind == FS_WRITER && fdatasync(h->data_fd) < 0)
-		return (void)fuse_reply_err(req, errno);
+	if (h->kind == FS_WRITER) {
+		int ret = fs_writer_push(fs_of(req), h); /* bytes a write held back */
+
+		if (ret < 0)
+			return (void)fuse_reply_err(req, -ret);
+		if (fdatasync(h->data_fd) < 0)
+			return (void)fuse_reply_err(req, errno);
+	}
 	fuse_reply_err(req, 0);
 }
 

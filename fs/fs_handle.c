@@ -18,6 +18,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "fs/fs_align.h"
+
 static size_t bucket(uint64_t page_id)
 {
 	return (size_t)((page_id * 0x9e3779b97f4a7c15ULL) >> 54) % FS_HANDLE_BUCKETS;
@@ -61,8 +63,10 @@ struct fs_handle *fs_handle_new(enum fs_handle_kind kind)
 
 static void handle_free(struct fs_handles *t, struct fs_handle *h)
 {
-	if (h->kind == FS_WRITER)
+	if (h->kind == FS_WRITER) {
 		XXH3_freeState(h->w.xxh);
+		fs_align_give(h->w.held); /* (fs_handle_close dropped it already) */
+	}
 	fs_keep_put(t, h->kept);
 	pthread_cond_destroy(&h->idle);
 	pthread_mutex_destroy(&h->lock);

@@ -65,6 +65,14 @@ struct fs_writer {
 	pid_t owner_tid;  /* the thread that opened the file */
 	pid_t owner_tgid; /* its process, once looked up (0: not yet) */
 	pid_t writer_tid; /* the last other thread that wrote (0: none) */
+	/* A FUSE backing: bytes [held_off, held_off + held_len) of the slot,
+	 * of a write the kernel cut at its request size, kept back so that
+	 * the rest of it goes to the data file in the same request
+	 * (fs_write.c); an fs_align.h buffer h owns, or NULL. */
+	char *held;
+	uint64_t held_off;
+	size_t held_len;
+	int pushing; /* a write is putting held bytes into the data file */
 };
 
 struct fs_handle {
@@ -213,6 +221,14 @@ void fs_writer_hash(struct fs_handle *h, const char *buf, size_t size, uint64_t 
 int fs_writer_truncate(struct fs_mount *fs, struct fs_handle *h, uint64_t size);
 /* The length and whether h is unpublished (1) or published (0). */
 void fs_writer_peek(struct fs_handle *h, uint64_t *length, int *pending);
+/* Puts bytes writer h holds back into the data file (before an fsync, a
+ * read through h). 0 or -errno (h failed). */
+int fs_writer_push(struct fs_mount *fs, struct fs_handle *h);
+/* Writes len bytes from held, which writer h held back, at pos in its
+ * data file, and gives held back (fs_align_give). Called with h->lock
+ * held or not, by whoever took held from h. 0 or -errno. */
+int fs_writer_put_held(struct fs_mount *fs, struct fs_handle *h, char *held, uint64_t pos,
+                       size_t len);
 
 /* fs_commit.c */
 

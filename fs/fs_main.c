@@ -67,6 +67,7 @@
 #include "fs/fs_inode.h"
 #include "fs/fs_inval.h"
 #include "fs/fs_metrics.h"
+#include "fs/fs_recv.h"
 #include "meta/log.h"
 
 #define FS_DEFAULT_THREADS 16
@@ -326,6 +327,7 @@ int pagefs_serve(const struct pagefs_mount_opts *o,
 		ready(arg, -EIO, msg);
 		goto out_signals;
 	}
+	fs_recv_install(fs.se); /* page writes arrive aligned (fs_recv.h) */
 	watchdog = fs_watch_start(canon ? canon : o->mountpoint);
 	ret = fs_inval_start(fs.inval, fs.se, canon ? canon : o->mountpoint);
 	if (ret < 0) {

@@ -29,6 +29,22 @@
  * lock - rarely, and so that no concurrent write of this handle can land
  * in the range while it is being zeroed.
  *
+ * Held bytes: on a FUSE backing each request costs a round trip. A 1 MiB
+ * write() from a buffer that starts inside a page reaches us as two
+ * requests (the kernel sends at most 256 pages of the caller's memory a
+ * request): 1 MiB less a few bytes, then those bytes. Written as they
+ * come, that is two backing requests, the second under the backing
+ * file's lock like the first. So a write the kernel cut at that size
+ * (starting on a page of the slot, ending inside one) is kept back in its
+ * thread's aligned buffer, which the handle takes over (fs_align_take,
+ * no copy); the next write, when it continues it, is appended and both
+ * go to the data file in one request. Anything else pushes the held
+ * bytes first: another write, the commit, a truncate, an fsync, a read
+ * through the handle. The held write is answered before its bytes are in
+ * the data file, so a backing error reaches the write that pushes them or
+ * close(), and nothing is published. Held bytes are taken over only once
+ * no write of the handle is in flight, so none is still hashing them.
+ *
  * Writes after a commit: close() of any descriptor commits (FUSE flush),
  * so a shell redirection (open, dup2, close, then the program writes)
  * publishes an empty page first. A later write through the same open file
@@ -46,6 +62,7 @@
 
 #include "fs/fs_align.h"
 #include "fs/fs_inode.h"
+#include "fs/fs_recv.h"
 #include "meta/hash.h"
 #include "meta/log.h"
 
@@ -101,7 +118,9 @@ static int pwrite_all(int fd, const char *buf, size_t len, uint64_t pos)
 
 /* The buffer a page's bytes go to the data file from: on a FUSE backing,
  * bytes that would cross one more request boundary than they need are
- * copied to this thread's aligned buffer (fs_align.h); else buf itself. */
+ * copied to this thread's aligned buffer (fs_align.h); else buf itself.
+ * A write read by fs_recv.c is aligned already and is never copied (its
+ * bytes may be in that very buffer). */
 static const char *backing_buf(const struct fs_mount *fs, const char *buf, size_t len)
 {
 	char *aligned;
@@ -111,6 +130,69 @@ static const char *backing_buf(const struct fs_mount *fs, const char *buf, size_
 		return aligned;
 	}
 	return buf;
+}
+
+/* 1 if writer h should keep back a write of size bytes at off (see "Held
+ * bytes" above). Called with h->lock held. */
+static int may_hold(const struct fs_mount *fs, const struct fs_handle *h, uint64_t off, size_t size)
+{
+	uint64_t end = off + size;
+
+	return fs->backing_fuse && !h->w.held && size > FS_MAX_WRITE - FS_ALIGN &&
+	       size < FS_MAX_WRITE && off % FS_ALIGN == 0 && end % FS_ALIGN != 0 &&
+	       end < h->slot_size;
+}
+
+int fs_writer_put_held(struct fs_mount *fs, struct fs_handle *h, char *held, uint64_t pos,
+                       size_t len)
+{
+	int ret = meta_lease_hold(fs->meta); /* see fs_writer_write */
+
+	if (ret == 0 && (ret = pwrite_all(h->data_fd, held, len, pos)) < 0)
+		warn_backing(-ret);
+	fs_align_give(held);
+	return ret;
+}
+
+/* Waits until h's held bytes may be taken (nothing in flight may read
+ * them, no one else is writing them). Called with h->lock held. */
+static void wait_held(struct fs_handle *h)
+{
+	while ((h->w.held && h->w.inflight > 0) || h->w.pushing)
+		pthread_cond_wait(&h->idle, &h->lock);
+}
+
+/* Puts h's held bytes into the data file, with h->lock held (rare
+ * paths). 0 or -errno (h failed). */
+static int push_locked(struct fs_mount *fs, struct fs_handle *h)
+{
+	char *held;
+	int ret;
+
+	wait_held(h);
+	held = h->w.held;
+	if (!held)
+		return 0;
+	h->w.held = NULL;
+	if (h->w.state != FS_W_OPEN) { /* nothing will be published */
+		fs_align_give(held);
+		return 0;
+	}
+	ret = fs_writer_put_held(fs, h, held, h->w.resv.slot * h->slot_size + h->w.held_off,
+	                         h->w.held_len);
+	return ret < 0 ? fail(h, -ret) : 0;
+}
+
+int fs_writer_push(struct fs_mount *fs, struct fs_handle *h)
+{
+	int ret;
+
+	pthread_mutex_lock(&h->lock);
+	while (h->w.state == FS_W_BUSY)
+		pthread_cond_wait(&h->idle, &h->lock);
+	ret = push_locked(fs, h);
+	pthread_mutex_unlock(&h->lock);
+	return ret;
 }
 
 /* Zeroes [start, slot_size) of h's slot. Called with h->lock held. */
@@ -269,6 +351,7 @@ ssize_t fs_writer_write(struct fs_mount *fs, struct fs_handle *h, const char *bu
 
 	*hash = 0;
 	pthread_mutex_lock(&h->lock);
+	wait_held(h);
 	if (tid > 0 && tid != h->w.owner_tid)
 		h->w.writer_tid = tid; /* its close commits too (fs_commit.c) */
 	ret = writable(fs, h);
@@ -307,16 +390,45 @@ ssize_t fs_writer_write(struct fs_mount *fs, struct fs_handle *h, const char *bu
 		h->w.append_end = end;
 	h->w.inflight++;
 	pos = h->w.resv.slot * h->slot_size + off;
+	/* Held bytes: ours to write now, with this write's appended when it
+	 * continues them; or this write is held. */
+	char *held = h->w.held, *hold = NULL;
+	uint64_t held_pos = h->w.resv.slot * h->slot_size + h->w.held_off;
+	uint64_t held_off = h->w.held_off;
+	size_t held_len = h->w.held_len;
+	int append_held = 0;
+
+	if (held) {
+		h->w.held = NULL;
+		h->w.pushing = 1;
+		append_held = off == held_off + held_len && held_len + size <= FS_MAX_WRITE;
+	} else if (may_hold(fs, h, off, size) && (hold = fs_align_take(buf)) != NULL) {
+		h->w.held = hold;
+		h->w.held_off = off;
+		h->w.held_len = size;
+	}
 	pthread_mutex_unlock(&h->lock);
 
-	/* The slot is this node's only while its lease is (meta_lease_hold),
-	 * so nothing but the system call comes between the check and it (the
-	 * copy to an aligned buffer goes first). */
-	const char *out = backing_buf(fs, buf, size);
-	ret = meta_lease_hold(fs->meta);
-	if (ret == 0 && (ret = pwrite_all(h->data_fd, out, size, pos)) < 0)
-		warn_backing(-ret);
+	if (held && append_held) {
+		memcpy(held + held_len, buf, size);
+		ret = fs_writer_put_held(fs, h, held, held_pos, held_len + size);
+	} else if (!hold) {
+		ret = held ? fs_writer_put_held(fs, h, held, held_pos, held_len) : 0;
+		/* The slot is this node's only while its lease is
+		 * (meta_lease_hold), so nothing but the system call comes
+		 * between the check and it (the copy to an aligned buffer goes
+		 * first). */
+		const char *out = backing_buf(fs, buf, size);
+		if (ret == 0)
+			ret = meta_lease_hold(fs->meta);
+		if (ret == 0 && (ret = pwrite_all(h->data_fd, out, size, pos)) < 0)
+			warn_backing(-ret);
+	}
 	pthread_mutex_lock(&h->lock);
+	if (held) {
+		h->w.pushing = 0;
+		pthread_cond_broadcast(&h->idle);
+	}
 	if (ret < 0) {
 		fail(h, -ret);
 		if (--h->w.inflight == 0)
@@ -368,6 +480,8 @@ int fs_writer_truncate(struct fs_mount *fs, struct fs_handle *h, uint64_t size)
 
 	pthread_mutex_lock(&h->lock);
 	ret = writable(fs, h);
+	if (ret == 0)
+		ret = push_locked(fs, h); /* held bytes go first, then the cut */
 	if (ret == 0 && size > h->slot_size)
 		ret = -EFBIG;
 	if (ret == 0) {
@@ -413,6 +527,7 @@ void pagefs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		return (void)fuse_reply_err(req, EBADF);
 	if (off < 0)
 		return (void)fuse_reply_err(req, EINVAL);
+	buf = fs_recv_payload(buf); /* page-aligned where fs_recv.c could */
 	uint64_t at = (uint64_t)off;
 	/* (the kernel sends the file's flags with each write: fcntl may
 	 * have changed O_APPEND since the open) */

@@ -3,10 +3,14 @@ deployment; libfuse's passthrough_ll here, as `pagefs bench --backing-fuse`
 stacks it). A splice from such a mount's direct-I/O files asks it for
 4 KiB at a time, so the daemon notices the backing's type at mount and
 answers reads from one pread, and reads and writes pages through aligned
-buffers (fs/fs_align.h: one backing request per MiB). The bytes must be
-exact on a page's first, checked read and on later ones, at any offset,
-whatever sizes they were written in.
+buffers (fs/fs_align.h: one backing request per MiB). A write the kernel
+cut at its 256-page limit is held back and sent with the rest of its
+write() (fs/fs_write.c). The bytes must be exact on a page's first,
+checked read and on later ones, at any offset, whatever sizes they were
+written in.
 """
+import errno
+import mmap
 import os
 import random
 import signal
@@ -26,12 +30,24 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting passthrough_
 @pytest.fixture
 def fuse_backing(tmp_path):
     """A directory served by passthrough_ll (cache=never), unmounted at the end."""
+    (tmp_path / "src").mkdir()
+    yield from passthrough(tmp_path)
+
+
+@pytest.fixture
+def small_fuse_backing(tmp_path, mount):
+    """fuse_backing over a tmpfs of 512 KiB (unmounted by mount after it)."""
+    mount.mount_tmpfs(tmp_path / "src", "512K")
+    yield from passthrough(tmp_path)
+
+
+def passthrough(tmp_path):
+    """passthrough_ll of tmp_path/src, mounted while the generator runs."""
     binary = tmp_path / "passthrough_ll"
     r = subprocess.run(f"cc -O2 -w -o '{binary}' {PT_SOURCE} $(pkg-config --cflags --libs fuse3)",
                        shell=True, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, f"cannot build passthrough_ll (libfuse3-dev): {r.stderr}"
     src, mnt = tmp_path / "src", tmp_path / "fuse-backing"
-    src.mkdir()
     mnt.mkdir()
     with open(tmp_path / "passthrough.log", "w") as log:
         proc = subprocess.Popen([str(binary), "-f", "-o", f"source={src},cache=never", str(mnt)],
@@ -93,6 +109,89 @@ def test_pages_on_a_fuse_backing_read_back_exactly_on_first_and_later_reads(fuse
     for attempt in range(2):
         for name, data in pages.items():
             assert read_page(pool / name) == data, f"{name}: read {attempt} after remount"
+    m.umount()
+
+
+def unaligned(data, lead):
+    """A view of data starting lead bytes into a page of memory."""
+    m = mmap.mmap(-1, len(data) + lead)
+    m[lead:] = data
+    return memoryview(m)[lead:]
+
+
+@needs_root
+def test_held_write_bytes_reach_the_backing_before_any_later_use(fuse_backing, mount):
+    """The first part of a 1 MiB write() from a buffer 16 bytes into a page
+    (256 pages of memory: what the kernel sends in one request) is held
+    back: a later write over it, an fsync, a read through the writer, a
+    truncate and the commit must all see its bytes."""
+    m = mount("--page-size", "4M", "--capacity", "64M", backing=fuse_backing)
+    pool = m.pool(0, "kv")
+    rng = random.Random(11)
+    MIB = 1 << 20
+    expect = {}
+
+    d = rng.randbytes(MIB)
+    fd = os.open(pool / "whole", os.O_CREAT | os.O_WRONLY, 0o644)
+    assert os.write(fd, unaligned(d, 16)) == MIB
+    os.close(fd)
+    expect["whole"] = d
+
+    d = bytearray(rng.randbytes(MIB - 16))
+    fd = os.open(pool / "overwritten", os.O_CREAT | os.O_WRONLY, 0o644)
+    assert os.write(fd, unaligned(bytes(d), 16)) == MIB - 16  # one request: held
+    assert os.pwrite(fd, b"Z" * 100, 5000) == 100             # over the held bytes
+    os.close(fd)
+    d[5000:5100] = b"Z" * 100
+    expect["overwritten"] = bytes(d)
+
+    d = rng.randbytes(MIB - 16)
+    fd = os.open(pool / "rdwr", os.O_CREAT | os.O_RDWR, 0o644)
+    assert os.write(fd, unaligned(d, 16)) == MIB - 16
+    os.fsync(fd)
+    assert os.pread(fd, 4096, MIB - 4096) == d[MIB - 4096:], "read through the writer"
+    assert os.write(fd, unaligned(d[:100], 16)) == 100         # held again? (too small: no)
+    os.ftruncate(fd, 700000)
+    os.close(fd)
+    expect["rdwr"] = d[:700000]
+
+    d = rng.randbytes(MIB - 16)
+    fd = os.open(pool / "committed", os.O_CREAT | os.O_WRONLY, 0o644)
+    assert os.write(fd, unaligned(d, 16)) == MIB - 16          # held until the commit
+    os.close(fd)
+    expect["committed"] = d
+
+    for attempt in range(2):
+        for name, data in expect.items():
+            assert read_page(pool / name) == data, f"{name}: read {attempt} differs"
+    m.umount()
+    m.start()
+    for name, data in expect.items():
+        assert read_page(pool / name) == data, f"{name}: after a remount"
+    m.umount()
+
+
+@needs_root
+def test_backing_error_on_held_bytes_fails_the_close_and_publishes_nothing(small_fuse_backing,
+                                                                            mount):
+    """Held bytes go to the backing only at the close here: its ENOSPC is
+    what close() returns, and the page is not published."""
+    m = mount("--page-size", "4M", "--capacity", "64M", backing=small_fuse_backing)
+    pool = m.pool(0, "kv")
+    d = random.Random(3).randbytes((1 << 20) - 16)
+    fd = os.open(pool / "too-big", os.O_CREAT | os.O_WRONLY, 0o644)
+    try:
+        assert os.write(fd, unaligned(d, 16)) == len(d)  # held: answered at once
+    finally:
+        with pytest.raises(OSError) as e:
+            os.close(fd)
+    assert e.value.errno == errno.ENOSPC, e.value
+    assert "too-big" not in os.listdir(pool)
+    with pytest.raises(FileNotFoundError):
+        os.stat(pool / "too-big")
+    small = b"fits"
+    write_page(pool / "small", small)
+    assert read_page(pool / "small") == small
     m.umount()
 
 
