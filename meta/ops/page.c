@@ -65,8 +65,10 @@ void ops_page_touch(struct meta *m, struct page *p)
 	record_touch(m, p->id, now);
 }
 
-int meta_page_lookup(struct meta *m, uint32_t pool_id, const char *name, struct meta_page_info *out,
-                     int *pending)
+/* meta_page_lookup, and with pin set also pins the found page's slot
+ * (meta_page_lookup_pin), in one critical section. */
+static int page_lookup(struct meta *m, uint32_t pool_id, const char *name,
+                       struct meta_page_info *out, int *pending, int pin)
 {
 	int ret = -ENOENT;
 
@@ -77,6 +79,8 @@ int meta_page_lookup(struct meta *m, uint32_t pool_id, const char *name, struct 
 	if (pool) {
 		struct page *p = index_table_find_name(&m->by_name, pool_id, name, pending);
 		if (p) {
+			if (pin)
+				index_slot_pin(pool, p->slot);
 			ops_page_touch(m, p);
 			fill_info(m, p, out);
 			pool->hits++;
@@ -87,6 +91,12 @@ int meta_page_lookup(struct meta *m, uint32_t pool_id, const char *name, struct 
 	}
 	index_unlock(m);
 	return ret;
+}
+
+int meta_page_lookup(struct meta *m, uint32_t pool_id, const char *name, struct meta_page_info *out,
+                     int *pending)
+{
+	return page_lookup(m, pool_id, name, out, pending, 0);
 }
 
 int meta_page_replaced(struct meta *m, uint64_t page_id)
@@ -607,24 +617,7 @@ int meta_page_pin(struct meta *m, uint64_t page_id, struct meta_page_info *out, 
 int meta_page_lookup_pin(struct meta *m, uint32_t pool_id, const char *name,
                          struct meta_page_info *out)
 {
-	int ret = -ENOENT;
-
-	index_lock(m);
-	struct pool *pool = index_pool_live(m, pool_id);
-	if (pool) {
-		struct page *p = index_table_find_name(&m->by_name, pool_id, name, NULL);
-		if (p) {
-			index_slot_pin(pool, p->slot);
-			ops_page_touch(m, p);
-			fill_info(m, p, out);
-			pool->hits++;
-			ret = 0;
-		} else {
-			pool->misses++;
-		}
-	}
-	index_unlock(m);
-	return ret;
+	return page_lookup(m, pool_id, name, out, NULL, 1);
 }
 
 int meta_page_new_version(struct meta *m, uint64_t page_id, struct meta_page_info *out)

@@ -3,6 +3,7 @@ fs/fs_pin.c): one request pins a batch's slots for a client that reads
 them from the data file, and nothing can reuse a pinned slot until UNPIN,
 the close of the pool directory (a client that dies) or unmount."""
 import errno
+import fcntl
 import os
 import signal
 import struct
@@ -152,7 +153,7 @@ def test_malformed_unpin_requests_are_refused(small):
         struct.pack_into("=IHHII", buf, 0, _wire.MAGIC, _wire.VERSION, _wire.OP_UNPIN, count,
                          len(body))
         buf[16:16 + len(body)] = body
-        expect_errno(errno.EINVAL, __import__("fcntl").ioctl, p.dirfd, _wire.IOC_BATCH, buf, True)
+        expect_errno(errno.EINVAL, fcntl.ioctl, p.dirfd, _wire.IOC_BATCH, buf, True)
     root = os.open(m.mnt, os.O_RDONLY | os.O_DIRECTORY)
     try:
         expect_errno(errno.ENOTDIR, _wire.lookup_pin, root, [b"p0"])
