@@ -127,8 +127,10 @@ int fs_writer_flush(struct fs_mount *fs, struct fs_handle *h, pid_t tid)
 	}
 	h->w.state = FS_W_BUSY;
 	length = h->w.length;
-	have_sum = h->w.hash_ok && h->w.hashed == length;
-	if (have_sum)
+	have_sum = h->w.placed || (h->w.hash_ok && h->w.hashed == length);
+	if (h->w.placed)
+		sum = h->w.placed_sum; /* the placed write's (fs_place.c) */
+	else if (have_sum)
 		sum = XXH3_64bits_digest(h->w.xxh);
 	pthread_mutex_unlock(&h->lock);
 

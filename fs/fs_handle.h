@@ -73,6 +73,11 @@ struct fs_writer {
 	uint64_t held_off;
 	size_t held_len;
 	int pushing; /* a write is putting held bytes into the data file */
+	/* A placed write (fs_place.c): the writer put [0, length) into the
+	 * slot itself and gave their checksum, which the commit takes. Any
+	 * write() or truncate through the handle clears it. */
+	int placed;
+	uint64_t placed_sum;
 };
 
 struct fs_handle {
@@ -245,6 +250,10 @@ int fs_writer_owned(struct fs_handle *h, pid_t tid);
  * failed write, return 0. 0 or -errno.
  */
 int fs_writer_flush(struct fs_mount *fs, struct fs_handle *h, pid_t tid);
+
+/* fs_place.c: a placed write's ioctl (pagefs_ioctl.h) on writer h: in
+ * holds the request, out receives the reply. 0 or -errno. */
+int fs_writer_place(struct fs_mount *fs, struct fs_handle *h, const void *in, void *out);
 /* Ends h's hold on the index: unpins a reader's slot, aborts a writer's
  * unpublished reservation. Does not unlist or free h. */
 void fs_handle_close(struct fs_mount *fs, struct fs_handle *h);

@@ -6,7 +6,8 @@
  *
  * LOOKUP_PIN pins through the open directory's handle (fs_pin.h): two
  * requests a batch (pin, unpin) instead of an open and a release per page
- * for a client that reads the data file itself. docs/SGLANG.md compares
+ * for a client that reads the data file itself. PAGEFS_IOC_PLACE, on a
+ * page open for writing, goes to fs_place.c. docs/SGLANG.md compares
  * this channel with a control file and xattrs.
  */
 #include <errno.h>
@@ -199,6 +200,24 @@ static int answer(struct fs_mount *fs, struct fs_dirh *d, uint32_t pool_id, cons
 	return ret;
 }
 
+/* PAGEFS_IOC_PLACE on a page open for writing (fs_place.c). */
+static void place(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, const void *in,
+                  size_t in_bufsz, size_t out_bufsz)
+{
+	struct pagefs_ioc_place out;
+	uint64_t id;
+	int ret;
+
+	if (fs_ino_kind(ino, &id) != FS_PAGE)
+		return (void)fuse_reply_err(req, EBADF);
+	if (in_bufsz != sizeof(out) || out_bufsz != sizeof(out))
+		return (void)fuse_reply_err(req, EINVAL);
+	ret = fs_writer_place(fs_of(req), fs_handle_of(fi), in, &out);
+	if (ret < 0)
+		return (void)fuse_reply_err(req, -ret);
+	fuse_reply_ioctl(req, 0, &out, sizeof(out));
+}
+
 void pagefs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
                      struct fuse_file_info *fi, unsigned flags, const void *in_buf, size_t in_bufsz,
                      size_t out_bufsz)
@@ -211,6 +230,8 @@ void pagefs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg
 	(void)arg;
 	if (flags & FUSE_IOCTL_COMPAT)
 		return (void)fuse_reply_err(req, ENOSYS);
+	if (cmd == (unsigned int)PAGEFS_IOC_PLACE)
+		return place(req, ino, fi, in_buf, in_bufsz, out_bufsz);
 	if (cmd != (unsigned int)PAGEFS_IOC_BATCH)
 		return (void)fuse_reply_err(req, ENOTTY);
 	if (fs_ino_kind(ino, &id) != FS_POOL)

@@ -323,6 +323,7 @@ static int reopen(struct fs_mount *fs, struct fs_handle *h)
 		XXH3_64bits_reset(h->w.xxh);
 		h->w.hashed = h->w.hash_next = 0;
 		h->w.hash_ok = p.length == 0;
+		h->w.placed = 0;
 	} else {
 		h->w.state = FS_W_COMMITTED;
 	}
@@ -388,6 +389,8 @@ ssize_t fs_writer_write(struct fs_mount *fs, struct fs_handle *h, const char *bu
 	}
 	if (append)
 		h->w.append_end = end;
+	if (size > 0)
+		h->w.placed = 0; /* bytes through the mount: the commit sums the slot */
 	h->w.inflight++;
 	pos = h->w.resv.slot * h->slot_size + off;
 	/* Held bytes: ours to write now, with this write's appended when it
@@ -497,6 +500,8 @@ int fs_writer_truncate(struct fs_mount *fs, struct fs_handle *h, uint64_t size)
 		}
 	}
 	if (ret == 0) {
+		if (size != h->w.length)
+			h->w.placed = 0;
 		h->w.length = size;
 		if (h->w.append_end > size)
 			h->w.append_end = size;

@@ -35,6 +35,27 @@
  * batches (PAGEFS_IOC_MAX_NAMES names always fit). Errors are the
  * ioctl's: EINVAL for a malformed request or an op the daemon does not
  * know, ENOTDIR on anything but a pool directory.
+ *
+ * Placed writes (PAGEFS_IOC_PLACE, struct pagefs_ioc_place, on a page
+ * opened for writing through the mount: open(O_CREAT) or open(O_TRUNC)):
+ * the writer puts the page's bytes into the data file itself, so they
+ * cross no FUSE request of pagefs, and close() still publishes them at
+ * once or not at all.
+ *   WHERE: the reply's offset and slot_size say where the writer's slot
+ *     is in the pool's data file (the pool directory's
+ *     user.pagefs.data_file), pool_ino which pool that is (the inode
+ *     number of its directory: a pool removed and made again has a new
+ *     one, and a new data file). The slot stays the writer's until close.
+ *   DONE: length and checksum (the XXH3-64 of the length bytes the writer
+ *     put at offset): close() publishes them as the page, with that
+ *     checksum and without reading them. A write() through the handle
+ *     after DONE undoes it (the commit then reads the slot back for the
+ *     checksum). EFBIG for a length over the slot size, EINVAL when bytes
+ *     were already written through the handle or it is committed, EBADF
+ *     on a handle not open for writing.
+ * Readers check those bytes as they check any page's (a writer that put
+ * other bytes than it summed gets its page read as a miss, never its
+ * neighbours' bytes).
  */
 #ifndef PAGEFS_IOCTL_H
 #define PAGEFS_IOCTL_H
@@ -63,6 +84,22 @@ struct pagefs_ioc_hdr {
 	uint32_t bytes;
 };
 
+#define PAGEFS_IOC_PLACE_WHERE 1
+#define PAGEFS_IOC_PLACE_DONE 2
+
+struct pagefs_ioc_place {
+	uint32_t magic; /* PAGEFS_IOC_MAGIC */
+	uint16_t version;
+	uint16_t op;        /* PAGEFS_IOC_PLACE_WHERE or _DONE */
+	uint64_t offset;    /* WHERE's reply: the slot's offset in the data file */
+	uint64_t slot_size; /* WHERE's reply */
+	uint64_t length;    /* DONE: the page's length */
+	uint64_t checksum;  /* DONE: XXH3-64 of its bytes */
+	uint64_t pool_ino;  /* WHERE's reply: the pool directory's inode number */
+};
+
+#define PAGEFS_IOC_PLACE _IOWR('P', 0x48, struct pagefs_ioc_place)
+
 struct pagefs_ioc_rec {
 	int32_t err; /* 0, -ENOENT, -EINVAL for a bad name */
 	uint32_t flags;
@@ -74,6 +111,7 @@ struct pagefs_ioc_rec {
 
 _Static_assert(sizeof(struct pagefs_ioc_hdr) == 16, "header layout");
 _Static_assert(sizeof(struct pagefs_ioc_rec) == 40, "record layout");
+_Static_assert(sizeof(struct pagefs_ioc_place) == 48, "place layout");
 _Static_assert(16 + 16 + PAGEFS_IOC_MAX_NAMES * 40 + 4096 <= PAGEFS_IOC_SIZE, "max names fit");
 
 #endif

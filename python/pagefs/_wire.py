@@ -123,3 +123,34 @@ def _lookup(dirfd, encoded, op, tokens=None):
             at += _REC.size
         path = os.fsdecode(bytes(buf[at:at + path_len]))
     return path, slot_size, recs, tokens
+
+
+# Placed writes (fs/fs_place.c): on a page open for writing through the
+# mount, WHERE says where its slot is in the pool's data file, DONE gives
+# the length and XXH3-64 of the bytes the writer put there.
+_PLACE = struct.Struct("=IHHQQQQQ")
+IOC_PLACE = (_IOC_READ_WRITE << 30) | (_PLACE.size << 16) | (ord("P") << 8) | 0x48
+PLACE_WHERE = 1
+PLACE_DONE = 2
+
+
+def _place(fd, op, length=0, checksum=0):
+    buf = bytearray(_PLACE.pack(MAGIC, VERSION, op, 0, 0, length, checksum, 0))
+    fcntl.ioctl(fd, IOC_PLACE, buf, True)
+    magic, _, rop, offset, slot_size, _, _, pool_ino = _PLACE.unpack(buf)
+    if magic != MAGIC or rop != op:
+        raise OSError(errno.EPROTO, "pagefs answered a placed write with a malformed reply")
+    return offset, slot_size, pool_ino
+
+
+def place_where(fd):
+    """(offset, slot size, pool directory's inode number) of the slot of the
+    page open for writing as fd. OSError ENOTTY from a daemon without
+    placed writes."""
+    return _place(fd, PLACE_WHERE)
+
+
+def place_done(fd, length, checksum):
+    """The page open as fd is the length bytes at its slot, whose XXH3-64
+    is checksum: close(fd) publishes them."""
+    _place(fd, PLACE_DONE, length, checksum)

@@ -131,6 +131,8 @@ class Pool:
         self._direct_fd = -1
         self._table = None  # the presence table mapped, or None
         self._no_table = False  # the daemon keeps none for this pool
+        self._wfd = None  # the data file open for placed writes, -1: cannot
+        self.ino = os.fstat(self.dirfd).st_ino  # a pool made again has a new one
 
     def table(self):
         """The pool's presence table as last mapped (the caller checks
@@ -162,10 +164,11 @@ class Pool:
 
     def close(self):
         with self._lock:
-            for fd in (self.dirfd, self._data_fd, self._direct_fd):
-                if fd >= 0:
+            for fd in (self.dirfd, self._data_fd, self._direct_fd, self._wfd):
+                if fd is not None and fd >= 0:
                     os.close(fd)
             self.dirfd = self._data_fd = self._direct_fd = -1
+            self._wfd = None
             self._table = None
 
     def __del__(self):
@@ -204,6 +207,20 @@ class Pool:
             return self._data_fd, self._direct_fd
 
 
+    def write_fd(self):
+        """The pool's data file open for writing (placed writes), or -1 when
+        this process cannot open it (say the backing is not writable by its
+        user): pages are then written through the mount."""
+        with self._lock:
+            if self._wfd is None:
+                try:
+                    path = os.getxattr(self.path, "user.pagefs.data_file")
+                    self._wfd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+                except OSError:
+                    self._wfd = -1
+            return self._wfd
+
+
 class Client:
     """A pagefs mount, seen from Python.
 
@@ -217,10 +234,16 @@ class Client:
     where it can (False: always one request to the daemon). pin: a read
     pins its batch's pages with one request and unpins them with another
     (False, or a daemon without the batch pin: each page is opened through
-    the mount, which pins it, and closed).
+    the mount, which pins it, and closed). place: a write opens the page
+    through the mount, puts its bytes into the data file at the page's slot
+    itself and gives their checksum, and close() publishes them (on a FUSE
+    backing such as 3FS the bytes cross FUSE once instead of twice); False,
+    a daemon without placed writes, a data file this process cannot write
+    or no XXH3 here: the bytes go through the mount with one write().
     """
 
-    def __init__(self, mountpoint, verify="first", threads=4, presence=True, pin=True):
+    def __init__(self, mountpoint, verify="first", threads=4, presence=True, pin=True,
+                 place=True):
         if verify not in ("first", "always", "none"):
             raise ValueError("verify must be first, always or none, not %r" % (verify,))
         self.mountpoint = os.path.abspath(mountpoint)
@@ -241,10 +264,12 @@ class Client:
         self._verified = {}
         self._executor = None
         self.pin = bool(pin)
+        self.place = bool(place) and xxh3_64 is not None
         # How reads went: straight from the data file (pinned_batches of
         # them pinned by one request), or through the mount.
         self.counters = {"direct_reads": 0, "odirect_reads": 0, "mount_reads": 0,
-                         "checksum_mismatches": 0, "pinned_batches": 0}
+                         "checksum_mismatches": 0, "pinned_batches": 0,
+                         "placed_writes": 0, "mount_writes": 0}
 
     # ---- pools ----
 
@@ -591,12 +616,12 @@ class Client:
 
         def write_some(idx):
             for i in idx:
-                ok[i] = self._write_one(paths[i], views[i])
+                ok[i] = self._write_one(p, paths[i], views[i])
 
         self._in_parallel(write_some, len(paths))
         return ok
 
-    def _write_one(self, path, view):
+    def _write_one(self, p, path, view):
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         except OSError as e:
@@ -604,9 +629,13 @@ class Client:
             return False
         ok = False
         try:
-            done = 0
-            while done < len(view):
-                done += os.write(fd, view[done:])
+            if self.place and self._write_placed(p, fd, view):
+                self.counters["placed_writes"] += 1
+            else:
+                done = 0
+                while done < len(view):
+                    done += os.write(fd, view[done:])
+                self.counters["mount_writes"] += 1
             ok = True
         except OSError as e:
             self.last_error = e
@@ -617,6 +646,40 @@ class Client:
                 self.last_error = e
                 ok = False
         return ok
+
+    def _write_placed(self, p, fd, view):
+        """Puts view's bytes into the slot of the page open as fd and tells
+        the daemon their checksum: True, or False to write through fd
+        instead (nothing is published from a placed write that did not
+        finish: the bytes through fd replace whatever it wrote)."""
+        try:
+            offset, slot_size, pool_ino = _wire.place_where(fd)
+        except OSError as e:
+            if e.errno in (errno.ENOTTY, errno.ENOSYS):
+                self.place = False  # a daemon without placed writes
+            else:
+                self.last_error = e
+            return False
+        if pool_ino != p.ino:
+            # The pool was removed and made again since p was opened: p's
+            # data file is the old one. The next batch opens the new pool.
+            self._forget_pool(p)
+            return False
+        wfd = p.write_fd()
+        if wfd < 0 or len(view) > slot_size:
+            return False
+        try:
+            done = 0
+            while done < len(view):
+                n = os.pwritev(wfd, [view[done:]], offset + done)
+                if n <= 0:
+                    return False
+                done += n
+            _wire.place_done(fd, len(view), xxh3_64(view))
+        except OSError as e:
+            self.last_error = e
+            return False
+        return True
 
     def delete(self, rank, ns, names):
         """Unlinks each page; [bool]: True where a page was removed."""

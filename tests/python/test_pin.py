@@ -25,7 +25,9 @@ def small(mount):
     """A pool of 4 pages of 64 KiB that evicts: a slot freed by an unlink
     is the first a new page takes, unless it is pinned."""
     m = mount("--page-size", "64K", "--capacity", "256K")
-    c = pagefs.Client(m.mnt)
+    # One page at a time: with a slot pinned, three are left, and four
+    # writers at once would rightly leave one without a slot (ENOSPC).
+    c = pagefs.Client(m.mnt, threads=1)
     c.pool(0, "kv")
     yield m, c
     c.close()
@@ -221,7 +223,9 @@ def test_a_daemon_stopped_while_directories_hold_pins_drops_them_and_exits(mount
     never releases it, so the daemon drops its handle and pins itself on
     the way out (the ASan pass fails the test on a leak of either)."""
     m = mount("--page-size", "64K", "--capacity", "256K")
-    c = pagefs.Client(m.mnt)
+    # One page at a time: with a slot pinned, three are left, and four
+    # writers at once would rightly leave one without a slot (ENOSPC).
+    c = pagefs.Client(m.mnt, threads=1)
     c.pool(0, "kv")
     fill(c, "p", 2)
     _wire.lookup_pin(c._pool(0, "kv").dirfd, [b"p0", b"p1"])

@@ -1,0 +1,201 @@
+"""Placed writes on a real mount (fs/fs_place.c, PAGEFS_IOC_PLACE): a writer
+puts its page's bytes into the data file at its slot itself and gives their
+checksum; close() publishes them at once or not at all, readers check them
+as any page's, and a write() through the handle undoes the placing."""
+import errno
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+import pagefs
+from pagefs import _wire
+from pagefs._checksum import xxh3_64
+from pagefs_helpers import expect_errno, read_page
+
+KB = 1024
+PAGE = 64 * KB
+
+pytestmark = pytest.mark.skipif(xxh3_64 is None, reason="no XXH3 in this Python")
+
+
+@pytest.fixture
+def pool(mount):
+    m = mount("--page-size", "64K", "--capacity", "1M")
+    c = pagefs.Client(m.mnt)
+    p = c.pool(0, "kv")
+    yield m, c, p
+    c.close()
+
+
+def pattern(seed, n=PAGE):
+    return bytes((seed * 7 + i * 13) & 0xFF for i in range(256)) * (n // 256)
+
+
+def place(p, name, data, checksum=None, close=True):
+    """Opens name for writing, puts data at its slot, gives the checksum."""
+    fd = os.open(os.path.join(p.path, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    offset, slot_size, pool_ino = _wire.place_where(fd)
+    assert offset % slot_size == 0 and slot_size == PAGE and pool_ino == os.stat(p.path).st_ino
+    with open(os.getxattr(p.path, "user.pagefs.data_file"), "r+b", buffering=0) as f:
+        f.seek(offset)
+        f.write(data)
+    _wire.place_done(fd, len(data), xxh3_64(data) if checksum is None else checksum)
+    if close:
+        os.close(fd)
+    return fd
+
+
+def test_a_placed_page_reads_back_exactly_through_the_mount_and_the_client(pool):
+    m, c, p = pool
+    data = pattern(1, PAGE - 100)
+    assert c.write(0, "kv", ["a"], [data]) == [True]
+    assert c.counters["placed_writes"] == 1 and c.counters["mount_writes"] == 0
+    assert read_page(os.path.join(p.path, "a")) == data
+    buf = bytearray(len(data))
+    assert c.read_into(0, "kv", ["a"], [buf]) == [True] and bytes(buf) == data
+    path = os.path.join(p.path, "a")
+    assert int(os.getxattr(path, "user.pagefs.checksum"), 16) == xxh3_64(data)
+    assert os.stat(path).st_size == len(data)
+    # A second write of the name replaces it, placed again.
+    data2 = pattern(2)
+    assert c.write(0, "kv", ["a"], [data2]) == [True]
+    assert read_page(path) == data2
+    assert c.counters["placed_writes"] == 2
+
+
+def test_nothing_is_published_before_close_and_a_replaced_page_stays_until_then(pool):
+    m, c, p = pool
+    old = pattern(3)
+    assert c.write(0, "kv", ["r"], [old]) == [True]
+    fd = place(p, "new", pattern(4), close=False)
+    fd2 = place(p, "r", pattern(5), close=False)
+    try:
+        assert "new" not in os.listdir(p.path)
+        assert c.exists(0, "kv", ["new", "r"]) == [False, True]
+        assert read_page(os.path.join(p.path, "r")) == old
+    finally:
+        os.close(fd)
+        os.close(fd2)
+    assert read_page(os.path.join(p.path, "new")) == pattern(4)
+    assert read_page(os.path.join(p.path, "r")) == pattern(5)
+
+
+def test_bytes_that_do_not_match_their_checksum_are_a_miss_never_read(pool):
+    m, c, p = pool
+    data = pattern(6)
+    place(p, "liar", data, checksum=xxh3_64(data) ^ 1)
+    place(p, "liar2", data, checksum=xxh3_64(data) ^ 1)
+    # The client's direct read checks them (then the daemon's open does,
+    # which drops the page): a miss.
+    assert c.read_into(0, "kv", ["liar"], [bytearray(PAGE)]) == [False]
+    assert c.exists(0, "kv", ["liar"]) == [False]
+    # A reader through the mount: the first open checks them.
+    expect_errno(errno.EIO, read_page, os.path.join(p.path, "liar2"))
+    assert c.exists(0, "kv", ["liar2"]) == [False]
+
+
+def test_a_write_through_the_handle_after_done_is_published_with_a_checksum_of_the_slot(pool):
+    m, c, p = pool
+    data = bytearray(pattern(7))
+    fd = place(p, "mixed", bytes(data), close=False)
+    os.pwrite(fd, b"XYZ", 10)
+    os.close(fd)
+    data[10:13] = b"XYZ"
+    path = os.path.join(p.path, "mixed")
+    assert read_page(path) == bytes(data)
+    assert int(os.getxattr(path, "user.pagefs.checksum"), 16) == xxh3_64(bytes(data))
+
+
+def test_bad_placed_requests_get_their_errors_and_publish_nothing_wrong(pool):
+    m, c, p = pool
+    path = os.path.join(p.path, "bad")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        expect_errno(errno.EFBIG, _wire.place_done, fd, PAGE + 1, 0)
+        os.write(fd, b"through the mount")
+        # Bytes came through the handle: placing now would lie about them.
+        expect_errno(errno.EINVAL, _wire.place_done, fd, 5, 0)
+    finally:
+        os.close(fd)
+    assert read_page(path) == b"through the mount"
+    # Committed: the handle holds no slot to place into any more.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.close(fd)
+    # A reader, a directory: no writer's slot.
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        expect_errno(errno.EBADF, _wire.place_where, fd)
+    finally:
+        os.close(fd)
+    expect_errno(errno.EBADF, _wire.place_where, p.dirfd)
+    # A malformed request.
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        buf = bytearray(_wire._PLACE.pack(0x1234, 1, 1, 0, 0, 0, 0, 0))
+        expect_errno(errno.EINVAL, fcntl.ioctl, fd, _wire.IOC_PLACE, buf, True)
+        buf = bytearray(_wire._PLACE.pack(_wire.MAGIC, 1, 9, 0, 0, 0, 0, 0))
+        expect_errno(errno.EINVAL, fcntl.ioctl, fd, _wire.IOC_PLACE, buf, True)
+    finally:
+        os.close(fd)
+
+
+WRITER = r"""
+import os, sys, time
+sys.path.insert(0, sys.argv[3])
+from pagefs import _wire
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+offset, _, _ = _wire.place_where(fd)
+with open(sys.argv[2], "r+b", buffering=0) as f:
+    f.seek(offset)
+    f.write(b"K" * 65536)
+_wire.place_done(fd, 65536, 0)
+print(offset, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_placing_writer_killed_before_close_publishes_nothing_and_its_slot_comes_back(pool):
+    m, c, p = pool
+    pkg = os.path.join(os.path.dirname(os.path.dirname(pagefs.__file__)))
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, os.path.join(p.path, "dead"),
+                             os.getxattr(p.path, "user.pagefs.data_file"), pkg],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip().isdigit()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert c.exists(0, "kv", ["dead"]) == [False]
+    assert "dead" not in os.listdir(p.path)
+    # Every slot of the pool can still be written and read back.
+    names = ["f%d" % i for i in range(16)]
+    assert c.write(0, "kv", names, [pattern(i) for i in range(16)]) == [True] * 16
+    bufs = [bytearray(PAGE) for _ in names]
+    assert c.read_into(0, "kv", names, bufs) == [True] * 16
+    assert [bytes(b) for b in bufs] == [pattern(i) for i in range(16)]
+
+
+def test_a_client_without_placed_writes_or_write_access_writes_through_the_mount(pool):
+    m, c, p = pool
+    plain = pagefs.Client(m.mnt, place=False)
+    try:
+        assert plain.write(0, "kv", ["m"], [pattern(8)]) == [True]
+        assert plain.counters == dict(plain.counters, placed_writes=0, mount_writes=1)
+    finally:
+        plain.close()
+    # A data file this process cannot open for writing: through the mount.
+    p.write_fd()
+    with p._lock:
+        if p._wfd is not None and p._wfd >= 0:
+            os.close(p._wfd)
+        p._wfd = -1
+    assert c.write(0, "kv", ["n"], [pattern(9)]) == [True]
+    assert c.counters["mount_writes"] == 1
+    assert read_page(os.path.join(p.path, "n")) == pattern(9)
