@@ -6,8 +6,9 @@
  *
  * LOOKUP_PIN pins through the open directory's handle (fs_pin.h): two
  * requests a batch (pin, unpin) instead of an open and a release per page
- * for a client that reads the data file itself. PAGEFS_IOC_PLACE, on a
- * page open for writing, goes to fs_place.c. docs/SGLANG.md compares
+ * for a client that reads the data file itself. RESERVE and COMMIT (batch
+ * writes) go to fs_batchw.c; PAGEFS_IOC_PLACE, on a page open for
+ * writing, to fs_place.c. docs/SGLANG.md compares
  * this channel with a control file and xattrs.
  */
 #include <errno.h>
@@ -176,13 +177,15 @@ static int answer(struct fs_mount *fs, struct fs_dirh *d, uint32_t pool_id, cons
 
 	memcpy(&h, in, sizeof(h));
 	if (h.magic != PAGEFS_IOC_MAGIC || h.version != PAGEFS_IOC_VERSION ||
-	    h.op < PAGEFS_IOC_EXISTS || h.op > PAGEFS_IOC_UNPIN ||
+	    h.op < PAGEFS_IOC_EXISTS || h.op > PAGEFS_IOC_COMMIT ||
 	    h.bytes > PAGEFS_IOC_SIZE - FS_IOC_HDR || h.count > h.bytes)
 		return -EINVAL;
-	if ((h.op == PAGEFS_IOC_LOOKUP_PIN || h.op == PAGEFS_IOC_UNPIN) && !d)
+	if (h.op >= PAGEFS_IOC_LOOKUP_PIN && !d)
 		return -EBADF;
 	if (h.op == PAGEFS_IOC_UNPIN)
 		ret = answer_unpin(fs, d, in, &h, len);
+	else if (h.op == PAGEFS_IOC_COMMIT)
+		ret = fs_batchw_commit(fs, d, pool_id, in, &h, out, len);
 	else if (!(names = calloc(h.count ? h.count : 1, sizeof(*names))))
 		ret = -ENOMEM;
 	else {
@@ -191,6 +194,8 @@ static int answer(struct fs_mount *fs, struct fs_dirh *d, uint32_t pool_id, cons
 			ret = answer_exists(fs, pool_id, names, &h, out, len);
 		else if (ret == 0 && h.op == PAGEFS_IOC_LOOKUP)
 			ret = answer_lookup(fs, pool_id, names, &h, out, len, NULL, NULL);
+		else if (ret == 0 && h.op == PAGEFS_IOC_RESERVE)
+			ret = fs_batchw_reserve(fs, d, pool_id, names, &h, out, len);
 		else if (ret == 0)
 			ret = answer_lookup_pin(fs, d, pool_id, names, &h, out, len);
 		free((void *)names);

@@ -1,5 +1,6 @@
 /*
- * fs_pin.c - pins held by an open pool directory (fs_pin.h).
+ * fs_pin.c - pins and reservations held by an open pool directory
+ * (fs_pin.h).
  */
 #include "fs/fs_pin.h"
 
@@ -75,7 +76,16 @@ static void dirh_end(struct fs_pins *t, struct meta *m, struct fs_dirh *d)
 	s = d->sets;
 	d->sets = NULL;
 	d->npins = 0;
+	struct fs_resvset *rs = d->resvs;
+	d->resvs = NULL;
+	d->nresv = 0;
 	pthread_mutex_unlock(&d->lock);
+	while (rs) {
+		struct fs_resvset *next = rs->next;
+
+		fs_resvset_abort(m, rs);
+		rs = next;
+	}
 	while (s) {
 		struct fs_pinset *next = s->next;
 
@@ -153,4 +163,46 @@ int fs_dirh_drop(struct fs_dirh *d, struct meta *m, uint64_t token)
 		return -EINVAL;
 	unpin_set(m, s);
 	return 0;
+}
+
+void fs_resvset_abort(struct meta *m, struct fs_resvset *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		if (s->e[i].err == 0)
+			meta_page_abort(m, &s->e[i].r);
+	free(s);
+}
+
+int fs_dirh_keep_resv(struct fs_dirh *d, struct fs_resvset *s)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&d->lock);
+	if (d->nresv + s->n > FS_PIN_MAX) {
+		ret = -EBUSY;
+	} else {
+		s->token = d->next_token++;
+		s->next = d->resvs;
+		d->resvs = s;
+		d->nresv += s->n;
+	}
+	pthread_mutex_unlock(&d->lock);
+	return ret;
+}
+
+struct fs_resvset *fs_dirh_take_resv(struct fs_dirh *d, uint64_t token)
+{
+	struct fs_resvset **at, *s = NULL;
+
+	pthread_mutex_lock(&d->lock);
+	for (at = &d->resvs; *at; at = &(*at)->next) {
+		if ((*at)->token == token) {
+			s = *at;
+			*at = s->next;
+			d->nresv -= s->n;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&d->lock);
+	return s;
 }

@@ -1,6 +1,7 @@
 /*
- * fs_pin.h - pins held by an open pool directory: the batch pin of the
- * ioctl channel (fs_ioctl.c).
+ * fs_pin.h - pins and reservations held by an open pool directory: the
+ * batch pin of the ioctl channel (fs_ioctl.c) and batch writes
+ * (fs_batchw.c).
  *
  * A client that reads page bytes from the data file itself asks the pool
  * directory it holds open to pin a batch of pages (LOOKUP_PIN): each found
@@ -21,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct meta;
+#include "meta/meta.h"
 
 /* Pins one directory handle may hold at once: a client that keeps pins
  * keeps slots from reuse, so a forgetful one is refused (EBUSY) before it
@@ -30,6 +31,18 @@ struct meta;
 
 struct fs_pinset;
 
+/* Reservations a batch write holds (fs_batchw.c): one entry per name of
+ * a RESERVE request; err 0 where r is held, else why the name got none. */
+struct fs_resvset {
+	struct fs_resvset *next;
+	uint64_t token;
+	size_t n;
+	struct fs_resv_ent {
+		struct meta_resv r;
+		int err;
+	} e[];
+};
+
 /* An open pool directory (fi->fh of opendir). */
 struct fs_dirh {
 	struct fs_dirh *prev, *next; /* the mount's list, under fs_pins.lock */
@@ -37,6 +50,8 @@ struct fs_dirh {
 	struct fs_pinset *sets;
 	uint64_t next_token;
 	size_t npins;
+	struct fs_resvset *resvs; /* batch writes between RESERVE and COMMIT */
+	size_t nresv;
 };
 
 /* The open pool directories of a mount. */
@@ -64,5 +79,16 @@ int fs_dirh_keep(struct fs_dirh *d, uint32_t pool_id, const uint64_t *slots, siz
 /* Drops the pins kept under token: 0, or -EINVAL for a token d does not
  * hold (never given, or dropped already). */
 int fs_dirh_drop(struct fs_dirh *d, struct meta *m, uint64_t token);
+
+/* Gives d the reservation set s (malloc'd; d frees it, aborting what it
+ * still holds, when the directory closes). 0 with s->token set; -EBUSY
+ * when d would hold more than FS_PIN_MAX reservations (the caller still
+ * owns s then). */
+int fs_dirh_keep_resv(struct fs_dirh *d, struct fs_resvset *s);
+/* Takes the reservation set kept under token off d: the caller commits or
+ * aborts each and frees it. NULL for a token d does not hold. */
+struct fs_resvset *fs_dirh_take_resv(struct fs_dirh *d, uint64_t token);
+/* Aborts what s holds and frees it. */
+void fs_resvset_abort(struct meta *m, struct fs_resvset *s);
 
 #endif

@@ -125,6 +125,14 @@ void pagefs_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 void pagefs_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
 
 /* fs_ioctl.c */
+/* fs_batchw.c: RESERVE and COMMIT of the ioctl channel on pool
+ * directory handle d (pagefs_ioctl.h); 0 with the reply in out and *len
+ * set, or -errno. */
+struct pagefs_ioc_hdr;
+int fs_batchw_reserve(struct fs_mount *fs, struct fs_dirh *d, uint32_t pool_id, const char **names,
+                      struct pagefs_ioc_hdr *h, char *out, size_t *len);
+int fs_batchw_commit(struct fs_mount *fs, struct fs_dirh *d, uint32_t pool_id, const char *in,
+                     struct pagefs_ioc_hdr *h, char *out, size_t *len);
 void pagefs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
                      struct fuse_file_info *fi, unsigned flags, const void *in_buf, size_t in_bufsz,
                      size_t out_bufsz);

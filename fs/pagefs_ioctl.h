@@ -29,6 +29,22 @@
  *     through this open directory; their pins are dropped. The reply is
  *     the header. EINVAL if a token is not held (the others are still
  *     dropped).
+ *   RESERVE: a slot for each name, held for a batch write (the client
+ *     writes the page bytes into the data file itself, then COMMITs): the
+ *     reply is laid out as LOOKUP_PIN's, a record's err 0 (its offset is
+ *     the slot's), -EINVAL for a bad name, -ENOSPC for a full pool that
+ *     evicts nothing. The reservations are held by the open directory
+ *     under the token; closing it aborts them. EBUSY beyond 65,536.
+ *   COMMIT: count n, bytes 8 + 16 n: the u64 token RESERVE gave, then per
+ *     name of that request (in its order) u64 length and u64 checksum
+ *     (the XXH3-64 of the length bytes at its slot), or length
+ *     PAGEFS_IOC_ABORT to give the slot back. Each page is published as
+ *     close() publishes one: whole or not at all, replacing a page of its
+ *     name. The reply: the header (bytes = 4 n), then an int32 per name:
+ *     0, or -errno (nothing published for it; -ECANCELED where aborted,
+ *     -EFBIG for a length over the slot size, RESERVE's error where it
+ *     held none). EINVAL for a token not held or an n that is not the
+ *     RESERVE's: nothing of that batch is published then.
  *
  * The kernel copies PAGEFS_IOC_SIZE bytes in and out (the size is encoded
  * in the command). A reply that does not fit is E2BIG: send smaller
@@ -71,8 +87,11 @@
 #define PAGEFS_IOC_LOOKUP 2
 #define PAGEFS_IOC_LOOKUP_PIN 3
 #define PAGEFS_IOC_UNPIN 4
-#define PAGEFS_IOC_HAS_CHECKSUM 1U /* record flag: checksum is the page's XXH3-64 */
-#define PAGEFS_IOC_PINNED 2U       /* record flag: the slot is pinned until UNPIN */
+#define PAGEFS_IOC_RESERVE 5
+#define PAGEFS_IOC_COMMIT 6
+#define PAGEFS_IOC_ABORT UINT64_MAX /* COMMIT's length: give the slot back */
+#define PAGEFS_IOC_HAS_CHECKSUM 1U  /* record flag: checksum is the page's XXH3-64 */
+#define PAGEFS_IOC_PINNED 2U        /* record flag: the slot is pinned until UNPIN */
 /* Names that always fit one LOOKUP_PIN (a data file path of up to 4 KiB). */
 #define PAGEFS_IOC_MAX_NAMES 306
 

@@ -12,7 +12,9 @@ Three ratios, for each page size, client process count and backing:
                                                           rename per key on a
                                                           plain directory
 and with --ops pin, the batch pin against an open per page (pin=False, as
-with a daemon without it) for the same reads.
+with a daemon without it) for the same reads; with --ops place, placed
+writes against one write() through the mount (place=False) of the same
+pages.
 The plain directory lives on the same backing as pagefs's data files. The
 contenders alternate in short rounds (--round seconds each) so that a load
 change on the machine hits both; a ratio is native keys/s over baseline
@@ -26,7 +28,8 @@ FUSE mounts); everything is unmounted on exit.
 
   PYTHONPATH=python /usr/bin/python3 scripts/sglang_bench.py --pagefs build/pagefs \\
       [--sizes 64K,1M] [--procs 1,4] [--batch 64] [--seconds 2] [--backing-fuse] \\
-      [--verify first|always|none] [--ops exists,get,set,pin] [--no-pin] [--json FILE]
+      [--verify first|always|none] [--ops exists,get,set,pin,place] [--no-pin] [--no-place]
+      [--json FILE]
   ... --channels   compares lookup channels instead (presence table, ioctl
                    batch, stat and getxattr per name) on one mount
 """
@@ -145,10 +148,13 @@ def names_of(proc, n):
 class Worker:
     """One client process's view: its keys, buffers and pagefs client."""
 
-    def __init__(self, env, proc, page, batch, verify, rank, threads, presence=True, pin=True):
+    def __init__(self, env, proc, page, batch, verify, rank, threads, presence=True, pin=True,
+                 place=True):
         self.env, self.page, self.batch, self.rank = env, page, batch, rank
         self.client = pagefs.Client(env.mnt, verify=verify, threads=threads, presence=presence,
-                                    pin=pin)
+                                    pin=pin, place=place)
+        # the same writes with one write() through the mount per page
+        self.mounted = pagefs.Client(env.mnt, verify=verify, threads=threads, place=False)
         # the same reads with an open per page instead of the batch pin
         self.opener = pagefs.Client(env.mnt, verify=verify, threads=threads, pin=False)
         self.names = names_of(proc, batch * 4)
@@ -208,6 +214,9 @@ class Worker:
     def set_native(self):
         assert all(self.client.write(self.rank, "kv", self.take(self.set_names), self.data))
 
+    def set_mounted(self):
+        assert all(self.mounted.write(self.rank, "kv", self.take(self.set_names), self.data))
+
     def set_file(self):
         for n, d in zip(self.take(self.set_names), self.data):
             final = os.path.join(self.env.plain, n + ".bin")
@@ -221,12 +230,13 @@ class Worker:
 PAIRS = {"exists": ("exists_native", "exists_file"),
          "get": ("get_native", "get_raw"),
          "pin": ("get_native", "get_opened"),
-         "set": ("set_native", "set_file")}
+         "set": ("set_native", "set_file"),
+         "place": ("set_native", "set_mounted")}
 
 
 def child(env, proc, page, args, barrier, out):
     w = Worker(env, proc, page, args.batch, args.verify, rank=proc, threads=args.threads,
-               presence=not args.no_presence, pin=not args.no_pin)
+               presence=not args.no_presence, pin=not args.no_pin, place=not args.no_place)
     w.fill()
     res = {}
     for op in args.ops:
@@ -335,6 +345,8 @@ def main():
                     help="exists asks the daemon (ioctl) instead of the presence table")
     ap.add_argument("--no-pin", action="store_true",
                     help="get opens each page (which pins it) instead of the batch pin")
+    ap.add_argument("--no-place", action="store_true",
+                    help="set writes through the mount instead of placing the bytes")
     ap.add_argument("--channels", action="store_true")
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -367,6 +379,7 @@ def main():
                                   env.desc, human(page), nprocs, op, r[nat],
                                   {"exists": "stat per key", "get": "raw pread",
                                    "pin": "open per page",
+                                   "place": "write() via mount",
                                    "set": "tmp+write+rename"}[op], r[base], row["ratio"]),
                               flush=True)
         finally:

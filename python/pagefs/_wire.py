@@ -19,6 +19,9 @@ OP_EXISTS = 1
 OP_LOOKUP = 2
 OP_LOOKUP_PIN = 3
 OP_UNPIN = 4
+OP_RESERVE = 5
+OP_COMMIT = 6
+ABORT = (1 << 64) - 1  # COMMIT's length that gives a slot back
 _HDR = struct.Struct("=IHHII")
 _REC = struct.Struct("=iIQQQQ")
 # Most names a request may carry: a LOOKUP_PIN reply needs a 40-byte
@@ -107,7 +110,41 @@ def unpin(dirfd, tokens):
         _request(dirfd, OP_UNPIN, [], struct.pack("=%dQ" % len(part), *part))
 
 
-def _lookup(dirfd, encoded, op, tokens=None):
+def reserve(dirfd, encoded):
+    """A slot for each encoded name, held for a batch write until commit()
+    (or until dirfd is closed): (data file path, slot size, [Record]
+    whose offset is the slot's where found, [(token, first, end)] the
+    requests the names went in). OSError EINVAL from a daemon without
+    batch writes."""
+    tokens = []
+    try:
+        path, slot_size, recs, _ = _lookup(dirfd, encoded, OP_RESERVE, tokens, spans=True)
+    except BaseException:
+        for token, a, b in tokens:  # the requests answered before: give back
+            try:
+                commit(dirfd, token, [(ABORT, 0)] * (b - a))
+            except OSError:
+                pass
+        raise
+    return path, slot_size, recs, tokens
+
+
+def commit(dirfd, token, entries):
+    """Publishes the reservations of one RESERVE request: entries holds a
+    (length, checksum) per name of it, length ABORT to give the slot back.
+    [errno]: 0 where published."""
+    body = struct.pack("=Q", token) + b"".join(struct.pack("=QQ", n, c) for n, c in entries)
+    buf = bytearray(IOC_SIZE)
+    _HDR.pack_into(buf, 0, MAGIC, VERSION, OP_COMMIT, len(entries), len(body))
+    buf[_HDR.size:_HDR.size + len(body)] = body
+    fcntl.ioctl(dirfd, IOC_BATCH, buf, True)
+    magic, _, rop, count, _ = _HDR.unpack_from(buf, 0)
+    if magic != MAGIC or rop != OP_COMMIT or count != len(entries):
+        raise OSError(errno.EPROTO, "pagefs answered a batch commit with a malformed reply")
+    return [-e for e in struct.unpack_from("=%di" % count, buf, _HDR.size)]
+
+
+def _lookup(dirfd, encoded, op, tokens=None, spans=False):
     recs, path, slot_size = [], None, 0
     for a, b in _chunks(encoded):
         if a == b:
@@ -115,8 +152,9 @@ def _lookup(dirfd, encoded, op, tokens=None):
         buf, path_len = _request(dirfd, op, encoded[a:b])
         (slot_size,) = struct.unpack_from("=Q", buf, _HDR.size)
         at = _HDR.size + 8
-        if op == OP_LOOKUP_PIN:
-            tokens.append(struct.unpack_from("=Q", buf, at)[0])
+        if op in (OP_LOOKUP_PIN, OP_RESERVE):
+            token = struct.unpack_from("=Q", buf, at)[0]
+            tokens.append((token, a, b) if spans else token)
             at += 8
         for _ in range(b - a):
             recs.append(Record(*_REC.unpack_from(buf, at)))

@@ -265,6 +265,7 @@ class Client:
         self._executor = None
         self.pin = bool(pin)
         self.place = bool(place) and xxh3_64 is not None
+        self.batch_write = True  # the daemon reserves and commits batches
         # How reads went: straight from the data file (pinned_batches of
         # them pinned by one request), or through the mount.
         self.counters = {"direct_reads": 0, "odirect_reads": 0, "mount_reads": 0,
@@ -611,6 +612,10 @@ class Client:
             if len(v) > limit:
                 raise ValueError("page %r is %d bytes, more than pool %s/%s's page size %d"
                                  % (n, len(v), p.rank, p.ns, limit))
+        if self.place and self.batch_write and enc:
+            ok = self._write_batch(rank, ns, p, enc, views)
+            if ok is not None:
+                return ok
         paths = [p.bpath + b"/" + e for e in enc]
         ok = [False] * len(paths)
 
@@ -620,6 +625,85 @@ class Client:
 
         self._in_parallel(write_some, len(paths))
         return ok
+
+    def _write_batch(self, rank, ns, p, enc, views):
+        """Placed writes a batch at a time: one request reserves a slot for
+        each page, the bytes go into the data file from here, and one
+        request publishes them with their checksums. Pages refused a slot
+        (a batch larger than what the pool can free at once) go again in a
+        next round, as long as a round publishes something. [bool], or
+        None to write page by page instead (a daemon without batch writes,
+        a data file this process cannot write)."""
+        ok = [False] * len(enc)
+        todo = list(range(len(enc)))
+        while todo:
+            got = self._write_round(rank, ns, p, [enc[i] for i in todo],
+                                    [views[i] for i in todo])
+            if got is None:
+                return None if len(todo) == len(enc) else ok
+            done, again = got
+            for j in done:
+                ok[todo[j]] = True
+            if not done:
+                break
+            todo = [todo[j] for j in again]
+        self.counters["placed_writes"] += sum(ok)
+        return ok
+
+    def _write_round(self, rank, ns, p, enc, views):
+        """One reserve and commit of _write_batch: (indices published,
+        indices refused a slot for want of space), or None (see there)."""
+        try:
+            try:
+                path, slot_size, recs, spans = _wire.reserve(p.dirfd, enc)
+            except OSError as e:
+                if e.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EBADF):
+                    raise
+                self._forget_pool(p)  # removed and made again since p was opened
+                p = self._pool(rank, ns)
+                path, slot_size, recs, spans = _wire.reserve(p.dirfd, enc)
+        except OSError as e:
+            if e.errno == errno.EINVAL:
+                self.batch_write = False  # a daemon without batch writes
+            else:
+                self.last_error = e
+            return None
+        wfd = p.write_fd()
+        entries = [(_wire.ABORT, 0)] * len(enc)
+
+        def put_some(idx):
+            for i in idx:
+                r, v = recs[i], views[i]
+                if wfd < 0 or not r.found or len(v) > slot_size:
+                    continue
+                try:
+                    done = 0
+                    while done < len(v):
+                        n = os.pwritev(wfd, [v[done:]], r.offset + done)
+                        if n <= 0:
+                            raise OSError(errno.EIO, "short write into the data file")
+                        done += n
+                    entries[i] = (len(v), xxh3_64(v))
+                except OSError as e:
+                    self.last_error = e
+
+        if wfd >= 0:
+            self._in_parallel(put_some, len(enc))
+        done = []
+        try:
+            for token, a, b in spans:
+                for i, err in enumerate(_wire.commit(p.dirfd, token, entries[a:b]), a):
+                    if err == 0:
+                        done.append(i)
+                    elif err != errno.ECANCELED:
+                        self.last_error = OSError(err, os.strerror(err), enc[i])
+        except OSError as e:
+            self.last_error = e  # the daemon is gone: nothing more was published
+        if wfd < 0:
+            self.place = False  # this process cannot write the data file
+            return None
+        again = [i for i, r in enumerate(recs) if r.err == errno.ENOSPC]
+        return done, again
 
     def _write_one(self, p, path, view):
         try:

@@ -144,6 +144,13 @@ class PagefsStats:
         return {k: v for k, v in vars(self).items()}
 
 
+def _flag(v):
+    """A JSON or string boolean of the extra config."""
+    if isinstance(v, str):
+        return v.strip().lower() not in ("0", "false", "no", "off", "")
+    return bool(v)
+
+
 class PagefsStorage(HiCacheStorage):
     def __init__(self, storage_config, kwargs=None):
         extra = dict(getattr(storage_config, "extra_config", None) or {})
@@ -153,7 +160,8 @@ class PagefsStorage(HiCacheStorage):
             raise ValueError('PagefsStorage needs "mountpoint" in '
                              "--hicache-storage-backend-extra-config")
         self.client = _client.Client(mountpoint, verify=extra.get("verify", "first"),
-                                     threads=int(extra.get("threads", 4)))
+                                     threads=int(extra.get("threads", 4)),
+                                     place=_flag(extra.get("place", True)))
         cfg = storage_config
         self.is_mla = bool(getattr(cfg, "is_mla_model", False))
         self.tp_rank = int(getattr(cfg, "tp_rank", 0))

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -199,3 +200,133 @@ def test_a_client_without_placed_writes_or_write_access_writes_through_the_mount
     assert c.write(0, "kv", ["n"], [pattern(9)]) == [True]
     assert c.counters["mount_writes"] == 1
     assert read_page(os.path.join(p.path, "n")) == pattern(9)
+
+
+# ---- batch writes: RESERVE and COMMIT on the pool directory ----
+
+
+def test_a_batch_write_is_published_whole_and_seen_at_once_where_a_miss_was_cached(pool):
+    m, c, p = pool
+    names = ["b%d" % i for i in range(8)]
+    for n in names:  # the kernel now holds negative entries for the names
+        assert not os.path.exists(os.path.join(p.path, n))
+    data = [pattern(i, PAGE - i) for i in range(8)]
+    assert c.write(0, "kv", names, data) == [True] * 8
+    assert c.counters["placed_writes"] == 8 and c.counters["mount_writes"] == 0
+    for n, d in zip(names, data):
+        path = os.path.join(p.path, n)
+        assert os.stat(path).st_size == len(d), "a cached miss hid a batch-written page"
+        assert read_page(path) == d
+        assert int(os.getxattr(path, "user.pagefs.checksum"), 16) == xxh3_64(d)
+    assert sorted(os.listdir(p.path)) == sorted(names)
+    # Written again: each name now holds the new page.
+    assert c.write(0, "kv", names, data[::-1]) == [True] * 8
+    assert [read_page(os.path.join(p.path, n)) for n in names] == data[::-1]
+    assert pool_stat(c)["pages"] == 8 and pool_stat(c)["used_slots"] == 8
+
+
+def pool_stat(c):
+    (s,) = [s for s in c.stats()["pools"] if s["rank"] == 0 and s["namespace"] == "kv"]
+    return s
+
+
+def test_commit_publishes_what_it_is_told_and_refuses_what_it_cannot(pool):
+    m, c, p = pool
+    enc = [b"ok", b"aborted", b"too_big", b"bad/name", b"liar"]
+    path, slot_size, recs, spans = _wire.reserve(p.dirfd, enc)
+    assert [r.err for r in recs] == [0, 0, 0, errno.EINVAL, 0] and len(spans) == 1
+    assert len({r.offset for r in recs if r.found}) == 4
+    assert pool_stat(c)["writing"] == 4
+    data = pattern(10)
+    with open(path, "r+b", buffering=0) as f:
+        for r in recs:
+            if r.found:
+                f.seek(r.offset)
+                f.write(data)
+    token = spans[0][0]
+    # Not the batch RESERVE answered, an unknown token: refused.
+    expect_errno(errno.EINVAL, _wire.commit, p.dirfd, token + 99, [(0, 0)] * 5)
+    entries = [(PAGE, xxh3_64(data)), (_wire.ABORT, 0), (PAGE + 1, 0), (PAGE, 0),
+               (PAGE, xxh3_64(data) ^ 1)]
+    assert _wire.commit(p.dirfd, token, entries) == \
+        [0, errno.ECANCELED, errno.EFBIG, errno.EINVAL, 0]
+    assert sorted(os.listdir(p.path)) == ["liar", "ok"]
+    assert read_page(os.path.join(p.path, "ok")) == data
+    expect_errno(errno.EIO, read_page, os.path.join(p.path, "liar"))  # a miss
+    assert pool_stat(c)["writing"] == 0
+    # The token is spent.
+    expect_errno(errno.EINVAL, _wire.commit, p.dirfd, token, entries)
+    # A count that is not the RESERVE's publishes nothing of the batch.
+    _, _, recs, spans = _wire.reserve(p.dirfd, [b"x", b"y"])
+    expect_errno(errno.EINVAL, _wire.commit, p.dirfd, spans[0][0], [(1, 0)])
+    assert c.exists(0, "kv", ["x", "y"]) == [False, False]
+    assert pool_stat(c)["writing"] == 0
+
+
+RESERVER = r"""
+import os, sys, time
+sys.path.insert(0, sys.argv[2])
+from pagefs import _wire
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+_wire.reserve(fd, [b"r%d" % i for i in range(16)])
+print("reserved", flush=True)
+time.sleep(60)
+"""
+
+
+def test_reservations_of_a_client_that_dies_are_given_back_and_nothing_published(pool):
+    m, c, p = pool
+    pkg = os.path.dirname(os.path.dirname(pagefs.__file__))
+    proc = subprocess.Popen([sys.executable, "-c", RESERVER, p.path, pkg],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "reserved"
+        assert pool_stat(c)["writing"] == 16
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    for _ in range(100):
+        if pool_stat(c)["writing"] == 0:
+            break
+        time.sleep(0.05)
+    assert pool_stat(c)["writing"] == 0
+    assert os.listdir(p.path) == []
+    names = ["n%d" % i for i in range(16)]
+    assert c.write(0, "kv", names, [pattern(i) for i in range(16)]) == [True] * 16
+
+
+def test_a_batch_larger_than_the_pool_goes_in_rounds_and_the_last_pages_stay(mount):
+    m = mount("--page-size", "64K", "--capacity", "256K")
+    c = pagefs.Client(m.mnt)
+    try:
+        c.pool(0, "kv")
+        names = ["l%d" % i for i in range(10)]
+        assert c.write(0, "kv", names, [pattern(i) for i in range(10)]) == [True] * 10
+        kept = c.exists(0, "kv", names)
+        assert sum(kept) == 4 and kept[-1]
+        bufs = [bytearray(PAGE) for _ in names]
+        got = c.read_into(0, "kv", names, bufs)
+        assert got == kept
+        assert all(bytes(b) == pattern(i) for i, b in enumerate(bufs) if got[i])
+    finally:
+        c.close()
+
+
+def test_a_batch_written_page_survives_a_kill_9_of_the_daemon(pool):
+    m, c, p = pool
+    assert c.write(0, "kv", ["durable"], [pattern(11)]) == [True]
+    c.close()
+    m.kill9()
+    m.start()
+    assert read_page(m.path(0, "kv", "durable")) == pattern(11)
+
+
+def test_a_client_of_a_daemon_without_batch_writes_places_page_by_page(pool):
+    m, c, p = pool
+    c.batch_write = False  # what an EINVAL from RESERVE leaves
+    assert c.write(0, "kv", ["s1", "s2"], [pattern(1), pattern(2)]) == [True, True]
+    assert c.counters == dict(c.counters, placed_writes=2, mount_writes=0)
+    assert read_page(os.path.join(p.path, "s2")) == pattern(2)
