@@ -9,7 +9,8 @@
  * reservations under a token (fs_pin.h); the client writes the slots and
  * COMMIT publishes each page with the length and checksum it gives, as
  * close() would: each page whole or not at all, a page of the same name
- * replaced atomically. Two requests a batch, where a page written through
+ * replaced atomically; the batch's commits go to the index together
+ * (meta_page_commit_many: one transaction, one wait). Two requests a batch, where a page written through
  * the mount costs a lookup, a create, its writes, a flush and a release.
  * Closing the directory (a client that dies) or unmount aborts what is
  * still reserved: nothing of it is published.
@@ -83,29 +84,75 @@ int fs_batchw_reserve(struct fs_mount *fs, struct fs_dirh *d, uint32_t pool_id, 
 	return 0;
 }
 
-/* Publishes entry e with the length and checksum the client gave: 0 or
- * -errno (nothing published; the reservation is gone either way). The
- * page's name entry is queued for invalidation (*ticket). */
-static int commit_one(struct fs_mount *fs, struct fs_resv_ent *e, uint64_t length,
-                      uint64_t checksum, uint64_t *ticket)
+/* Publishes the entries of s with the lengths and checksums in `at` (a
+ * u64 pair per entry), each entry's result into err[] (-ECANCELED where
+ * the client aborted it): all in one call to meta so that they share a
+ * transaction. Each published page's name entry is queued for
+ * invalidation (*ticket). The count published, or -ENOMEM (nothing
+ * published, the reservations are aborted). */
+static void free5(void *a, void *b, void *c, void *d, void *e)
 {
-	struct meta_page_info p;
-	int ret;
+	free(a);
+	free(b);
+	free(c);
+	free(d);
+	free(e);
+}
 
-	if (e->err != 0)
-		return e->err;
-	if (length == PAGEFS_IOC_ABORT) {
-		meta_page_abort(fs->meta, &e->r);
-		return -ECANCELED;
-	}
-	ret = meta_page_commit(fs->meta, &e->r, length, checksum);
-	if (ret == 0 && meta_page_get(fs->meta, e->r.page_id, &p) == 0) {
-		uint64_t t = fs_inval_entry(fs->inval, fs_ino_pool(p.pool_id), p.name);
+static int commit_all(struct fs_mount *fs, struct fs_resvset *s, const char *at, char *err,
+                      uint64_t *ticket)
+{
+	struct meta_resv *r = calloc(s->n ? s->n : 1, sizeof(*r));
+	uint64_t *len = calloc(s->n ? s->n : 1, sizeof(*len));
+	uint64_t *sum = calloc(s->n ? s->n : 1, sizeof(*sum));
+	size_t *which = calloc(s->n ? s->n : 1, sizeof(*which));
+	int *got = calloc(s->n ? s->n : 1, sizeof(*got));
+	size_t n = 0;
+	int published = 0;
 
-		if (t)
-			*ticket = t;
+	if (!r || !len || !sum || !which || !got) {
+		free5(r, len, sum, which, got);
+		for (size_t i = 0; i < s->n; i++)
+			if (s->e[i].err == 0)
+				meta_page_abort(fs->meta, &s->e[i].r);
+		return -ENOMEM;
 	}
-	return ret;
+	for (size_t i = 0; i < s->n; i++, at += 2 * sizeof(uint64_t)) {
+		uint64_t length, checksum;
+		int32_t e = s->e[i].err;
+
+		memcpy(&length, at, sizeof(length));
+		memcpy(&checksum, at + sizeof(uint64_t), sizeof(checksum));
+		if (e == 0 && length == PAGEFS_IOC_ABORT) {
+			meta_page_abort(fs->meta, &s->e[i].r);
+			e = -ECANCELED;
+		} else if (e == 0) {
+			r[n] = s->e[i].r;
+			len[n] = length;
+			sum[n] = checksum;
+			which[n++] = i;
+		}
+		memcpy(err + i * sizeof(e), &e, sizeof(e));
+	}
+	meta_page_commit_many(fs->meta, r, len, sum, n, got);
+	for (size_t k = 0; k < n; k++) {
+		struct meta_page_info p;
+		int32_t e = got[k];
+
+		memcpy(err + which[k] * sizeof(e), &e, sizeof(e));
+		if (e != 0)
+			continue;
+		published++;
+		meta_count_io(fs->meta, r[k].pool_id, 0, len[k]);
+		if (meta_page_get(fs->meta, r[k].page_id, &p) == 0) {
+			uint64_t t = fs_inval_entry(fs->inval, fs_ino_pool(p.pool_id), p.name);
+
+			if (t)
+				*ticket = t;
+		}
+	}
+	free5(r, len, sum, which, got);
+	return published;
 }
 
 int fs_batchw_commit(struct fs_mount *fs, struct fs_dirh *d, uint32_t pool_id, const char *in,
@@ -137,20 +184,11 @@ int fs_batchw_commit(struct fs_mount *fs, struct fs_dirh *d, uint32_t pool_id, c
 		fs_resvset_abort(fs->meta, s);
 		return ret;
 	}
-	for (uint32_t i = 0; i < h->count; i++) {
-		const char *at = in + HDR + sizeof(uint64_t) + (size_t)i * 2 * sizeof(uint64_t);
-		uint64_t length, checksum;
-		int32_t err;
-
-		memcpy(&length, at, sizeof(length));
-		memcpy(&checksum, at + sizeof(uint64_t), sizeof(checksum));
-		err = commit_one(fs, &s->e[i], length, checksum, &ticket);
-		published |= err == 0;
-		if (err == 0)
-			meta_count_io(fs->meta, pool_id, 0, length);
-		memcpy(out + HDR + (size_t)i * sizeof(err), &err, sizeof(err));
-	}
+	ret = commit_all(fs, s, in + HDR + sizeof(uint64_t), out + HDR, &ticket);
 	free(s);
+	if (ret < 0)
+		return ret;
+	published = ret > 0;
 	if (published)
 		fs_inval_pool(fs->inval, pool_id, 1);
 	if (ticket && fs_inval_wait(fs->inval, ticket, INVAL_WAIT_MS) < 0)

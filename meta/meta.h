@@ -262,6 +262,11 @@ int meta_page_reserve_excl(struct meta *m, uint32_t pool_id, const char *name,
  * case nothing was published and the slot was given back.
  */
 int meta_page_commit(struct meta *m, const struct meta_resv *r, uint64_t length, uint64_t checksum);
+/* meta_page_commit of n reservations at once, err[i] its result: their
+ * records go to the store together (one transaction where nothing else
+ * splits them), and it returns when all are durable. */
+void meta_page_commit_many(struct meta *m, const struct meta_resv *r, const uint64_t *length,
+                           const uint64_t *checksum, size_t n, int *err);
 /* Gives back a reservation that will never commit. */
 void meta_page_abort(struct meta *m, const struct meta_resv *r);
 

@@ -17,7 +17,8 @@ writes against one write() through the mount (place=False) of the same
 pages.
 The plain directory lives on the same backing as pagefs's data files. The
 contenders alternate in short rounds (--round seconds each) so that a load
-change on the machine hits both; a ratio is native keys/s over baseline
+change on the machine hits both, with a pause of --settle seconds after each
+slot so that work one leaves behind is not measured in the next one's; a ratio is native keys/s over baseline
 keys/s (bytes/s for get and set, the same pages on both sides).
 
 Backings: a tmpfs of our own; with --backing-fuse also libfuse's
@@ -35,6 +36,7 @@ FUSE mounts); everything is unmounted on exit.
 """
 import argparse
 import json
+import mmap
 import multiprocessing as mp
 import os
 import shutil
@@ -141,6 +143,14 @@ class Env:
 
 # ---- the contenders: each runs one batch and returns the keys it did ----
 
+def aligned(n, fill=None):
+    """n bytes of page-aligned memory (an anonymous mapping), holding fill."""
+    m = mmap.mmap(-1, n)
+    if fill is not None:
+        m[:] = fill
+    return memoryview(m)
+
+
 def names_of(proc, n):
     return ["%064x_bench_%d" % (i * 7919 + proc, proc) for i in range(n)]
 
@@ -162,8 +172,10 @@ class Worker:
         # ones fill() wrote (a rewritten page is a new version, which the
         # daemon and the client check again at its first read)
         self.set_names = ["%064x_set_%d" % (i * 7919 + proc, proc) for i in range(batch * 4)]
-        self.bufs = [bytearray(page) for _ in range(batch)]
-        self.data = [os.urandom(page) for _ in range(batch)]
+        # Page-aligned buffers on both sides, as SGLang's host pool pages
+        # are (one tensor; 64 KiB and 1 MiB pages start on a page).
+        self.bufs = [aligned(page) for _ in range(batch)]
+        self.data = [aligned(page, os.urandom(page)) for _ in range(batch)]
         self.i = 0
 
     def take(self, names=None):
@@ -255,6 +267,11 @@ def child(env, proc, page, args, barrier, out):
                     n += 1
                 res[method][0] += n * args.batch
                 res[method][1] += time.perf_counter() - t0
+                # Work a contender leaves to the kernel and the daemons
+                # (freeing a renamed-over file's pages, forgetting its
+                # inodes) is done before the next contender's slot, not
+                # in it.
+                time.sleep(args.settle)
     out.put((proc, res))
 
 
@@ -336,6 +353,8 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=2.0, help="per contender and cell")
     ap.add_argument("--round", type=float, default=0.5)
+    ap.add_argument("--settle", type=float, default=0.1,
+                    help="pause after each contender's slot, not measured")
     ap.add_argument("--ops", default="exists,get,set")
     ap.add_argument("--verify", default="first", choices=["first", "always", "none"])
     ap.add_argument("--backing-fuse", action="store_true",

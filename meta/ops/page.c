@@ -521,8 +521,10 @@ static void resv_done(struct meta *m, uint32_t pool_id, uint64_t slot)
 
 /* One try of meta_page_commit: 0, 1 (the page went meanwhile), or a
  * negative errno (the store's, or -ENOMEM); the reservation still held. */
-static int commit_once(struct meta *m, const struct meta_resv *r, uint64_t length,
-                       uint64_t checksum)
+/* Queues the commit record of r: 0 with *out the record to wait for, 1
+ * when the page went before its commit (nothing to publish), -ENOMEM. */
+static int commit_submit(struct meta *m, const struct meta_resv *r, uint64_t length,
+                         uint64_t checksum, struct rec **out)
 {
 	struct rec *rec = record_new(REC_COMMIT);
 	struct page *p;
@@ -556,27 +558,31 @@ static int commit_once(struct meta *m, const struct meta_resv *r, uint64_t lengt
 	rec->waited = 1;
 	record_submit(m, rec);
 	index_unlock(m);
-	return record_wait(m, rec);
+	*out = rec;
+	return 0;
 }
 
-int meta_page_commit(struct meta *m, const struct meta_resv *r, uint64_t length, uint64_t checksum)
+static int commit_once(struct meta *m, const struct meta_resv *r, uint64_t length,
+                       uint64_t checksum)
 {
-	int rc;
+	struct rec *rec = NULL;
+	int rc = commit_submit(m, r, length, checksum, &rec);
 
-	if (length > r->slot_size) {
-		meta_page_abort(m, r);
-		return -EFBIG;
-	}
+	return rc == 0 ? record_wait(m, rec) : rc;
+}
+
+/* What meta_page_commit does with the result rc of a commit of r: a name
+ * another node took meanwhile (shared index) is tried again. */
+static int commit_finish(struct meta *m, const struct meta_resv *r, uint64_t length,
+                         uint64_t checksum, int rc, int tries)
+{
 	/* On a shared index another node may commit or rename onto the same
 	 * name in the same instant: the store refuses the second row
 	 * (UNIQUE(pool, name), -EEXIST). That row is visible then, and a
 	 * next try replaces it, as a later write would (close() and rename()
 	 * must not fail with EEXIST). */
-	for (int tries = 0;; tries++) {
+	while (rc == -EEXIST && m->shared && !r->replace && ++tries < COLLISION_TRIES)
 		rc = commit_once(m, r, length, checksum);
-		if (rc != -EEXIST || !m->shared || r->replace || tries + 1 >= COLLISION_TRIES)
-			break;
-	}
 	if (rc == -EADDRINUSE) {
 		/* The slot was given out while the index names another page
 		 * on it (store_pg_rows.c logs whose): it stays taken until
@@ -591,6 +597,42 @@ int meta_page_commit(struct meta *m, const struct meta_resv *r, uint64_t length,
 	 * since it was queued; 1: the page went before its commit. As for a
 	 * write to an unlinked file, the bytes go nowhere. */
 	return rc == -ESTALE || rc == 1 ? 0 : rc;
+}
+
+int meta_page_commit(struct meta *m, const struct meta_resv *r, uint64_t length, uint64_t checksum)
+{
+	if (length > r->slot_size) {
+		meta_page_abort(m, r);
+		return -EFBIG;
+	}
+	return commit_finish(m, r, length, checksum, commit_once(m, r, length, checksum), 0);
+}
+
+void meta_page_commit_many(struct meta *m, const struct meta_resv *r, const uint64_t *length,
+                           const uint64_t *checksum, size_t n, int *err)
+{
+	struct rec **recs = calloc(n ? n : 1, sizeof(*recs));
+
+	/* All queued first, so that one journal batch (one transaction)
+	 * takes them, then each waited for. */
+	for (size_t i = 0; i < n; i++) {
+		if (length[i] > r[i].slot_size) {
+			meta_page_abort(m, &r[i]);
+			err[i] = -EFBIG;
+		} else if (!recs) {
+			err[i] = meta_page_commit(m, &r[i], length[i], checksum[i]);
+		} else {
+			err[i] = commit_submit(m, &r[i], length[i], checksum[i], &recs[i]);
+		}
+	}
+	for (size_t i = 0; recs && i < n; i++) {
+		if (length[i] > r[i].slot_size)
+			continue;
+		if (recs[i])
+			err[i] = record_wait(m, recs[i]);
+		err[i] = commit_finish(m, &r[i], length[i], checksum[i], err[i], 0);
+	}
+	free(recs);
 }
 
 int meta_page_pin(struct meta *m, uint64_t page_id, struct meta_page_info *out, int *verify)
