@@ -611,7 +611,7 @@ int meta_page_commit(struct meta *m, const struct meta_resv *r, uint64_t length,
 void meta_page_commit_many(struct meta *m, const struct meta_resv *r, const uint64_t *length,
                            const uint64_t *checksum, size_t n, int *err)
 {
-	struct rec **recs = calloc(n ? n : 1, sizeof(*recs));
+	struct rec **recs = calloc(n ? n : 1, sizeof(struct rec *));
 
 	/* All queued first, so that one journal batch (one transaction)
 	 * takes them, then each waited for. */
