@@ -639,3 +639,44 @@ Test(verify, stale_failure_for_an_old_slot_keeps_the_page)
 	cr_assert_eq(p.slot, r.slot, "page moved to slot %llu", (unsigned long long)p.slot);
 	cr_assert_eq(p.length, 200, "replacement length %llu", (unsigned long long)p.length);
 }
+
+/* ---- a batch of commits at once (meta_page_commit_many) ---- */
+
+Test(commit, a_batch_of_commits_publishes_each_page_in_one_store_transaction)
+{
+	struct meta_resv r[6];
+	uint64_t len[6], sum[6];
+	int err[6];
+	struct meta_stats before, after;
+	char name[16];
+
+	for (int i = 0; i < 6; i++) {
+		snprintf(name, sizeof(name), "b%d", i);
+		r[i] = reserve_ok(fx.pool, name, 0);
+		len[i] = 100 + (uint64_t)i;
+		sum[i] = 0x1000 + (uint64_t)i;
+	}
+	len[2] = FX_SLOT_SIZE + 1; /* too big: refused alone */
+	meta_get_stats(fx.m, &before);
+	meta_page_commit_many(fx.m, r, len, sum, 6, err);
+	meta_get_stats(fx.m, &after);
+	for (int i = 0; i < 6; i++) {
+		snprintf(name, sizeof(name), "b%d", i);
+		if (i == 2) {
+			cr_assert_eq(err[i], -EFBIG, "an oversized page: %d", err[i]);
+			cr_assert_eq(lookup_missing(fx.pool, name), 0, "an oversized page was published");
+			continue;
+		}
+		cr_assert_eq(err[i], 0, "page %d: %s", i, strerror(-err[i]));
+		struct meta_page_info p = lookup_ok(fx.pool, name);
+		cr_assert_eq(p.length, len[i], "page %d: length %llu", i, (unsigned long long)p.length);
+		cr_assert_eq(p.checksum, sum[i], "page %d: checksum %llx", i,
+		             (unsigned long long)p.checksum);
+	}
+	cr_assert_eq(after.store_records - before.store_records, 5, "%llu records for 5 commits",
+	             (unsigned long long)(after.store_records - before.store_records));
+	cr_assert_eq(after.store_batches - before.store_batches, 1,
+	             "5 commits queued together took %llu store transactions",
+	             (unsigned long long)(after.store_batches - before.store_batches));
+	assert_usage(5, 5, 500 + 0 + 1 + 3 + 4 + 5, "after the batch");
+}
