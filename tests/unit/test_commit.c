@@ -664,12 +664,14 @@ Test(commit, a_batch_of_commits_publishes_each_page_in_one_store_transaction)
 		snprintf(name, sizeof(name), "b%d", i);
 		if (i == 2) {
 			cr_assert_eq(err[i], -EFBIG, "an oversized page: %d", err[i]);
-			cr_assert_eq(lookup_missing(fx.pool, name), 0, "an oversized page was published");
+			cr_assert_eq(lookup_missing(fx.pool, name), 0,
+			             "an oversized page was published");
 			continue;
 		}
 		cr_assert_eq(err[i], 0, "page %d: %s", i, strerror(-err[i]));
 		struct meta_page_info p = lookup_ok(fx.pool, name);
-		cr_assert_eq(p.length, len[i], "page %d: length %llu", i, (unsigned long long)p.length);
+		cr_assert_eq(p.length, len[i], "page %d: length %llu", i,
+		             (unsigned long long)p.length);
 		cr_assert_eq(p.checksum, sum[i], "page %d: checksum %llx", i,
 		             (unsigned long long)p.checksum);
 	}
