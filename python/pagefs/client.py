@@ -33,6 +33,7 @@ Client.last_error says why.
 import ctypes
 import errno
 import json
+import logging
 import math
 import os
 import threading
@@ -41,6 +42,8 @@ from concurrent.futures import ThreadPoolExecutor
 from . import _presence, _wire
 from ._buffers import byte_view
 from ._checksum import xxh3_64
+
+logger = logging.getLogger(__name__)
 
 NAME_MAX = 255
 _DOTS = (b".", b"..")
@@ -665,6 +668,8 @@ class Client:
         except OSError as e:
             if e.errno == errno.EINVAL:
                 self.batch_write = False  # a daemon without batch writes
+                logger.warning("pagefs: the daemon of %s has no batch writes (RESERVE): "
+                               "pages are placed one open at a time", self.mountpoint)
             else:
                 self.last_error = e
             return None
@@ -701,6 +706,8 @@ class Client:
             self.last_error = e  # the daemon is gone: nothing more was published
         if wfd < 0:
             self.place = False  # this process cannot write the data file
+            logger.warning("pagefs: cannot open the data file of pool %s/%s for writing: "
+                           "pages are written through the mount from now on", p.rank, p.ns)
             return None
         again = [i for i, r in enumerate(recs) if r.err == errno.ENOSPC]
         return done, again
@@ -741,6 +748,8 @@ class Client:
         except OSError as e:
             if e.errno in (errno.ENOTTY, errno.ENOSYS):
                 self.place = False  # a daemon without placed writes
+                logger.warning("pagefs: the daemon of %s has no placed writes: pages are "
+                               "written through the mount", self.mountpoint)
             else:
                 self.last_error = e
             return False

@@ -183,7 +183,7 @@ def test_a_placing_writer_killed_before_close_publishes_nothing_and_its_slot_com
     assert [bytes(b) for b in bufs] == [pattern(i) for i in range(16)]
 
 
-def test_a_client_without_placed_writes_or_write_access_writes_through_the_mount(pool):
+def test_a_client_without_placed_writes_or_write_access_writes_through_the_mount(pool, caplog):
     m, c, p = pool
     plain = pagefs.Client(m.mnt, place=False)
     try:
@@ -199,6 +199,7 @@ def test_a_client_without_placed_writes_or_write_access_writes_through_the_mount
         p._wfd = -1
     assert c.write(0, "kv", ["n"], [pattern(9)]) == [True]
     assert c.counters["mount_writes"] == 1
+    assert "cannot open the data file of pool 0/kv for writing" in caplog.text
     assert read_page(os.path.join(p.path, "n")) == pattern(9)
 
 
