@@ -42,6 +42,7 @@ int fs_batchw_reserve(struct fs_mount *fs, struct fs_dirh *d, uint32_t pool_id, 
 {
 	struct meta_pool_info pool;
 	struct fs_resvset *s;
+	uint64_t token;
 	size_t path_len, at = HDR + 2 * sizeof(uint64_t);
 	int ret = meta_pool_get(fs->meta, pool_id, &pool);
 
@@ -64,13 +65,8 @@ int fs_batchw_reserve(struct fs_mount *fs, struct fs_dirh *d, uint32_t pool_id, 
 		if (e->err == 0)
 			e->err = meta_page_reserve(fs->meta, pool_id, names[i], 0, &e->r);
 	}
-	ret = fs_dirh_keep_resv(d, s);
-	if (ret < 0) {
-		fs_resvset_abort(fs->meta, s);
-		return ret;
-	}
+	/* The reply is made before d takes s (s is d's then). */
 	memcpy(out + HDR, &pool.slot_size, sizeof(uint64_t));
-	memcpy(out + HDR + sizeof(uint64_t), &s->token, sizeof(uint64_t));
 	for (uint32_t i = 0; i < h->count; i++, at += REC) {
 		struct pagefs_ioc_rec rec = {.err = s->e[i].err};
 
@@ -79,17 +75,17 @@ int fs_batchw_reserve(struct fs_mount *fs, struct fs_dirh *d, uint32_t pool_id, 
 		memcpy(out + at, &rec, sizeof(rec));
 	}
 	memcpy(out + at, pool.data_file, path_len + 1);
+	ret = fs_dirh_keep_resv(d, s, &token);
+	if (ret < 0) {
+		fs_resvset_abort(fs->meta, s);
+		return ret;
+	}
+	memcpy(out + HDR + sizeof(uint64_t), &token, sizeof(uint64_t));
 	h->bytes = (uint32_t)path_len;
 	*len = at + path_len + 1;
 	return 0;
 }
 
-/* Publishes the entries of s with the lengths and checksums in `at` (a
- * u64 pair per entry), each entry's result into err[] (-ECANCELED where
- * the client aborted it): all in one call to meta so that they share a
- * transaction. Each published page's name entry is queued for
- * invalidation (*ticket). The count published, or -ENOMEM (nothing
- * published, the reservations are aborted). */
 static void free5(void *a, void *b, void *c, void *d, void *e)
 {
 	free(a);
@@ -99,6 +95,12 @@ static void free5(void *a, void *b, void *c, void *d, void *e)
 	free(e);
 }
 
+/* Publishes the entries of s with the lengths and checksums in `at` (a
+ * u64 pair per entry), each entry's result into err[] (-ECANCELED where
+ * the client aborted it): all in one call to meta so that they share a
+ * transaction. Each published page's name entry is queued for
+ * invalidation (*ticket). The count published, or -ENOMEM (nothing
+ * published, the reservations are aborted). */
 static int commit_all(struct fs_mount *fs, struct fs_resvset *s, const char *at, char *err,
                       uint64_t *ticket)
 {

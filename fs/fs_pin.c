@@ -173,7 +173,7 @@ void fs_resvset_abort(struct meta *m, struct fs_resvset *s)
 	free(s);
 }
 
-int fs_dirh_keep_resv(struct fs_dirh *d, struct fs_resvset *s)
+int fs_dirh_keep_resv(struct fs_dirh *d, struct fs_resvset *s, uint64_t *token)
 {
 	int ret = 0;
 
@@ -182,6 +182,7 @@ int fs_dirh_keep_resv(struct fs_dirh *d, struct fs_resvset *s)
 		ret = -EBUSY;
 	} else {
 		s->token = d->next_token++;
+		*token = s->token;
 		s->next = d->resvs;
 		d->resvs = s;
 		d->nresv += s->n;

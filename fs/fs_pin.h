@@ -81,10 +81,10 @@ int fs_dirh_keep(struct fs_dirh *d, uint32_t pool_id, const uint64_t *slots, siz
 int fs_dirh_drop(struct fs_dirh *d, struct meta *m, uint64_t token);
 
 /* Gives d the reservation set s (malloc'd; d frees it, aborting what it
- * still holds, when the directory closes). 0 with s->token set; -EBUSY
- * when d would hold more than FS_PIN_MAX reservations (the caller still
- * owns s then). */
-int fs_dirh_keep_resv(struct fs_dirh *d, struct fs_resvset *s);
+ * still holds, when the directory closes): 0 with *token set, after which
+ * s is d's; -EBUSY when d would hold more than FS_PIN_MAX reservations
+ * (the caller still owns s then). */
+int fs_dirh_keep_resv(struct fs_dirh *d, struct fs_resvset *s, uint64_t *token);
 /* Takes the reservation set kept under token off d: the caller commits or
  * aborts each and frees it. NULL for a token d does not hold. */
 struct fs_resvset *fs_dirh_take_resv(struct fs_dirh *d, uint64_t token);
