@@ -15,6 +15,7 @@ import pytest
 import pagefs
 from pagefs import _wire
 from pagefs._checksum import xxh3_64
+import pagefs_helpers as H
 from pagefs_helpers import expect_errno, read_page
 
 KB = 1024
@@ -331,3 +332,39 @@ def test_a_client_of_a_daemon_without_batch_writes_places_page_by_page(pool):
     assert c.write(0, "kv", ["s1", "s2"], [pattern(1), pattern(2)]) == [True, True]
     assert c.counters == dict(c.counters, placed_writes=2, mount_writes=0)
     assert read_page(os.path.join(p.path, "s2")) == pattern(2)
+
+
+@pytest.mark.skipif(bool(H.PG_SKIP), reason=H.PG_SKIP)
+def test_batch_writes_on_two_nodes_of_one_index_are_read_whole_on_the_other(mount):
+    """Two daemons on one PostgreSQL index and one backing: pages each node's
+    client places reach the other node's readers with their bytes, and a
+    name written again on the other node holds the newer page there too."""
+    a = mount("--page-size", "64K", "--capacity", "4M", meta=mount.pg_index())
+    b = mount("--page-size", "64K", "--capacity", "4M", backing=a.backing, meta=a.meta)
+    ca, cb = pagefs.Client(a.mnt), pagefs.Client(b.mnt)
+    try:
+        ca.pool(0, "kv")
+        assert H.wait_until(lambda: os.path.isdir(b.path(0, "kv")), timeout=5)
+        names = ["n%d" % i for i in range(32)]
+        assert ca.write(0, "kv", names, [pattern(i) for i in range(32)]) == [True] * 32
+        assert ca.counters["placed_writes"] == 32
+        assert H.wait_until(lambda: all(cb.exists(0, "kv", names)), timeout=5)
+        bufs = [bytearray(PAGE) for _ in names]
+        assert cb.read_into(0, "kv", names, bufs) == [True] * 32
+        assert [bytes(x) for x in bufs] == [pattern(i) for i in range(32)]
+        # Written again on b: a's readers get b's pages.
+        assert cb.write(0, "kv", names[:8], [pattern(100 + i) for i in range(8)]) == [True] * 8
+
+        def a_sees_b():
+            got = [bytearray(PAGE) for _ in range(8)]
+            return ca.read_into(0, "kv", names[:8], got) == [True] * 8 and \
+                [bytes(x) for x in got] == [pattern(100 + i) for i in range(8)]
+
+        assert H.wait_until(a_sees_b, timeout=5)
+        assert read_page(a.path(0, "kv", "n9")) == pattern(9)
+        # Every page of the pool holds a slot of its own.
+        slots = [int(os.getxattr(a.path(0, "kv", n), "user.pagefs.slot")) for n in names]
+        assert len(set(slots)) == 32
+    finally:
+        ca.close()
+        cb.close()
