@@ -61,6 +61,8 @@ def _chunks(encoded):
 
 
 def _request(dirfd, op, names, body=None):
+    """One request of op for names (or, with body, for len(names) entries
+    of that body): the reply buffer and its header's byte count."""
     if body is None:
         body = b"\0".join(names) + b"\0" if names else b""
     buf = bytearray(IOC_SIZE)
@@ -69,7 +71,7 @@ def _request(dirfd, op, names, body=None):
     fcntl.ioctl(dirfd, IOC_BATCH, buf, True)
     magic, _, rop, count, nbytes = _HDR.unpack_from(buf, 0)
     if magic != MAGIC or rop != op or count != len(names):
-        raise OSError(errno.EPROTO, "pagefs answered the batch lookup with a malformed reply")
+        raise OSError(errno.EPROTO, "pagefs answered a batch request with a malformed reply")
     return buf, nbytes
 
 
@@ -134,13 +136,8 @@ def commit(dirfd, token, entries):
     (length, checksum) per name of it, length ABORT to give the slot back.
     [errno]: 0 where published."""
     body = struct.pack("=Q", token) + b"".join(struct.pack("=QQ", n, c) for n, c in entries)
-    buf = bytearray(IOC_SIZE)
-    _HDR.pack_into(buf, 0, MAGIC, VERSION, OP_COMMIT, len(entries), len(body))
-    buf[_HDR.size:_HDR.size + len(body)] = body
-    fcntl.ioctl(dirfd, IOC_BATCH, buf, True)
-    magic, _, rop, count, _ = _HDR.unpack_from(buf, 0)
-    if magic != MAGIC or rop != OP_COMMIT or count != len(entries):
-        raise OSError(errno.EPROTO, "pagefs answered a batch commit with a malformed reply")
+    buf, _ = _request(dirfd, OP_COMMIT, entries, body)
+    count = len(entries)
     return [-e for e in struct.unpack_from("=%di" % count, buf, _HDR.size)]
 
 

@@ -103,6 +103,16 @@ def _address(mv):
     return ctypes.addressof(ctypes.c_char.from_buffer(mv))
 
 
+def _pwrite_full(fd, mv, offset):
+    """Writes all of mv at offset (OSError EIO if the file takes none)."""
+    done = 0
+    while done < len(mv):
+        n = os.pwritev(fd, [mv[done:]], offset + done)
+        if n <= 0:
+            raise OSError(errno.EIO, "short write into the data file")
+        done += n
+
+
 def _pread_full(fd, mv, offset):
     """Reads len(mv) bytes at offset into mv; the count read (short at EOF)."""
     done = 0
@@ -682,12 +692,7 @@ class Client:
                 if wfd < 0 or not r.found or len(v) > slot_size:
                     continue
                 try:
-                    done = 0
-                    while done < len(v):
-                        n = os.pwritev(wfd, [v[done:]], r.offset + done)
-                        if n <= 0:
-                            raise OSError(errno.EIO, "short write into the data file")
-                        done += n
+                    _pwrite_full(wfd, v, r.offset)
                     entries[i] = (len(v), xxh3_64(v))
                 except OSError as e:
                     self.last_error = e
@@ -762,12 +767,7 @@ class Client:
         if wfd < 0 or len(view) > slot_size:
             return False
         try:
-            done = 0
-            while done < len(view):
-                n = os.pwritev(wfd, [view[done:]], offset + done)
-                if n <= 0:
-                    return False
-                done += n
+            _pwrite_full(wfd, view, offset)
             _wire.place_done(fd, len(view), xxh3_64(view))
         except OSError as e:
             self.last_error = e

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -160,20 +159,27 @@ time.sleep(60)
 """
 
 
-def test_a_placing_writer_killed_before_close_publishes_nothing_and_its_slot_comes_back(pool):
-    m, c, p = pool
-    pkg = os.path.join(os.path.dirname(os.path.dirname(pagefs.__file__)))
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, os.path.join(p.path, "dead"),
-                             os.getxattr(p.path, "user.pagefs.data_file"), pkg],
-                            stdout=subprocess.PIPE, text=True)
+def run_and_kill(code, *args, ready, check=lambda: None):
+    """Runs code (argv: args, then python/'s path) until its first line
+    passes ready and check() has run, then kill -9s it."""
+    pkg = os.path.dirname(os.path.dirname(pagefs.__file__))
+    proc = subprocess.Popen([sys.executable, "-c", code, *args, pkg], stdout=subprocess.PIPE,
+                            text=True)
     try:
-        assert proc.stdout.readline().strip().isdigit()
+        assert ready(proc.stdout.readline().strip())
+        check()
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_placing_writer_killed_before_close_publishes_nothing_and_its_slot_comes_back(pool):
+    m, c, p = pool
+    run_and_kill(WRITER, os.path.join(p.path, "dead"),
+                 os.getxattr(p.path, "user.pagefs.data_file"), ready=str.isdigit)
     assert c.exists(0, "kv", ["dead"]) == [False]
     assert "dead" not in os.listdir(p.path)
     # Every slot of the pool can still be written and read back.
@@ -278,22 +284,12 @@ time.sleep(60)
 
 def test_reservations_of_a_client_that_dies_are_given_back_and_nothing_published(pool):
     m, c, p = pool
-    pkg = os.path.dirname(os.path.dirname(pagefs.__file__))
-    proc = subprocess.Popen([sys.executable, "-c", RESERVER, p.path, pkg],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "reserved"
+
+    def sixteen_held():
         assert pool_stat(c)["writing"] == 16
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    for _ in range(100):
-        if pool_stat(c)["writing"] == 0:
-            break
-        time.sleep(0.05)
+
+    run_and_kill(RESERVER, p.path, ready=lambda line: line == "reserved", check=sixteen_held)
+    H.wait_until(lambda: pool_stat(c)["writing"] == 0)
     assert pool_stat(c)["writing"] == 0
     assert os.listdir(p.path) == []
     names = ["n%d" % i for i in range(16)]
