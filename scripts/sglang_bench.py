@@ -359,7 +359,8 @@ def main():
     ap.add_argument("--verify", default="first", choices=["first", "always", "none"])
     ap.add_argument("--backing-fuse", action="store_true",
                     help="also on passthrough_ll over the tmpfs")
-    ap.add_argument("--threads", type=int, default=4, help="pagefs.Client threads")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="pagefs.Client threads (default: its own, the CPUs up to 4)")
     ap.add_argument("--no-presence", action="store_true",
                     help="exists asks the daemon (ioctl) instead of the presence table")
     ap.add_argument("--no-pin", action="store_true",

@@ -69,6 +69,7 @@ class Table:
             raise OSError(22, "not a pagefs presence table of this version", path)
         self.path, self.generation, self.pid, self.mask = path, gen, pid, mask
         self._words = memoryview(self._mm).cast("Q")
+        self._slots = self._words[_BASE:_BASE + mask + 1]
         if live != gen or not self.live():
             self.close()
             raise OSError(116, "presence table retired", path)  # ESTALE
@@ -83,31 +84,33 @@ class Table:
         except OSError:
             return False
 
-    def probe(self, encoded):
-        """[bool] for each encoded (bytes) name: is it in the table."""
-        w, mask, base, h = self._words, self.mask, _BASE, _xxh64
-        out = []
+    def probe(self, names):
+        """[bool] for each name (bytes, or str hashed as its UTF-8 bytes):
+        is it in the table. Most names end at their first slot."""
+        slots, mask, out = self._slots, self.mask, []
         add = out.append
-        for name in encoded:
-            fp = h(name)
+        for fp in map(_xxh64, names):
             if fp < 2:
                 fp += 2
-            i = fp & mask
-            while True:
-                e = w[base + i]
-                if e == fp:
-                    add(True)
-                    break
-                if e == 0:
-                    add(False)
-                    break
-                i = (i + 1) & mask
+            e = slots[fp & mask]
+            if e == fp:
+                add(True)
+            elif e == 0:
+                add(False)
+            else:  # another name's fingerprint: follow the chain
+                i = fp & mask
+                while e != fp and e != 0:
+                    i = (i + 1) & mask
+                    e = slots[i]
+                add(e == fp)
         return out
 
     def close(self):
-        w, self._words = getattr(self, "_words", None), None
-        if w is not None:
-            w.release()
+        for attr in ("_slots", "_words"):  # the slice first: it holds _words
+            w = getattr(self, attr, None)
+            setattr(self, attr, None)
+            if w is not None:
+                w.release()
         mm = getattr(self, "_mm", None)
         if mm is not None:
             try:

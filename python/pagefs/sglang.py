@@ -25,7 +25,8 @@ extra_config fields besides the three SGLang reads:
               rounded down to a whole number of their pages
   verify      "first" (default), "always" or "none": checksum checks on
               the direct read path (pagefs.Client)
-  threads     pages of a batch opened, read or written at once (default 4)
+  threads     pages of a batch opened, read or written at once (default
+              the CPUs the process may use, at most 4)
   key_suffix  text appended to every key (default "_" + model name)
 """
 import logging
@@ -151,6 +152,20 @@ def _flag(v):
     return bool(v)
 
 
+def _threads(v):
+    """The extra config's "threads": None (absent) for the client's
+    default, else a whole number of at least 1."""
+    if v is None:
+        return None
+    try:
+        n = int(v)
+    except (TypeError, ValueError):
+        n = 0
+    if n < 1 or str(n) != str(v).strip():
+        raise ValueError('"threads" must be a whole number of at least 1, not %r' % (v,))
+    return n
+
+
 class PagefsStorage(HiCacheStorage):
     def __init__(self, storage_config, kwargs=None):
         extra = dict(getattr(storage_config, "extra_config", None) or {})
@@ -160,7 +175,7 @@ class PagefsStorage(HiCacheStorage):
             raise ValueError('PagefsStorage needs "mountpoint" in '
                              "--hicache-storage-backend-extra-config")
         self.client = _client.Client(mountpoint, verify=extra.get("verify", "first"),
-                                     threads=int(extra.get("threads", 4)),
+                                     threads=_threads(extra.get("threads")),
                                      place=_flag(extra.get("place", True)))
         cfg = storage_config
         self.is_mla = bool(getattr(cfg, "is_mla_model", False))

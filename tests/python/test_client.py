@@ -420,3 +420,37 @@ def test_a_capacity_that_is_no_whole_number_of_pages_is_refused(client):
     with pytest.raises(ValueError, match="capacity"):
         c.pool(0, "kv", capacity=64 * KB + 1)
     assert int(os.getxattr(m.path(0, "kv"), "user.pagefs.capacity")) == 4 << 20
+
+
+def test_a_batch_spreads_over_threads_only_while_cpus_are_idle(client, monkeypatch, tmp_path):
+    """_in_parallel uses up to `threads` threads, but no more than the CPUs
+    /proc/loadavg's runnable count leaves idle; the reads stay exact."""
+    from pagefs import client as C
+    m, c = client
+    c.threads = 4
+    names = ["spread%d" % i for i in range(8)]
+    data = [body(n, 64 * KB) for n in names]
+    assert all(c.write(0, "kv", names, data))
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    fake = tmp_path / "loadavg"
+
+    def chunks_of_a_batch(runnable):
+        fake.write_text("0.50 0.40 0.30 %d/200 1234\n" % runnable)
+        monkeypatch.setattr(C, "_LOADAVG", os.open(fake, os.O_RDONLY))
+        monkeypatch.setattr(C, "_IDLE", [0.0, 1])
+        chunks = []
+        c._in_parallel(lambda idx: chunks.append(list(idx)), 8)
+        assert sorted(i for ch in chunks for i in ch) == list(range(8))
+        bufs = [bytearray(64 * KB) for _ in names]
+        assert all(c.read_into(0, "kv", names, bufs)) and bufs == data
+        os.close(C._LOADAVG)
+        return len(chunks)
+
+    assert chunks_of_a_batch(1) == 4  # 3 CPUs idle besides this task
+    assert chunks_of_a_batch(3) == 2
+    assert chunks_of_a_batch(9) == 1  # a busy machine: the caller's thread alone
+    fake.write_text("garbage\n")
+    monkeypatch.setattr(C, "_LOADAVG", os.open(fake, os.O_RDONLY))
+    monkeypatch.setattr(C, "_IDLE", [0.0, 1])
+    assert C.idle_cpus() == 4  # unreadable: the CPU count
+    os.close(C._LOADAVG)

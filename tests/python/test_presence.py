@@ -228,3 +228,24 @@ def test_another_nodes_commit_reaches_this_nodes_table(mount):
         assert time.monotonic() - t0 < 5, "node A's unlink did not reach B's table"
         time.sleep(0.01)
     cb.close()
+
+
+def test_names_of_every_form_and_chains_of_colliding_names_answer_as_the_daemon_does(small):
+    """str (ASCII or not), bytes and surrogate-escaped names hash to the
+    fingerprints the daemon stored, and names whose first slot holds
+    another name's fingerprint follow the chain, present or not."""
+    m, c = small
+    t = c._pool(0, "kv").table()
+    by_slot = {}
+    for i in range(20000):  # three present and two absent names on one first slot
+        name = KEY % i
+        by_slot.setdefault(_presence._xxh64(name) & t.mask, []).append(name)
+    chain = next(v for v in by_slot.values() if len(v) >= 5)[:5]
+    present = chain[:3] + ["caf\u00e9_%d" % i for i in range(3)] + ["raw\udcff"]
+    for n in present:
+        write_page(os.path.join(os.fsencode(m.path(0, "kv")), os.fsencode(n)), b"p" * 64)
+    asked = present + chain[3:] + ["caf\u00e9_9", "raw\udcfe"]
+    want = [True] * len(present) + [False] * 4
+    assert c.exists(0, "kv", asked) == want
+    assert c.exists(0, "kv", [os.fsencode(n) for n in asked]) == want
+    assert _wire.exists(c._pool(0, "kv").dirfd, [os.fsencode(n) for n in asked]) == want

@@ -250,6 +250,16 @@ def test_capacity_from_the_extra_config_is_applied_to_new_pools(mnt):
     assert int(os.getxattr(mnt.path(0, "kv"), "user.pagefs.capacity")) == 65536
 
 
+def test_threads_in_the_extra_config_set_the_clients_and_bad_ones_are_refused(mnt):
+    assert backend(mnt, extra={"threads": "2"}).client.threads == 2
+    assert backend(mnt, extra={"threads": 3}).client.threads == 3
+    cpus = len(os.sched_getaffinity(0))
+    assert backend(mnt).client.threads == max(1, min(4, cpus))
+    for bad in ("0", -1, "two", 2.5):
+        with pytest.raises(ValueError, match="threads"):
+            backend(mnt, extra={"threads": bad})
+
+
 @pytest.mark.timeout_s(90)
 def test_a_dead_daemon_makes_every_call_a_miss(mnt):
     b = backend(mnt)
