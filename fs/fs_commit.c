@@ -96,7 +96,7 @@ int fs_writer_owned(struct fs_handle *h, pid_t tid)
 int fs_writer_flush(struct fs_mount *fs, struct fs_handle *h, pid_t tid)
 {
 	struct meta_resv r;
-	uint64_t length, sum = 0;
+	uint64_t length, placed_len, sum = 0;
 	int have_sum, held, killed, ret;
 
 	if (!fs_writer_owned(h, tid))
@@ -127,6 +127,7 @@ int fs_writer_flush(struct fs_mount *fs, struct fs_handle *h, pid_t tid)
 	}
 	h->w.state = FS_W_BUSY;
 	length = h->w.length;
+	placed_len = h->w.placed_len;
 	have_sum = h->w.placed || (h->w.hash_ok && h->w.hashed == length);
 	if (h->w.placed)
 		sum = h->w.placed_sum; /* the placed write's (fs_place.c) */
@@ -161,6 +162,10 @@ int fs_writer_flush(struct fs_mount *fs, struct fs_handle *h, pid_t tid)
 	 * returns, from this thread (flush holds no directory lock). */
 	if (ret == 0 && !killed)
 		fs_inval_pool(fs->inval, h->pool_id, 1);
+	/* Placed bytes count as written once, when published (write()
+	 * counts its own as they come). */
+	if (ret == 0 && !killed && placed_len)
+		meta_count_io(fs->meta, h->pool_id, 0, placed_len);
 
 	/* A page replaced in place has a new inode (a new version, see
 	 * fs_inode.h): the kernel's entry for its name and its attributes of

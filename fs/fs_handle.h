@@ -78,6 +78,7 @@ struct fs_writer {
 	 * write() or truncate through the handle clears it. */
 	int placed;
 	uint64_t placed_sum;
+	uint64_t placed_len; /* the last DONE's length: counted written at commit */
 };
 
 struct fs_handle {

@@ -54,6 +54,7 @@ static int done(struct fs_handle *h, const struct pagefs_ioc_place *in)
 	h->w.hash_ok = 0; /* the write stream holds none of these bytes */
 	h->w.placed = 1;
 	h->w.placed_sum = in->checksum;
+	h->w.placed_len = in->length;
 	return 0;
 }
 
@@ -78,8 +79,6 @@ int fs_writer_place(struct fs_mount *fs, struct fs_handle *h, const void *in, vo
 		pthread_cond_wait(&h->idle, &h->lock);
 	ret = req.op == PAGEFS_IOC_PLACE_WHERE ? where(h, &rep) : done(h, &req);
 	pthread_mutex_unlock(&h->lock);
-	if (ret == 0 && req.op == PAGEFS_IOC_PLACE_DONE)
-		meta_count_io(fs->meta, h->pool_id, 0, req.length);
 	if (ret == 0)
 		memcpy(out, &rep, sizeof(rep));
 	return ret;

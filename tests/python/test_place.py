@@ -111,6 +111,31 @@ def test_a_write_through_the_handle_after_done_is_published_with_a_checksum_of_t
     assert int(os.getxattr(path, "user.pagefs.checksum"), 16) == xxh3_64(bytes(data))
 
 
+def test_placed_bytes_count_as_written_once_and_only_when_published(pool):
+    """bytes_written counts a placed page's length at its commit: once for
+    two DONEs, not at all for a placement that is never published, and
+    beside the bytes a write() after DONE brings itself."""
+    m, c, p = pool
+
+    def written():
+        return c.stats()["totals"]["bytes_written"]
+
+    before = written()
+    fd = place(p, "twice", pattern(1), close=False)
+    _wire.place_done(fd, PAGE, xxh3_64(pattern(1)))
+    assert written() == before  # nothing published yet
+    os.close(fd)
+    assert written() == before + PAGE
+    fd = place(p, "mixed", pattern(2), close=False)
+    os.pwrite(fd, b"XYZ", 10)
+    os.close(fd)
+    assert written() == before + 2 * PAGE + 3
+    run_and_kill(WRITER, os.path.join(p.path, "never"),  # DONE, then killed
+                 os.getxattr(p.path, "user.pagefs.data_file"), ready=str.isdigit)
+    assert c.exists(0, "kv", ["never"]) == [False]
+    assert written() == before + 2 * PAGE + 3
+
+
 def test_bad_placed_requests_get_their_errors_and_publish_nothing_wrong(pool):
     m, c, p = pool
     path = os.path.join(p.path, "bad")
