@@ -59,6 +59,8 @@ static int publish(struct fs_mount *fs, struct fs_handle *h, const struct meta_r
 		ret = cover_end(h->data_fd, base + length);
 		if (ret == 0)
 			ret = meta_checksum_range(h->data_fd, base, length, &sum);
+		if (ret == -ENODATA)
+			ret = -EIO; /* the data file lost the slot's end */
 	}
 	if (ret == 0 && meta_config(fs->meta)->durability == META_DURABLE_POWER &&
 	    fdatasync(h->data_fd) < 0)

@@ -232,9 +232,12 @@ static void open_replace(fuse_req_t req, struct fs_mount *fs, fuse_ino_t ino,
 	reply_open(req, fs, h, fi, NULL);
 }
 
-/* Checks a freshly pinned page against its checksum. 0 or -EIO. A page
- * small enough is read in one piece into *kept (fs_keep_alloc), which
- * the reader serves its first read from; else *kept is NULL. */
+/* Checks a freshly pinned page against its checksum: 0, -EIO when its
+ * bytes do not match or are gone (it is dropped: meta_page_verified), or
+ * the backing's -errno when they could not be read (the page stays, not
+ * yet verified: the next open tries again). A page small enough is read
+ * in one piece into *kept (fs_keep_alloc), which the reader serves its
+ * first read from; else *kept is NULL. */
 static int verify_page(struct fs_mount *fs, const struct meta_page_info *p,
                        const struct meta_pool_info *pool, struct fs_kept **kept)
 {
@@ -252,10 +255,11 @@ static int verify_page(struct fs_mount *fs, const struct meta_page_info *p,
 		fs_keep_put(&fs->handles, *kept);
 		*kept = NULL;
 	}
-
-	if (ret < 0)
-		log_error("cannot verify page %s in pool %u/%s: %s", p->name, pool->rank, pool->ns,
-		          strerror(-ret));
+	if (ret < 0 && ret != -ENODATA) {
+		log_error("cannot read page %s of pool %u/%s to verify it: %s", p->name, pool->rank,
+		          pool->ns, strerror(-ret));
+		return ret;
+	}
 	if (ret == 0 && !p->has_checksum)
 		meta_page_set_checksum(fs->meta, p->id, p->slot, sum); /* key protocol page */
 	meta_page_verified(fs->meta, p->id, p->slot, ok);

@@ -294,9 +294,14 @@ static int reopen(struct fs_mount *fs, struct fs_handle *h)
 	}
 	if (verify) {
 		ret = meta_checksum_range(h->data_fd, p.slot * h->slot_size, p.length, &sum);
-		if (ret == 0 && p.has_checksum && sum != p.checksum)
-			ret = -EIO;
-		meta_page_verified(fs->meta, p.id, p.slot, ret == 0);
+		/* Bytes that do not match, or are gone, fail verification; a
+		 * read the backing failed is its error, and the page stays. */
+		if (ret == 0 || ret == -ENODATA) {
+			int ok = ret == 0 && (!p.has_checksum || sum == p.checksum);
+
+			meta_page_verified(fs->meta, p.id, p.slot, ok);
+			ret = ok ? 0 : -EIO;
+		}
 	}
 	if (ret == 0)
 		ret = meta_page_reserve(fs->meta, h->pool_id, p.name, p.id, &r);

@@ -347,8 +347,10 @@ int meta_page_iter(struct meta *m, uint32_t pool_id, uint64_t after_id, meta_pag
 
 /* ---- page bytes ---- */
 
-/* XXH3-64 of len bytes of fd at off, read in chunks. 0 or -errno (-EIO on
- * a short file). */
+/* XXH3-64 of len bytes of fd at off, read in chunks. 0 or -errno:
+ * -ENODATA when the file ends before off + len (the bytes are gone),
+ * another errno when a read failed (the backing's error: the bytes may
+ * still be there). */
 int meta_checksum_range(int fd, uint64_t off, uint64_t len, uint64_t *out);
 /* The same checksum from one read of the range into buf (len bytes),
  * which keeps the bytes for the caller. */

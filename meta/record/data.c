@@ -69,8 +69,8 @@ int record_data_open(const char *path, uint64_t size, int read_only, int *fd, in
 	return 0;
 }
 
-/* Fills buf with len bytes of fd at off. 0 or -errno (-EIO: the file
- * ends before). */
+/* Fills buf with len bytes of fd at off. 0 or -errno (-ENODATA: the
+ * file ends before). */
 static int read_full(int fd, char *buf, size_t len, uint64_t off)
 {
 	while (len > 0) {
@@ -78,7 +78,7 @@ static int read_full(int fd, char *buf, size_t len, uint64_t off)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
-			return n < 0 ? -errno : -EIO;
+			return n < 0 ? -errno : -ENODATA;
 		buf += n;
 		len -= (size_t)n;
 		off += (uint64_t)n;

@@ -2,12 +2,14 @@
  * fault_shim.c - an LD_PRELOAD library for the fault-injection tests only
  * (tests/integration/test_fault_injection.py); never linked into pagefs.
  *
- * Makes pwrite/pwrite64/fdatasync/fsync on files whose path contains a
- * pattern fail, switchable while the daemon runs. PAGEFS_FAULT_CTL names a
- * control file that the test rewrites at any time; each line is
+ * Makes pwrite/pwrite64/pread/pread64/fdatasync/fsync on files whose path
+ * contains a pattern fail, switchable while the daemon runs.
+ * PAGEFS_FAULT_CTL names a control file that the test rewrites at any
+ * time; each line is
  *
- *     OP MODE PATTERN        OP: pwrite | fdatasync   MODE: an errno number,
- *                            or "short" (pwrite writes half, at least 1 byte)
+ *     OP MODE PATTERN        OP: pwrite | pread | fdatasync
+ *                            MODE: an errno number, or "short" (pwrite
+ *                            only: it writes half, at least 1 byte)
  *
  * An empty or missing file injects nothing. Every injected fault appends
  * one line to PAGEFS_FAULT_CTL.hits, so the test can count them. The file
@@ -104,6 +106,7 @@ static int match(const char *op, int fd, char *mode, size_t len)
 }
 
 typedef ssize_t (*pwrite_fn)(int, const void *, size_t, off_t);
+typedef ssize_t (*pread_fn)(int, void *, size_t, off_t);
 typedef int (*sync_fn)(int);
 
 static ssize_t faulty_pwrite(const char *sym, int fd, const void *buf, size_t count, off_t off)
@@ -114,6 +117,18 @@ static ssize_t faulty_pwrite(const char *sym, int fd, const void *buf, size_t co
 	if (count > 0 && match("pwrite", fd, mode, sizeof(mode))) {
 		if (strcmp(mode, "short") == 0)
 			return real(fd, buf, count > 1 ? count / 2 : 1, off);
+		errno = atoi(mode) > 0 ? atoi(mode) : EIO;
+		return -1;
+	}
+	return real(fd, buf, count, off);
+}
+
+static ssize_t faulty_pread(const char *sym, int fd, void *buf, size_t count, off_t off)
+{
+	pread_fn real = (pread_fn)dlsym(RTLD_NEXT, sym);
+	char mode[16];
+
+	if (count > 0 && match("pread", fd, mode, sizeof(mode))) {
 		errno = atoi(mode) > 0 ? atoi(mode) : EIO;
 		return -1;
 	}
@@ -134,6 +149,8 @@ static int faulty_sync(const char *sym, int fd)
 
 ssize_t pwrite(int fd, const void *buf, size_t count, off_t off);
 ssize_t pwrite64(int fd, const void *buf, size_t count, off_t off);
+ssize_t pread(int fd, void *buf, size_t count, off_t off);
+ssize_t pread64(int fd, void *buf, size_t count, off_t off);
 int fdatasync(int fd);
 int fsync(int fd);
 
@@ -145,6 +162,16 @@ ssize_t pwrite(int fd, const void *buf, size_t count, off_t off)
 ssize_t pwrite64(int fd, const void *buf, size_t count, off_t off)
 {
 	return faulty_pwrite("pwrite64", fd, buf, count, off);
+}
+
+ssize_t pread(int fd, void *buf, size_t count, off_t off)
+{
+	return faulty_pread("pread", fd, buf, count, off);
+}
+
+ssize_t pread64(int fd, void *buf, size_t count, off_t off)
+{
+	return faulty_pread("pread64", fd, buf, count, off);
 }
 
 int fdatasync(int fd)

@@ -5,9 +5,10 @@ without a remount.
 Faults come from tests/fault/fault_shim.c (built next to the pagefs binary
 as libpagefs_fault_shim.so), preloaded into the daemon. The test switches
 them while the daemon runs by rewriting the control file: "OP MODE PATTERN"
-lines, OP pwrite|fdatasync, MODE an errno number or "short".
+lines, OP pwrite|pread|fdatasync, MODE an errno number or "short".
 """
 import errno
+import json
 import os
 
 import pytest
@@ -116,3 +117,41 @@ def test_faults_on_another_pools_data_file_leave_this_pool_alone(mount):
     write_page(f.pool / "fine", b"fine" * 100)
     assert read_page(f.pool / "fine") == b"fine" * 100
     FAULTS.append(f.hits())
+
+
+@pytest.mark.parametrize("err", [errno.EIO, errno.ENOTCONN], ids=["EIO", "ENOTCONN"])
+def test_a_read_error_while_verifying_reaches_the_caller_and_the_page_stays(mount, err):
+    """The first open of a page reads it to verify it (--verify first): a
+    backing read error there is the backing's errno for the open, not a
+    checksum failure. The page stays listed, uncounted, and reads back
+    whole once the fault clears."""
+    f = Faulty(mount, "--page-size", "64K", "--capacity", "4M")
+    data = PF.make_page("v", 1, 50000)
+    write_page(f.pool / "v", data)
+    f.set(f"pread {err} hicache.0.bin")
+    for _ in range(2):
+        expect_errno(err, read_page, f.pool / "v", what="a page whose bytes cannot be read")
+    assert f.hits() >= 2
+    assert os.listdir(f.pool) == ["v"], "a read error must not drop the page"
+    stats = json.loads(os.getxattr(f.m.mnt, "user.pagefs.stats"))
+    assert stats["totals"]["checksum_failures"] == 0
+    f.set()
+    assert read_page(f.pool / "v") == data
+    FAULTS.append(f.hits())
+
+
+def test_a_page_whose_bytes_are_gone_still_fails_verification(mount):
+    """A data file cut short under a page (its bytes gone) is a failed
+    verification: EIO, dropped, counted."""
+    f = Faulty(mount, "--page-size", "64K", "--capacity", "4M")
+    write_page(f.pool / "keep", b"k" * 1000)
+    write_page(f.pool / "cut", b"c" * 1000)
+    offset = int(os.getxattr(f.pool / "cut", "user.pagefs.offset"))
+    data_file = os.getxattr(f.pool / "cut", "user.pagefs.data_file")
+    assert offset > int(os.getxattr(f.pool / "keep", "user.pagefs.offset"))
+    os.truncate(data_file, offset)
+    expect_errno(errno.EIO, read_page, f.pool / "cut", what="a page past the data file's end")
+    assert os.listdir(f.pool) == ["keep"]
+    stats = json.loads(os.getxattr(f.m.mnt, "user.pagefs.stats"))
+    assert stats["totals"]["checksum_failures"] == 1
+    assert read_page(f.pool / "keep") == b"k" * 1000

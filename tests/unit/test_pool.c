@@ -504,9 +504,9 @@ Test(pool, checksum_read_keeps_the_bytes_and_sums_as_checksum_range)
 	cr_assert_eq(sum, want, "checksum_read %016llx, checksum_range %016llx",
 	             (unsigned long long)sum, (unsigned long long)want);
 	cr_assert_eq(sum, XXH3_64bits(buf, len), "not the XXH3 of the bytes");
-	/* past the end of the file: EIO, as checksum_range */
+	/* past the end of the file: ENODATA, as checksum_range */
 	ret = meta_checksum_read(pi.data_fd, 4 * slot - 10, 20, got, &sum);
-	cr_assert_eq(ret, -EIO, "read past the end: %d, want -EIO", ret);
+	cr_assert_eq(ret, -ENODATA, "read past the end: %d, want -ENODATA", ret);
 	free(buf);
 	free(got);
 }
@@ -532,9 +532,10 @@ Test(pool, checksum_range_past_the_end_of_the_file_fails_with_eio)
 	cr_assert_geq(fd, 0, "create %s: %s", path, strerror(errno));
 	pwrite_ok(fd, buf, sizeof(buf), 0);
 	int ret = meta_checksum_range(fd, 0, 200, &sum);
-	cr_assert_eq(ret, -EIO, "checksum of 200 bytes of a 100-byte file: %d, want -EIO", ret);
+	cr_assert_eq(ret, -ENODATA, "checksum of 200 bytes of a 100-byte file: %d, want -ENODATA",
+	             ret);
 	ret = meta_checksum_range(fd, 100, 1, &sum);
-	cr_assert_eq(ret, -EIO, "checksum at EOF: %d, want -EIO", ret);
+	cr_assert_eq(ret, -ENODATA, "checksum at EOF: %d, want -ENODATA", ret);
 	close(fd);
 
 	ret = meta_checksum_range(-1, 0, 1, &sum);
