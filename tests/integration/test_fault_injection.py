@@ -155,3 +155,27 @@ def test_a_page_whose_bytes_are_gone_still_fails_verification(mount):
     stats = json.loads(os.getxattr(f.m.mnt, "user.pagefs.stats"))
     assert stats["totals"]["checksum_failures"] == 1
     assert read_page(f.pool / "keep") == b"k" * 1000
+
+
+def test_an_index_sync_error_with_power_durability_fails_the_close_and_commits_nothing(mount):
+    """Under --durability power the index is synced before close returns:
+    when that sync fails, the close fails and the page is not there, and
+    once the fault clears the mount commits again and a remount agrees."""
+    f = Faulty(mount, "--page-size", "64K", "--capacity", "4M", "--durability", "power")
+    if not f.m.meta.startswith("sqlite:"):
+        pytest.skip("the index is PostgreSQL's: its sync is the server's")
+    write_page(f.pool / "before", b"b" * 1000)
+    f.set(f"fdatasync {errno.EIO} {os.path.basename(f.m.meta[len('sqlite:'):])}")
+    got = try_write_page(f.pool / "p", b"p" * 5000)
+    assert got == ("close", errno.EIO), f"close of a page whose index sync failed: {got}"
+    assert f.hits() >= 1
+    expect_errno(errno.ENOENT, os.stat, f.pool / "p", what="a page whose record was not synced")
+    assert read_page(f.pool / "before") == b"b" * 1000
+    f.set()  # the fault clears: the same mount commits again
+    write_page(f.pool / "p", b"q" * 5000)
+    assert read_page(f.pool / "p") == b"q" * 5000
+    FAULTS.append(f.hits())
+    f.m.umount()
+    f.m.start()
+    assert sorted(os.listdir(f.pool)) == ["before", "p"]
+    assert read_page(f.pool / "p") == b"q" * 5000

@@ -163,7 +163,7 @@ def test_imported_keys_are_pages_in_lru_order(work, mount):
     m.umount()
 
 
-def test_failed_import_keeps_the_data_files_it_adopted(work):
+def test_failed_import_keeps_the_data_files_it_adopted(work, mount):
     """An import that fails after making its pools undoes them, and a pool
     whose data file was there before (SGLang's, being adopted) leaves that
     file as it was: the undo once deleted it, and said the index was not
@@ -189,6 +189,10 @@ def test_failed_import_keeps_the_data_files_it_adopted(work):
     r = imp(work, "a", f, "--page-size", "4K")
     assert r.returncode == 0, H.describe(r)
     assert (b / "hicache.0.bin").read_bytes() == data
+    m = mount(backing=b, meta=f"sqlite:{work / 'a.db'}", start=False)
+    m.start("--page-size", "4K")
+    assert (m.path(0, "kv") / "a").read_bytes() == data[:4096], "the key reads its slot's bytes"
+    m.umount()
 
 
 def test_slot_size_from_the_data_file(work):
