@@ -246,3 +246,49 @@ def test_serve_meta_heap_runs_on_huge_pages_too(tmp_path, monkeypatch):
         assert s.client.exists(0, ["k"]) == [False]
     finally:
         assert s.stop() == 0, s.log_text()
+
+
+def test_mount_defaults_an_index_in_the_state_dir_it_prints_and_16m_pages_of_1t(mount):
+    """SPEC "Command line": without --meta the index is a file under the
+    user's state directory, printed at mount; a pool made without sizes
+    gets the 16M page size and the 1T capacity."""
+    from pagefs_helpers import pids_with_arg
+    m = mount(start=False)
+    state = m.dir / "state"
+    env = m.env()
+    env["XDG_STATE_HOME"] = str(state)
+    m.factory.track_mountpoint(m.mnt)
+    r = subprocess.run([PAGEFS_BIN, "mount", str(m.backing), str(m.mnt), "--log-file", str(m.log)],
+                       capture_output=True, text=True, timeout=60, env=env,
+                       stdin=subprocess.DEVNULL)
+    for pid in pids_with_arg(m.mnt):
+        m.factory.track_pid(pid)
+    try:
+        assert r.returncode == 0 and is_mounted(m.mnt), describe(r)
+        made = list((state / "pagefs").glob("*.db"))
+        assert len(made) == 1, f"one index under {state}/pagefs: {made}"
+        assert str(made[0]) in r.stdout + r.stderr, f"the index path is printed: {describe(r)}"
+        pool = m.mnt / "0" / "kv"
+        os.makedirs(pool)
+        assert int(os.getxattr(pool, "user.pagefs.page_size")) == 16 << 20
+        assert int(os.getxattr(pool, "user.pagefs.capacity")) == 1 << 40
+        write_page(pool / "p", b"p" * 100)
+    finally:
+        u = run_pagefs("umount", m.mnt)
+        assert u.returncode == 0, describe(u)
+
+
+@pytest.mark.parametrize("cmd", ["fsck", "import-json", "export-json", "status", "umount"])
+def test_other_commands_exit_2_naming_an_unknown_option(cmd):
+    r = run_pagefs(cmd, "--bogus-option")
+    assert r.returncode == 2, f"pagefs {cmd} --bogus-option: {describe(r)}"
+    assert "bogus-option" in r.stdout + r.stderr, describe(r)
+
+
+@pytest.mark.parametrize("opt,value", [("--page-size", "3000"), ("--capacity", "3G")])
+def test_a_size_that_is_no_power_of_two_is_a_usage_error(mount, opt, value):
+    m = mount(start=False)
+    r = m.attempt(opts=[opt, value])
+    assert r.returncode == 2 and value in r.stdout + r.stderr, describe(r)
+    assert "power of two" in r.stdout + r.stderr, describe(r)
+    assert not is_mounted(m.mnt)

@@ -134,3 +134,23 @@ def test_mount_with_a_page_size_or_capacity_over_the_limits_exits_2(mount):
     assert r.returncode == 2 and "at most 2G" in r.stdout + r.stderr, describe(r)
     r = m.attempt(opts=["--page-size", "4K", "--capacity", "16T"])
     assert r.returncode == 2 and "at most 4294967295" in r.stdout + r.stderr, describe(r)
+
+
+def test_pool_counters_are_read_only_and_count_what_happened(mount):
+    m = mount(*SMALL)
+    pool = m.pool(0, "kv")
+    write_page(pool / "a", b"a" * 1000)
+    write_page(pool / "b", b"b" * 3000)
+    assert read_page(pool / "a") == b"a" * 1000
+    expect_errno(errno.ENOENT, os.stat, pool / "missing")
+    assert xattr_int(pool, "user.pagefs.pages") == 2
+    assert xattr_int(pool, "user.pagefs.bytes") == 4000
+    assert xattr_int(pool, "user.pagefs.used_slots") == 2
+    assert xattr_int(pool, "user.pagefs.hits") >= 1
+    assert xattr_int(pool, "user.pagefs.misses") >= 1
+    assert xattr_int(pool, "user.pagefs.evictions") == 0
+    assert xattr_int(pool, "user.pagefs.checksum_failures") == 0
+    for key in ("pages", "bytes", "used_slots", "hits", "misses", "evictions",
+                "checksum_failures", "data_file"):
+        expect_errno(errno.EPERM, os.setxattr, pool, "user.pagefs." + key, b"7")
+    assert xattr_int(pool, "user.pagefs.pages") == 2

@@ -1,6 +1,7 @@
 """SPEC stat and statfs (df), and the directory tools (ls -l, du, find)."""
 import os
 import subprocess
+import time
 
 from pagefs_helpers import describe, is_mounted, pid_alive, run_pagefs, wait_until, write_page
 
@@ -109,3 +110,21 @@ def test_umount_returns_only_after_the_daemon_exited(mount):
     assert not pid_alive(pid), f"pagefs umount returned while daemon {pid} was still running"
     assert not is_mounted(m.mnt)
     m.mounted = False
+
+
+def test_st_atime_is_the_last_use_and_st_mtime_the_commit(mount):
+    """A read is a use: st_atime moves to it, st_mtime stays the commit's.
+    (With --entry-timeout 0 each stat asks the daemon: a stat the kernel
+    answers from its cache is not a use, docs/DECISIONS.md.)"""
+    m = mount(*SMALL, "--entry-timeout", "0")
+    pool = m.pool(0, "kv")
+    write_page(pool / "p", b"p" * 100)
+    st = os.stat(pool / "p")
+    assert abs(st.st_atime_ns - st.st_mtime_ns) < 10**9
+    time.sleep(1.2)
+    with open(pool / "p", "rb") as f:
+        assert f.read() == b"p" * 100
+    after = os.stat(pool / "p")
+    assert after.st_mtime_ns == st.st_mtime_ns, "a read must not move the commit time"
+    assert after.st_atime_ns >= st.st_mtime_ns + 10**9, \
+        f"st_atime {after.st_atime_ns} did not move to the read (mtime {st.st_mtime_ns})"

@@ -1,6 +1,7 @@
 """SPEC "The tree": ranks, pools, where files may live, names."""
 import errno
 import os
+import stat
 
 import pytest
 
@@ -112,6 +113,16 @@ def test_chown_of_a_page_fails_with_eperm(mount):
     pool = m.pool(0, "kv")
     write_page(pool / "page", b"data")
     expect_errno(errno.EPERM, os.chown, pool / "page", 12345, 12345)
+
+
+def test_device_nodes_and_chown_of_directories_fail_with_eperm(mount):
+    m = mount()
+    pool = m.pool(0, "kv")
+    for mode in (stat.S_IFCHR | 0o600, stat.S_IFBLK | 0o600):
+        expect_errno(errno.EPERM, os.mknod, pool / "dev", mode, os.makedev(1, 3))
+    for d in (pool, pool.parent, m.mnt):
+        expect_errno(errno.EPERM, os.chown, d, 12345, 12345)
+    assert os.listdir(pool) == []
 
 
 def test_chmod_of_a_page_is_accepted_and_ignored(mount):
