@@ -165,3 +165,33 @@ def test_root_stats_xattr_is_json_with_the_counters(mount):
         counter(st, k)
     assert counter(st, "pages") == 1
     assert counter(st, "evictions") == 0
+    assert counter(st, "hits") >= 1 and counter(st, "misses") >= 1, st
+
+
+def test_status_shows_each_pools_figures_and_every_mount_without_a_mountpoint(mount):
+    """`pagefs status` (SPEC "Command line"): per pool its pages, bytes,
+    capacity, slot size, hits and misses as the daemon counts them; without
+    MOUNTPOINT every mount, this one among them."""
+    m = mount(*SMALL)
+    pool = m.pool(0, "kv")
+    write_page(pool / "a", b"a" * 1000)
+    write_page(pool / "b", b"b" * 2000)
+    read_page(pool / "a")
+    expect_errno(errno.ENOENT, os.stat, pool / "missing")
+    r = run_pagefs("status", "--json", m.mnt)
+    assert r.returncode == 0, describe(r)
+    js = json.loads(r.stdout)
+    p = next(q for q in js["pools"] if q["rank"] == 0 and q["namespace"] == "kv")
+    assert (p["pages"], p["bytes"], p["slot_size"]) == (2, 3000, 64 * 1024), p
+    assert p["capacity_bytes"] == 1 << 20 and p["hits"] >= 1 and p["misses"] >= 1, p
+    human = run_pagefs("status", m.mnt)
+    assert human.returncode == 0, describe(human)
+    row = next((line.split() for line in human.stdout.splitlines()
+                if line.split()[:1] == ["0/kv"]), None)
+    assert row, f"no row for 0/kv: {human.stdout}"
+    # RANK/NS PAGES BYTES CAPACITY SLOT HITS MISSES EVICTIONS CKSUM_FAIL READ/s WRITE/s
+    assert row[1] == "2" and int(row[5]) == p["hits"] and int(row[6]) == p["misses"], \
+        f"{row} against {p}"
+    every = run_pagefs("status", "--json")
+    assert every.returncode == 0, describe(every)
+    assert any(d.get("mountpoint") == str(m.mnt) for d in json.loads(every.stdout)), every.stdout

@@ -35,6 +35,7 @@ def test_rename_replaces_existing_page_atomically(mount):
     write_page(pool / "key.bin", old)
     write_page(pool / "key.bin.tmp", new)
     tmp_ino = os.stat(pool / "key.bin.tmp").st_ino
+    where = [os.getxattr(pool / "key.bin.tmp", "user.pagefs." + k) for k in ("slot", "offset")]
     with opened(pool / "key.bin") as rfd:
         head = os.read(rfd, 1000)
         os.replace(pool / "key.bin.tmp", pool / "key.bin")
@@ -43,6 +44,8 @@ def test_rename_replaces_existing_page_atomically(mount):
         assert os.stat(pool / "key.bin").st_ino == tmp_ino, \
             "rename must keep the inode number of the renamed page"
         assert os.stat(pool / "key.bin").st_size == 30000
+        assert [os.getxattr(pool / "key.bin", "user.pagefs." + k) for k in ("slot", "offset")] \
+            == where, "rename re-keys the page: its bytes stay in their slot"
         assert_bytes_equal(head + read_all(rfd), old, "reader of the replaced page")
     expect_errno(errno.ENOENT, os.stat, pool / "key.bin.tmp")
 
