@@ -11,6 +11,9 @@
  *                            MODE: an errno number, or "short" (pwrite
  *                            only: it writes half, at least 1 byte)
  *
+ * pread covers every read of the file: pread, pread64, and splice from it
+ * (how libfuse serves a read from an open file).
+ *
  * An empty or missing file injects nothing. Every injected fault appends
  * one line to PAGEFS_FAULT_CTL.hits, so the test can count them. The file
  * is re-read only when its mtime or size changes. Trade-off: a readlink of
@@ -107,6 +110,7 @@ static int match(const char *op, int fd, char *mode, size_t len)
 
 typedef ssize_t (*pwrite_fn)(int, const void *, size_t, off_t);
 typedef ssize_t (*pread_fn)(int, void *, size_t, off_t);
+typedef ssize_t (*splice_fn)(int, loff_t *, int, loff_t *, size_t, unsigned int);
 typedef int (*sync_fn)(int);
 
 static ssize_t faulty_pwrite(const char *sym, int fd, const void *buf, size_t count, off_t off)
@@ -151,6 +155,8 @@ ssize_t pwrite(int fd, const void *buf, size_t count, off_t off);
 ssize_t pwrite64(int fd, const void *buf, size_t count, off_t off);
 ssize_t pread(int fd, void *buf, size_t count, off_t off);
 ssize_t pread64(int fd, void *buf, size_t count, off_t off);
+ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out, size_t len,
+               unsigned int flags);
 int fdatasync(int fd);
 int fsync(int fd);
 
@@ -172,6 +178,19 @@ ssize_t pread(int fd, void *buf, size_t count, off_t off)
 ssize_t pread64(int fd, void *buf, size_t count, off_t off)
 {
 	return faulty_pread("pread64", fd, buf, count, off);
+}
+
+ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out, size_t len,
+               unsigned int flags)
+{
+	splice_fn real = (splice_fn)dlsym(RTLD_NEXT, "splice");
+	char mode[16];
+
+	if (len > 0 && match("pread", fd_in, mode, sizeof(mode))) {
+		errno = atoi(mode) > 0 ? atoi(mode) : EIO;
+		return -1;
+	}
+	return real(fd_in, off_in, fd_out, off_out, len, flags);
 }
 
 int fdatasync(int fd)

@@ -179,3 +179,20 @@ def test_an_index_sync_error_with_power_durability_fails_the_close_and_commits_n
     f.m.start()
     assert sorted(os.listdir(f.pool)) == ["before", "p"]
     assert read_page(f.pool / "p") == b"q" * 5000
+
+
+def test_a_backing_read_error_of_a_verified_page_reaches_the_reader(mount):
+    """SPEC: errors of the backing reach the caller as that errno. A page
+    read once (verified) and read again while the data file's reads fail
+    gives the reader the error; it stays, and reads back after."""
+    f = Faulty(mount, "--page-size", "64K", "--capacity", "4M")
+    data = PF.make_page("r", 1, 60000)
+    write_page(f.pool / "r", data)
+    assert read_page(f.pool / "r") == data  # verified: later opens read the data file
+    f.set(f"pread {errno.EIO} hicache.0.bin")
+    expect_errno(errno.EIO, read_page, f.pool / "r", what="a read the backing failed")
+    assert f.hits() >= 1
+    f.set()
+    assert os.listdir(f.pool) == ["r"]
+    assert read_page(f.pool / "r") == data
+    FAULTS.append(f.hits())
