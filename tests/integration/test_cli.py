@@ -186,6 +186,15 @@ def test_mount_accepts_threads_and_log_level_options(mount):
     write_page(pool / "p", b"threads")
     with open(pool / "p", "rb") as f:
         assert f.read() == b"threads"
+    assert " info fs/fs_main: serving " in m.log.read_text(), "debug logs info lines too"
+
+
+def test_log_level_warn_leaves_the_info_lines_out(mount):
+    m = mount("--page-size", "64K", "--capacity", "1M", "--log-level", "warn")
+    write_page(m.pool(0, "kv") / "p", b"quiet")
+    m.umount()
+    text = m.log.read_text()
+    assert " info " not in text and " debug " not in text, text[-2000:]
 
 
 
