@@ -121,10 +121,8 @@ def parse_size(value):
 
 def default_threads():
     """Pages of a batch read or written at once: the CPUs this process may
-    run on, at most 4. Each page's copy releases the GIL, so more threads
-    than CPUs only add switches: on 2 CPUs with 4 client processes, 1 MiB
-    batch reads took about 5 % more CPU per page with 4 threads than with
-    2 (docs/SGLANG.md)."""
+    run on, at most 4. Each page's copy releases the GIL, so threads beyond
+    the CPUs only add switches (docs/SGLANG.md, "Measured")."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -141,10 +139,10 @@ def idle_cpus():
     tasks running or waiting to run besides this one (the 4th field of
     /proc/loadavg, read at most every 10 ms: a read costs about 7 us), at
     least 1. A batch spread over CPUs that other tasks keep busy only adds
-    switches: 4 client processes of 1 MiB reads on 2 CPUs took 0.96 x raw
-    pread with one thread each against 0.85 to 0.93 with four
-    (docs/SGLANG.md). The machine's CPU count when the file cannot be
-    read."""
+    switches: 4 client processes of 1 MiB reads on 2 CPUs took 0.99 to
+    1.02 x raw pread on a FUSE backing with one thread each, 0.85 and 0.87
+    with four (docs/SGLANG.md). The machine's CPU count when the file
+    cannot be read."""
     global _LOADAVG
     now = time.monotonic()
     if now - _IDLE[0] < 0.01:
@@ -305,8 +303,9 @@ class Client:
     first open after commit under its own --verify first). threads: how
     many pages of one batch are opened, read or written at once (the
     daemon answers them in parallel, and concurrent commits share its
-    group commit); default the CPUs this process may use, at most 4. presence: exists probes the pools' presence tables
-    where it can (False: always one request to the daemon). pin: a read
+    group commit); default the CPUs this process may use, at most 4.
+    presence: exists probes the pools' presence tables where it can
+    (False: always one request to the daemon). pin: a read
     pins its batch's pages with one request and unpins them with another
     (False, or a daemon without the batch pin: each page is opened through
     the mount, which pins it, and closed). place: a write opens the page
