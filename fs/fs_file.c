@@ -249,21 +249,17 @@ static int verify_page(struct fs_mount *fs, const struct meta_page_info *p,
 		ret = meta_checksum_read(pool->data_fd, off, p->length, (*kept)->data, &sum);
 	else
 		ret = meta_checksum_range(pool->data_fd, off, p->length, &sum);
-	int ok = ret == 0 && (!p->has_checksum || sum == p->checksum);
-
-	if (!ok) {
+	if (ret < 0 && ret != -ENODATA)
+		log_error("cannot read page %s of pool %u/%s to verify it: %s", p->name, pool->rank,
+		          pool->ns, strerror(-ret));
+	if (ret == 0 && !p->has_checksum)
+		meta_page_set_checksum(fs->meta, p->id, p->slot, sum); /* key protocol page */
+	ret = meta_page_verdict(fs->meta, p, ret, sum);
+	if (ret != 0) {
 		fs_keep_put(&fs->handles, *kept);
 		*kept = NULL;
 	}
-	if (ret < 0 && ret != -ENODATA) {
-		log_error("cannot read page %s of pool %u/%s to verify it: %s", p->name, pool->rank,
-		          pool->ns, strerror(-ret));
-		return ret;
-	}
-	if (ret == 0 && !p->has_checksum)
-		meta_page_set_checksum(fs->meta, p->id, p->slot, sum); /* key protocol page */
-	meta_page_verified(fs->meta, p->id, p->slot, ok);
-	return ok ? 0 : -EIO;
+	return ret;
 }
 
 /*

@@ -278,7 +278,7 @@ static int reopen(struct fs_mount *fs, struct fs_handle *h)
 {
 	struct meta_page_info p;
 	struct meta_resv r;
-	uint64_t sum;
+	uint64_t sum = 0;
 	int verify = 0;
 	int ret;
 
@@ -294,14 +294,7 @@ static int reopen(struct fs_mount *fs, struct fs_handle *h)
 	}
 	if (verify) {
 		ret = meta_checksum_range(h->data_fd, p.slot * h->slot_size, p.length, &sum);
-		/* Bytes that do not match, or are gone, fail verification; a
-		 * read the backing failed is its error, and the page stays. */
-		if (ret == 0 || ret == -ENODATA) {
-			int ok = ret == 0 && (!p.has_checksum || sum == p.checksum);
-
-			meta_page_verified(fs->meta, p.id, p.slot, ok);
-			ret = ok ? 0 : -EIO;
-		}
+		ret = meta_page_verdict(fs->meta, &p, ret, sum);
 	}
 	if (ret == 0)
 		ret = meta_page_reserve(fs->meta, h->pool_id, p.name, p.id, &r);

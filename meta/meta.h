@@ -309,6 +309,14 @@ void meta_slot_unpin(struct meta *m, uint32_t pool_id, uint64_t slot);
  * from the index (durably) if the slot is still its current one.
  */
 void meta_page_verified(struct meta *m, uint64_t page_id, uint64_t slot, int ok);
+/*
+ * The verdict on page p from a read of its bytes (meta_checksum_*) that
+ * returned read_ret with checksum sum: 0 verified, -EIO failed (bytes that
+ * do not match, or are gone: -ENODATA; meta_page_verified drops it), or
+ * read_ret itself when the read failed (the backing's error: no verdict,
+ * the page stays unverified and the next read tries again).
+ */
+int meta_page_verdict(struct meta *m, const struct meta_page_info *p, int read_ret, uint64_t sum);
 
 /* Removes a committed page: 0 or -ENOENT. Durable on return. */
 int meta_page_unlink(struct meta *m, uint32_t pool_id, const char *name);

@@ -722,6 +722,16 @@ void meta_page_verified(struct meta *m, uint64_t page_id, uint64_t slot, int ok)
 	index_drops_notify(m, drops);
 }
 
+int meta_page_verdict(struct meta *m, const struct meta_page_info *p, int read_ret, uint64_t sum)
+{
+	if (read_ret < 0 && read_ret != -ENODATA)
+		return read_ret;
+	int ok = read_ret == 0 && (!p->has_checksum || sum == p->checksum);
+
+	meta_page_verified(m, p->id, p->slot, ok);
+	return ok ? 0 : -EIO;
+}
+
 int meta_page_pending(struct meta *m, uint32_t pool_id, const char *name, uint64_t *ids, int max)
 {
 	int n = 0;

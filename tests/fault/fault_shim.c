@@ -113,6 +113,21 @@ typedef ssize_t (*pread_fn)(int, void *, size_t, off_t);
 typedef ssize_t (*splice_fn)(int, loff_t *, int, loff_t *, size_t, unsigned int);
 typedef int (*sync_fn)(int);
 
+/* Sets errno to the rule's MODE (an errno number, else EIO); -1. */
+static int fail(const char *mode)
+{
+	errno = atoi(mode) > 0 ? atoi(mode) : EIO;
+	return -1;
+}
+
+/* 1 (errno set) when a "pread" rule fails a read of len bytes of fd. */
+static int read_fails(int fd, size_t len)
+{
+	char mode[16];
+
+	return len > 0 && match("pread", fd, mode, sizeof(mode)) && fail(mode);
+}
+
 static ssize_t faulty_pwrite(const char *sym, int fd, const void *buf, size_t count, off_t off)
 {
 	pwrite_fn real = (pwrite_fn)dlsym(RTLD_NEXT, sym);
@@ -121,8 +136,7 @@ static ssize_t faulty_pwrite(const char *sym, int fd, const void *buf, size_t co
 	if (count > 0 && match("pwrite", fd, mode, sizeof(mode))) {
 		if (strcmp(mode, "short") == 0)
 			return real(fd, buf, count > 1 ? count / 2 : 1, off);
-		errno = atoi(mode) > 0 ? atoi(mode) : EIO;
-		return -1;
+		return fail(mode);
 	}
 	return real(fd, buf, count, off);
 }
@@ -130,13 +144,8 @@ static ssize_t faulty_pwrite(const char *sym, int fd, const void *buf, size_t co
 static ssize_t faulty_pread(const char *sym, int fd, void *buf, size_t count, off_t off)
 {
 	pread_fn real = (pread_fn)dlsym(RTLD_NEXT, sym);
-	char mode[16];
 
-	if (count > 0 && match("pread", fd, mode, sizeof(mode))) {
-		errno = atoi(mode) > 0 ? atoi(mode) : EIO;
-		return -1;
-	}
-	return real(fd, buf, count, off);
+	return read_fails(fd, count) ? -1 : real(fd, buf, count, off);
 }
 
 static int faulty_sync(const char *sym, int fd)
@@ -144,10 +153,8 @@ static int faulty_sync(const char *sym, int fd)
 	sync_fn real = (sync_fn)dlsym(RTLD_NEXT, sym);
 	char mode[16];
 
-	if (match("fdatasync", fd, mode, sizeof(mode))) {
-		errno = atoi(mode) > 0 ? atoi(mode) : EIO;
-		return -1;
-	}
+	if (match("fdatasync", fd, mode, sizeof(mode)))
+		return fail(mode);
 	return real(fd);
 }
 
@@ -184,13 +191,8 @@ ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out, size_t le
                unsigned int flags)
 {
 	splice_fn real = (splice_fn)dlsym(RTLD_NEXT, "splice");
-	char mode[16];
 
-	if (len > 0 && match("pread", fd_in, mode, sizeof(mode))) {
-		errno = atoi(mode) > 0 ? atoi(mode) : EIO;
-		return -1;
-	}
-	return real(fd_in, off_in, fd_out, off_out, len, flags);
+	return read_fails(fd_in, len) ? -1 : real(fd_in, off_in, fd_out, off_out, len, flags);
 }
 
 int fdatasync(int fd)
