@@ -25,8 +25,9 @@ struct store;
 struct meta;
 
 /* The SQLite index's schema version: 2 has no UNIQUE(pool, name) index on
- * pages (store_sqlite.c); version 1 indexes are used as they are. */
-#define STORE_SCHEMA_VERSION 2
+ * pages, 3 no UNIQUE(pool, slot) either (store_sqlite.c, DECISIONS.md);
+ * indexes of versions 1 and 2 are used as they are. */
+#define STORE_SCHEMA_VERSION 3
 
 struct store_pool_row {
 	uint32_t id;

@@ -86,6 +86,11 @@ static const char *const stmt_sql[ST_COUNT] = {
 		    " WHERE +pool=?1 AND id>?2 ORDER BY id",
 };
 
+/* Schema 3: pages has no index besides its id. Names and slots are unique
+ * in memory, which knows the rows a commit replaces (delete_replaced); the
+ * load refuses two rows of one name or one slot and fsck repairs them. An
+ * index on either made every row cost a second B-tree insert (DECISIONS.md,
+ * "The SQLite index has no index on names or slots"). */
 static const char schema_sql[] =
 	"CREATE TABLE settings(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
 	"CREATE TABLE ranks(rank INTEGER PRIMARY KEY);"
@@ -93,8 +98,7 @@ static const char schema_sql[] =
 	" slot_size INTEGER NOT NULL, capacity INTEGER NOT NULL, UNIQUE(rank, ns));"
 	"CREATE TABLE pages(id INTEGER PRIMARY KEY, pool INTEGER NOT NULL, name BLOB NOT NULL,"
 	" slot INTEGER NOT NULL, length INTEGER NOT NULL, checksum INTEGER,"
-	" mtime INTEGER NOT NULL, atime INTEGER NOT NULL, gen INTEGER NOT NULL,"
-	" UNIQUE(pool, slot));";
+	" mtime INTEGER NOT NULL, atime INTEGER NOT NULL, gen INTEGER NOT NULL);";
 
 struct sqlite_store {
 	struct store base; /* first: a struct store * points here */
@@ -340,9 +344,11 @@ static int load_error(struct sqlite_store *s, int rc, char *err, size_t errlen)
 }
 
 /* The file's size over the size of a row whose name is as long as the
- * first rows' names: a schema 2 row takes about 48 bytes besides its name
- * (143.6 a page measured with 87-byte names, 117.5 with 64), and schema
- * 1's name index about as much again, which errs high. */
+ * first rows' names: a schema 3 row takes 39-41 bytes besides its name
+ * (103.2 a page measured with 64-byte names, 128.3 with 87), about 8 more
+ * with a checksum, so 36 errs a little high; schema 2's slot index adds
+ * about 14 and schema 1's name index about as much again as the row,
+ * which errs higher. */
 static uint64_t sq_estimate(struct store *base)
 {
 	struct sqlite_store *s = (struct sqlite_store *)base;
@@ -356,7 +362,7 @@ static uint64_t sq_estimate(struct store *base)
 	                       -1, &st, NULL) == SQLITE_OK &&
 	    sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 1) != SQLITE_NULL) {
 		double bytes = (double)sqlite3_column_int64(st, 0);
-		n = (uint64_t)(bytes / (sqlite3_column_double(st, 1) + 48.0));
+		n = (uint64_t)(bytes / (sqlite3_column_double(st, 1) + 36.0));
 	}
 	sqlite3_finalize(st);
 	return n;

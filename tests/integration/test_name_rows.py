@@ -1,10 +1,11 @@
-"""One row per name in the SQLite index without a unique index on names
-(README "Decisions", "The index has no index on names"): the store deletes
+"""One row per name and per slot in the SQLite index without a unique index
+on either (DECISIONS.md, "The SQLite index has no index on names or
+slots"): the store deletes
 the row a commit, rename or key confirm replaces by the id memory knows,
 so replacing pages by name, from many threads at once, leaves exactly one
-row per name; an index of schema version 1 (which still has the unique
-index) works as before; two rows of one name are found at mount and the
-mount is refused with the fix. The daemon holds its index exclusively
+row per name; indexes of schema versions 1 and 2 (which still have the
+unique indexes) work as before; two rows of one name or of one slot are
+found at mount and the mount is refused with the fix. The daemon holds its index exclusively
 (README "Decisions"), so the rows are read with the daemon stopped, and
 every connection here is closed before a mount."""
 import contextlib
@@ -41,15 +42,19 @@ def schema_version(m):
         return db.execute("SELECT value FROM settings WHERE key='schema_version'").fetchone()
 
 
-def name_indexes(m):
-    """The indexes of the pages table that cover the name column."""
+def indexes_on(m, column):
+    """The indexes of the pages table that cover the column."""
     out = []
     with index_db(m) as db:
         for row in db.execute("PRAGMA index_list('pages')").fetchall():
             cols = [c[2] for c in db.execute(f"PRAGMA index_info('{row[1]}')")]
-            if "name" in cols:
+            if column in cols:
                 out.append((row[1], cols))
     return out
+
+
+def name_indexes(m):
+    return indexes_on(m, "name")
 
 
 def replace_a_lot(pool, names, rounds, seed, stale=None):
@@ -88,8 +93,10 @@ def test_a_new_index_keeps_one_row_per_name_through_replacements(mount):
         assert_bytes_equal(read_page(pool / name), data, name)
     listing = sorted(os.listdir(pool))
     m.umount()
-    assert schema_version(m) == ("2",)
-    assert name_indexes(m) == [], "schema 2 has no index on (pool, name)"
+    assert schema_version(m) == ("3",)
+    assert name_indexes(m) == [], "schema 3 has no index on (pool, name)"
+    assert indexes_on(m, "slot") == [], "schema 3 has no index on (pool, slot)"
+    assert len({(r[0], r[3]) for r in rows(m)}) == len(rows(m)), "two rows on one slot"
     assert twins(m) == [], f"two rows of one name: {twins(m)}"
     assert sorted(r[1].decode() for r in rows(m)) == listing
 
@@ -174,3 +181,54 @@ def test_two_rows_of_one_name_refuse_the_mount_and_name_the_fix(mount):
     assert "name-shared" in r.stdout + r.stderr, f"fsck --repair: {describe(r)}"
     m.start()
     assert os.listdir(pool) == ["twin"]
+
+
+def test_an_index_of_schema_2_with_its_unique_slot_index_still_works(mount):
+    m = mount(*SMALL)
+    pool = m.pool(0, "kv")
+    write_page(pool / "a", os.urandom(3000))
+    m.umount()
+    with index_db(m) as db:  # what pagefs made before schema 3
+        db.executescript("""
+            CREATE TABLE pages2(id INTEGER PRIMARY KEY, pool INTEGER NOT NULL,
+              name BLOB NOT NULL, slot INTEGER NOT NULL, length INTEGER NOT NULL,
+              checksum INTEGER, mtime INTEGER NOT NULL, atime INTEGER NOT NULL,
+              gen INTEGER NOT NULL, UNIQUE(pool, slot));
+            INSERT INTO pages2 SELECT * FROM pages;
+            DROP TABLE pages;
+            ALTER TABLE pages2 RENAME TO pages;
+            UPDATE settings SET value='2' WHERE key='schema_version';
+        """)
+    assert indexes_on(m, "slot") != [], "the schema 2 table has its (pool, slot) index"
+    m.start()
+    # With the unique index still there, a page put on a slot another row
+    # still names would fail its insert (EIO at close).
+    last = replace_a_lot(pool, ["a", "b", "c", "d"], 40, 2)
+    for name, data in last.items():
+        assert_bytes_equal(read_page(pool / name), data, name)
+    m.umount()
+    assert twins(m) == []
+    assert schema_version(m) == ("2",), "an old index is used as it is"
+    assert indexes_on(m, "slot") != []
+
+
+def test_two_rows_on_one_slot_refuse_the_mount_and_name_the_fix(mount):
+    m = mount(*SMALL)
+    pool = m.pool(0, "kv")
+    write_page(pool / "first", os.urandom(2000))
+    m.umount()
+    with index_db(m) as db:
+        db.execute("INSERT INTO pages(id, pool, name, slot, length, checksum, mtime, atime,"
+                   " gen) SELECT id + 1000, pool, X'7365636f6e64', slot, length, checksum,"
+                   " mtime, atime, gen FROM pages")  # 'second', on first's slot
+        db.commit()
+    r = m.attempt()
+    assert r.returncode != 0, f"a mount over two rows on one slot succeeded: {describe(r)}"
+    err = r.stderr + m.log.read_text(errors="replace") if m.log.exists() else r.stderr
+    assert "shares its slot" in err and "fsck --repair" in err, \
+        f"the error should say what is wrong and name the fix: {describe(r)}"
+    r = run_pagefs("fsck", m.backing, "--meta", m.meta, "--repair", timeout=120)
+    assert "slot-shared" in r.stdout + r.stderr, f"fsck --repair: {describe(r)}"
+    m.start()
+    # both rows have the same bytes and checksum: neither can be trusted
+    assert os.listdir(pool) == [], "fsck keeps no page of a slot two rows claim alike"
