@@ -49,14 +49,17 @@ extern const struct meta_hooks keys_hooks;
 
 #define SEC 1000000000LL
 
+/* A run of n slots lo .. lo + n - 1 queued at once (one reservation
+ * batch takes neighbouring slots, so a batch is mostly one entry). */
 struct fifo_ent {
-	uint64_t slot;
+	uint64_t lo;
 	int64_t at;    /* reservation: deadline; quarantine: release time */
+	uint32_t n;    /* slots in the run, >= 1 */
 	int page_slot; /* quarantine: a page's slot (else a reservation's) */
 };
 
 struct fifo {
-	struct fifo_ent *v;
+	struct fifo_ent *v; /* a ring of cap entries, cap a power of two */
 	size_t head, len, cap;
 };
 
@@ -133,8 +136,14 @@ static inline struct fifo_ent *fifo_peek(struct fifo *f)
 
 static inline void fifo_pop(struct fifo *f)
 {
-	f->head = (f->head + 1) % f->cap;
+	f->head = (f->head + 1) & (f->cap - 1);
 	f->len--;
+}
+
+/* The i-th entry from the head (i < len). */
+static inline const struct fifo_ent *fifo_at(const struct fifo *f, size_t i)
+{
+	return &f->v[(f->head + i) & (f->cap - 1)];
 }
 
 /* keys_slots.c */

@@ -124,12 +124,15 @@ void keys_fence_clear(struct meta *m, struct kpool *kp)
 	if (kp->quar_q.len)
 		return; /* slots in quarantine: the record holds them past a restart */
 	for (size_t i = 0; i < kp->resv_q.len; i++) {
-		const struct fifo_ent *e = &kp->resv_q.v[(kp->resv_q.head + i) % kp->resv_q.cap];
-		if (keys_resv_get(kp, e->slot) == e->at) {
-			log_info("pool %u: reservations are outstanding: after a restart its free "
-			         "slots stay held until they could have been written",
-			         kp->pool_id);
-			return;
+		const struct fifo_ent *e = fifo_at(&kp->resv_q, i);
+		for (uint64_t s = e->lo; s < e->lo + e->n; s++) {
+			if (keys_resv_get(kp, s) == e->at) {
+				log_info("pool %u: reservations are outstanding: after a restart "
+				         "its free slots stay held until they could have been "
+				         "written",
+				         kp->pool_id);
+				return;
+			}
 		}
 	}
 	struct pool *p = index_pool_by_id(m, kp->pool_id);

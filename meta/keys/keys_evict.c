@@ -178,6 +178,33 @@ static void headroom_shared(struct meta *m, struct keys *k, struct pool *pool, s
 	}
 }
 
+/* The reservations of run e whose deadline passed unconfirmed go to the
+ * quarantine, logged as one line. meta.lock held. */
+static void expire_run(struct keys *k, struct kpool *kp, const struct pool *pool,
+                       const struct fifo_ent *e)
+{
+	uint64_t expired = 0, first = 0, last = 0;
+
+	for (uint64_t s = e->lo; s < e->lo + e->n; s++) {
+		if (keys_resv_get(kp, s) != e->at)
+			continue; /* confirmed, or reserved again since */
+		if (!expired++)
+			first = s;
+		last = s;
+		keys_resv_set(kp, s, 0, 0);
+		keys_quarantine(k, kp, s, 0);
+	}
+	if (expired == 1)
+		log_warn("pool %u/%s: reservation of slot %llu was never confirmed; it returns "
+		         "to the pool after the quarantine",
+		         pool->rank, pool->ns, (unsigned long long)first);
+	else if (expired)
+		log_warn("pool %u/%s: %llu reservations of slots %llu..%llu were never "
+		         "confirmed; they return to the pool after the quarantine",
+		         pool->rank, pool->ns, (unsigned long long)expired,
+		         (unsigned long long)first, (unsigned long long)last);
+}
+
 /* Expires reservations, quarantines and the keys owed a slot, evicts for
  * the demand. meta.lock held; queues drops in dl; *lease: a shared pool
  * that needs a chunk. */
@@ -194,14 +221,7 @@ static void housekeep(struct meta *m, struct keys *k, struct drop_list *dl, stru
 			continue;
 		keys_quarantine_release(pool, kp, now);
 		while ((e = fifo_peek(&kp->resv_q)) && e->at <= now) {
-			if (keys_resv_get(kp, e->slot) == e->at) {
-				log_warn(
-					"pool %u/%s: reservation of slot %llu was never confirmed; "
-					"it returns to the pool after the quarantine",
-					pool->rank, pool->ns, (unsigned long long)e->slot);
-				keys_resv_set(kp, e->slot, 0, 0);
-				keys_quarantine(k, kp, e->slot, 0);
-			}
+			expire_run(k, kp, pool, e);
 			fifo_pop(&kp->resv_q);
 		}
 		/* (A key's writer that stopped asking has given up.) */

@@ -16,23 +16,38 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Appends to a reservation or quarantine queue (deadlines in order).
- * 0 or -ENOMEM. */
+/* Appends a slot to a reservation or quarantine queue (deadlines in
+ * order): into the last run when it has the same time and kind and the
+ * slot extends it, either way. 0 or -ENOMEM. */
 int keys_fifo_push(struct fifo *f, uint64_t slot, int64_t at, int page_slot)
 {
+	if (f->len) {
+		struct fifo_ent *t = &f->v[(f->head + f->len - 1) & (f->cap - 1)];
+		if (t->at == at && t->page_slot == page_slot && t->n < UINT32_MAX) {
+			if (slot == t->lo + t->n) {
+				t->n++;
+				return 0;
+			}
+			if (slot + 1 == t->lo) {
+				t->lo = slot;
+				t->n++;
+				return 0;
+			}
+		}
+	}
 	if (f->len == f->cap) {
 		size_t n = f->cap ? f->cap * 2 : 64;
 		struct fifo_ent *v = malloc(n * sizeof(*v));
 		if (!v)
 			return -ENOMEM;
 		for (size_t i = 0; i < f->len; i++)
-			v[i] = f->v[(f->head + i) % f->cap];
+			v[i] = *fifo_at(f, i);
 		free(f->v);
 		f->v = v;
 		f->head = 0;
 		f->cap = n;
 	}
-	f->v[(f->head + f->len) % f->cap] = (struct fifo_ent){slot, at, page_slot};
+	f->v[(f->head + f->len) & (f->cap - 1)] = (struct fifo_ent){slot, at, 1, page_slot};
 	f->len++;
 	return 0;
 }
@@ -391,11 +406,13 @@ void keys_quarantine_release(struct pool *p, struct kpool *kp, int64_t now)
 	struct fifo_ent *e;
 
 	while ((e = fifo_peek(&kp->quar_q)) && e->at <= now) {
-		if (!e->page_slot || !p->shared)
-			keys_resv_free(p, kp, e->slot);
-		else
-			index_slot_unquarantine(p, e->slot);
-		kp->quarantined--;
+		for (uint64_t s = e->lo; s < e->lo + e->n; s++) {
+			if (!e->page_slot || !p->shared)
+				keys_resv_free(p, kp, s);
+			else
+				index_slot_unquarantine(p, s);
+			kp->quarantined--;
+		}
 		fifo_pop(&kp->quar_q);
 	}
 }

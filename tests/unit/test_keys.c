@@ -357,3 +357,45 @@ Test(keys, a_long_batch_is_reserved_and_confirmed_key_by_key)
 		cr_assert_eq(got[i], slot[i], "after reopen, get %s: %lld, want %lld", keys[i],
 		             (long long)got[i], (long long)slot[i]);
 }
+
+/* Reservations go to the expiry queue as runs of neighbouring slots: the
+ * evictor expires the unconfirmed slots of a run and leaves its confirmed
+ * ones, and the expired ones come back after the quarantine (5 s at
+ * least), each once. */
+Test(keys, a_batch_partly_confirmed_expires_only_its_unconfirmed_slots, .timeout = 40)
+{
+	uint32_t p = init_pool(0, "http", 8);
+	const char *keys[] = {"a", "b", "c", "d", "e", "f"};
+	const char *done[] = {"a", "c", "e"}, *late[] = {"b"};
+	const char *more[] = {"g", "h", "i", "j", "k", "l"};
+	int64_t s[6], ok[3], t[6], got[6];
+	size_t ignored;
+	struct meta_keys_tuning tune = {.reserve_timeout_ns = 200 * 1000 * 1000};
+
+	meta_keys_tune(fx.m, &tune);
+	reserve(p, keys, 6, s); /* slots 7 .. 2: one run */
+	ok[0] = s[0], ok[1] = s[2], ok[2] = s[4];
+	cr_assert_eq(meta_keys_confirm(fx.m, p, done, ok, 3, NULL, 0, &ignored), 0);
+	cr_assert_eq(ignored, 0);
+	usleep(1500 * 1000); /* past the deadline and an evictor pass (1 s) */
+	cr_assert_eq(meta_keys_confirm(fx.m, p, late, &s[1], 1, NULL, 0, &ignored), 0);
+	cr_assert_eq(ignored, 1, "a confirm after the deadline is ignored");
+	usleep(5200 * 1000); /* the quarantine */
+	uint8_t existed[6];
+	int64_t want[6] = {0};
+	cr_assert_eq(meta_keys_reserve(fx.m, p, more, 6, existed, t), 0);
+	for (int i = 0; i < 6; i++) {
+		cr_assert(t[i] != s[0] && t[i] != s[2] && t[i] != s[4],
+		          "slot %lld of a confirmed page handed out again", (long long)t[i]);
+		if (t[i] >= 0) {
+			cr_assert_eq(want[t[i]], 0, "slot %lld handed out twice", (long long)t[i]);
+			want[t[i]] = 1;
+		}
+	}
+	/* 8 slots, 3 pages: 5 come back (the 3 expired and 2 never used) */
+	cr_assert(t[0] >= 0 && t[1] >= 0 && t[2] >= 0 && t[3] >= 0 && t[4] >= 0 && t[5] == -1,
+	          "got %lld %lld %lld %lld %lld %lld", (long long)t[0], (long long)t[1],
+	          (long long)t[2], (long long)t[3], (long long)t[4], (long long)t[5]);
+	cr_assert_eq(meta_keys_get(fx.m, p, done, 3, got), 0);
+	cr_assert(got[0] == s[0] && got[1] == s[2] && got[2] == s[4], "the confirmed pages stay");
+}
