@@ -438,9 +438,13 @@ void index_ctimes_free(struct ctimes *t);
 /* table.c */
 int index_table_init(struct page_table *t, uint64_t buckets);
 void index_table_free(struct page_table *t);
-/* g: an empty table of half as many buckets again as t (at most 2^32),
- * t's count; 0, or -1 when t is at its largest or out of memory. */
-int index_table_grown(const struct page_table *t, struct page_table *g);
+/* g: an empty table of n buckets (at most 2^32; 0: half as many again as
+ * t) and t's count; 0, or -1 when that is no more than t has or there is
+ * no memory. */
+int index_table_grown(const struct page_table *t, struct page_table *g, uint64_t n);
+/* Rehashes t into buckets for `pages` pages at load factor 1, if it has
+ * fewer; t stays as it is when there is no memory. */
+void index_table_reserve(struct page_table *t, uint64_t pages);
 /* The hash of a name in the table by name (and in batches). */
 uint32_t index_name_hash(uint32_t pool_id, const char *name, size_t len);
 /* The same for p's name, from the packed form (unpacks it: some 30 ns). */
@@ -489,6 +493,8 @@ struct page *index_table_bucket_name(const struct page_table *t, uint32_t h);
  * found to grow it since it was 7/8 full. index_idtable_probes: the buckets a
  * lookup of each page reads, summed, and the most for one page. */
 int index_idtable_init(struct page_table *t, uint64_t pages);
+/* Rehashes t into the size index_idtable_init gives `pages`, if smaller. */
+void index_idtable_reserve(struct page_table *t, uint64_t pages);
 void index_idtable_add(struct page_table *t, struct page *p);
 void index_idtable_del(struct page_table *t, struct page *p);
 struct page *index_idtable_find(const struct page_table *t, uint64_t id);

@@ -24,9 +24,14 @@ static uint64_t home(const struct page_table *t, uint64_t id)
 	return ((meta_mix64(id) >> 32) * t->n) >> 32;
 }
 
+static uint64_t buckets_for(uint64_t pages)
+{
+	return pages + pages / 4 + pages / 64;
+}
+
 int index_idtable_init(struct page_table *t, uint64_t pages)
 {
-	return index_table_init(t, pages + pages / 4 + pages / 64); /* (clamped as by name) */
+	return index_table_init(t, buckets_for(pages)); /* (clamped as by name) */
 }
 
 /* Puts ref (of a page not in t) into its first empty bucket. */
@@ -39,13 +44,13 @@ static void place(struct page_table *t, uint32_t ref, uint64_t id)
 	t->buckets[i] = ref;
 }
 
-/* Rehashes into half as many buckets again; keeps the old table on
- * ENOMEM (it still works, only fuller). */
-static void grow(struct page_table *t)
+/* Rehashes into n buckets (0: half as many again); keeps the old table
+ * on ENOMEM (it still works, only fuller). */
+static void grow(struct page_table *t, uint64_t n)
 {
 	struct page_table g;
 
-	if (index_table_grown(t, &g) < 0)
+	if (index_table_grown(t, &g, n) < 0)
 		return;
 	for (uint64_t i = 0; i < t->n; i++)
 		if (t->buckets[i])
@@ -54,10 +59,16 @@ static void grow(struct page_table *t)
 	*t = g;
 }
 
+void index_idtable_reserve(struct page_table *t, uint64_t pages)
+{
+	if (buckets_for(pages) > t->n)
+		grow(t, buckets_for(pages));
+}
+
 void index_idtable_add(struct page_table *t, struct page *p)
 {
 	if ((t->count + 1) * 8 > t->n * 7)
-		grow(t);
+		grow(t, 0);
 	if (t->count + 1 >= t->n) {
 		/* Every grow since the table was 7/8 full found no memory. */
 		log_error("out of memory: the table of pages by id is full (%llu pages)",

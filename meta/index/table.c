@@ -62,21 +62,21 @@ uint32_t index_page_name_hash(const struct page *p)
 	return index_name_hash(page_pool(p)->id, index_pname_text(p, text), p->name_len);
 }
 
-int index_table_grown(const struct page_table *t, struct page_table *g)
+int index_table_grown(const struct page_table *t, struct page_table *g, uint64_t n)
 {
-	*g = (struct page_table){.n = t->n + t->n / 2, .count = t->count};
+	*g = (struct page_table){.n = n ? n : t->n + t->n / 2, .count = t->count};
 	if (g->n > BUCKETS_MAX)
 		g->n = BUCKETS_MAX;
 	return g->n > t->n && (g->buckets = calloc(g->n, sizeof(*g->buckets))) ? 0 : -1;
 }
 
-/* Rehashes into half as many buckets again; keeps the old table on
- * ENOMEM. */
-static void grow(struct page_table *t)
+/* Rehashes into n buckets (0: half as many again); keeps the old table
+ * on ENOMEM. */
+static void grow(struct page_table *t, uint64_t n)
 {
 	struct page_table g;
 
-	if (index_table_grown(t, &g) < 0)
+	if (index_table_grown(t, &g, n) < 0)
 		return;
 	for (uint64_t i = 0; i < t->n; i++) {
 		uint32_t r = t->buckets[i];
@@ -93,10 +93,16 @@ static void grow(struct page_table *t)
 	*t = g;
 }
 
+void index_table_reserve(struct page_table *t, uint64_t pages)
+{
+	if (pages > t->n)
+		grow(t, pages);
+}
+
 void index_table_add_name(struct page_table *t, struct page *p, uint32_t h)
 {
 	if (t->count >= t->n)
-		grow(t);
+		grow(t, 0);
 	uint64_t b = slot_of(t, h);
 	p->name_next = t->buckets[b];
 	t->buckets[b] = page_ref(p);

@@ -125,6 +125,24 @@ static int create_pool(struct meta *m, int rank, const char *ns, uint64_t slot_s
 	return rc;
 }
 
+/* The most pages keys_size_tables sizes the tables for: 16M pages, 151
+ * MiB of buckets (4 bytes by name, 5 by id). */
+#define KEYS_TABLES_AHEAD (1ULL << 24)
+
+/* A cache fills its pools, so the tables by name and by id are sized for
+ * the pool's free slots at its initialize, while they hold few pages:
+ * otherwise the first fill rehashes every page under meta.lock each time
+ * the tables grow by half. meta.lock held. */
+static void keys_size_tables(struct meta *m, const struct pool *pool)
+{
+	uint64_t want = m->by_name.count + (pool->capacity - pool_used(pool));
+
+	if (want > KEYS_TABLES_AHEAD)
+		want = KEYS_TABLES_AHEAD;
+	index_table_reserve(&m->by_name, want);
+	index_idtable_reserve(&m->by_id, want);
+}
+
 int meta_keys_initialize(struct meta *m, int rank, const char *ns, uint64_t num_pages, int *differs,
                          char *msg, size_t msglen)
 {
@@ -187,6 +205,8 @@ int meta_keys_initialize(struct meta *m, int rank, const char *ns, uint64_t num_
 	struct pool *pool = index_pool_by_id(m, info.id);
 	if (pool && !keys_pool_get(m, pool))
 		rc = -ENOMEM;
+	else if (pool)
+		keys_size_tables(m, pool);
 	index_unlock(m);
 	return rc;
 }

@@ -5,6 +5,7 @@
  * publish only reserved slots, quarantined deletes, durable confirms.
  */
 #include "fixture.h"
+#include "meta/index.h"
 
 TestSuite(keys, .init = fx_setup, .fini = fx_teardown, .timeout = 30);
 
@@ -398,4 +399,16 @@ Test(keys, a_batch_partly_confirmed_expires_only_its_unconfirmed_slots, .timeout
 	          (long long)t[2], (long long)t[3], (long long)t[4], (long long)t[5]);
 	cr_assert_eq(meta_keys_get(fx.m, p, done, 3, got), 0);
 	cr_assert(got[0] == s[0] && got[1] == s[2] && got[2] == s[4], "the confirmed pages stay");
+}
+
+/* A cache fills its pool: initialize sizes the tables by name and by id
+ * for the pool's slots at once, so the first fill never rehashes. */
+Test(keys, initialize_sizes_the_tables_for_the_pool)
+{
+	uint64_t before = fx.m->by_name.n;
+	init_pool(0, "http", 50000);
+	cr_assert_geq(fx.m->by_name.n, 50000, "by name: %llu buckets (%llu before)",
+	              (unsigned long long)fx.m->by_name.n, (unsigned long long)before);
+	cr_assert_geq(fx.m->by_id.n * 4, 50000ull * 5, "by id: %llu buckets",
+	              (unsigned long long)fx.m->by_id.n);
 }

@@ -6,8 +6,9 @@
  * pages back), the tables stay sized to what they hold (by name a load
  * factor between 2/3 and 1 once grown, by id between 7/12 and 7/8), ids
  * spread over the buckets whatever their stride, a run of pages that
- * wraps past the last bucket survives removals in any order, and a mount
- * sizes both from the store's estimate, for short and long names.
+ * wraps past the last bucket survives removals in any order, a mount
+ * sizes both from the store's estimate, for short and long names, and a
+ * reservation for more pages rehashes once.
  */
 #include "fixture.h"
 #include "meta/cluster.h"
@@ -168,6 +169,40 @@ Test(table, sized_up_front_holds_without_growing)
 		unsigned k = (i * 7919u) % (PAGES + 64);
 		cr_assert_eq(out[i], k < PAGES ? pages[k] : NULL, "key %u (page %u)", i, k);
 	}
+	index_table_free(&by_name);
+	index_table_free(&by_id);
+}
+
+/* Reserved for more pages while holding some (as the key protocol's
+ * initialize sizes them for its pool): the tables rehash once to the
+ * size asked for, keep every page, and take the rest without growing; a
+ * reservation below what they have changes nothing. */
+Test(table, reserved_while_holding_pages_rehashes_once_and_holds_the_rest)
+{
+	struct page_table by_name, by_id;
+
+	cr_assert_eq(index_table_init(&by_name, 1), 0);
+	cr_assert_eq(index_idtable_init(&by_id, 1), 0);
+	for (unsigned i = 0; i < 700; i++) {
+		index_table_add_name(&by_name, pages[i], hashes[i]);
+		index_idtable_add(&by_id, pages[i]);
+	}
+	index_table_reserve(&by_name, PAGES);
+	index_idtable_reserve(&by_id, PAGES);
+	cr_assert_eq(by_name.n, PAGES, "by name: %llu buckets", (unsigned long long)by_name.n);
+	uint64_t id_buckets = by_id.n;
+	cr_assert_geq(id_buckets * 4, PAGES * 5ull, "by id: sized for a load near 0.8");
+	check_found(&by_name, &by_id, 0, 700);
+	index_table_reserve(&by_name, 100);
+	index_idtable_reserve(&by_id, 100);
+	cr_assert(by_name.n == PAGES && by_id.n == id_buckets, "a smaller reservation shrinks");
+	for (unsigned i = 700; i < PAGES; i++) {
+		index_table_add_name(&by_name, pages[i], hashes[i]);
+		index_idtable_add(&by_id, pages[i]);
+	}
+	cr_assert_eq(by_name.n, PAGES, "no growth by name");
+	cr_assert_eq(by_id.n, id_buckets, "no growth by id");
+	check_found(&by_name, &by_id, 0, PAGES);
 	index_table_free(&by_name);
 	index_table_free(&by_id);
 }
