@@ -126,7 +126,7 @@ static int create_pool(struct meta *m, int rank, const char *ns, uint64_t slot_s
 }
 
 /* The most pages keys_size_tables sizes the tables for: 16M pages, 151
- * MiB of buckets (4 bytes by name, 5 by id). */
+ * MB of buckets (4 bytes by name, 5 by id). */
 #define KEYS_TABLES_AHEAD (1ULL << 24)
 
 /* A cache fills its pools, so the tables by name and by id are sized for

@@ -57,6 +57,22 @@ def name_indexes(m):
     return indexes_on(m, "name")
 
 
+def as_older_schema(m, version, unique):
+    """Rebuilds the pages table of a stopped daemon's index as pagefs made
+    it at schema `version`, with those UNIQUE constraints."""
+    with index_db(m) as db:
+        db.executescript(f"""
+            CREATE TABLE pages_old(id INTEGER PRIMARY KEY, pool INTEGER NOT NULL,
+              name BLOB NOT NULL, slot INTEGER NOT NULL, length INTEGER NOT NULL,
+              checksum INTEGER, mtime INTEGER NOT NULL, atime INTEGER NOT NULL,
+              gen INTEGER NOT NULL, {unique});
+            INSERT INTO pages_old SELECT * FROM pages;
+            DROP TABLE pages;
+            ALTER TABLE pages_old RENAME TO pages;
+            UPDATE settings SET value='{version}' WHERE key='schema_version';
+        """)
+
+
 def replace_a_lot(pool, names, rounds, seed, stale=None):
     """Creates, overwrites (O_TRUNC) and renames over the given names. An
     open(O_TRUNC) may get ESTALE when the name was replaced twice between
@@ -139,17 +155,7 @@ def test_an_index_of_schema_1_with_its_unique_index_still_works(mount):
     pool = m.pool(0, "kv")
     write_page(pool / "a", os.urandom(3000))
     m.umount()
-    with index_db(m) as db:  # what pagefs made before schema 2
-        db.executescript("""
-            CREATE TABLE pages1(id INTEGER PRIMARY KEY, pool INTEGER NOT NULL,
-              name BLOB NOT NULL, slot INTEGER NOT NULL, length INTEGER NOT NULL,
-              checksum INTEGER, mtime INTEGER NOT NULL, atime INTEGER NOT NULL,
-              gen INTEGER NOT NULL, UNIQUE(pool, name), UNIQUE(pool, slot));
-            INSERT INTO pages1 SELECT * FROM pages;
-            DROP TABLE pages;
-            ALTER TABLE pages1 RENAME TO pages;
-            UPDATE settings SET value='1' WHERE key='schema_version';
-        """)
+    as_older_schema(m, 1, "UNIQUE(pool, name), UNIQUE(pool, slot)")
     assert name_indexes(m) != [], "the schema 1 table has its (pool, name) index"
     m.start()
     # With the unique index still there, a replacement whose old row the
@@ -188,17 +194,7 @@ def test_an_index_of_schema_2_with_its_unique_slot_index_still_works(mount):
     pool = m.pool(0, "kv")
     write_page(pool / "a", os.urandom(3000))
     m.umount()
-    with index_db(m) as db:  # what pagefs made before schema 3
-        db.executescript("""
-            CREATE TABLE pages2(id INTEGER PRIMARY KEY, pool INTEGER NOT NULL,
-              name BLOB NOT NULL, slot INTEGER NOT NULL, length INTEGER NOT NULL,
-              checksum INTEGER, mtime INTEGER NOT NULL, atime INTEGER NOT NULL,
-              gen INTEGER NOT NULL, UNIQUE(pool, slot));
-            INSERT INTO pages2 SELECT * FROM pages;
-            DROP TABLE pages;
-            ALTER TABLE pages2 RENAME TO pages;
-            UPDATE settings SET value='2' WHERE key='schema_version';
-        """)
+    as_older_schema(m, 2, "UNIQUE(pool, slot)")
     assert indexes_on(m, "slot") != [], "the schema 2 table has its (pool, slot) index"
     m.start()
     # With the unique index still there, a page put on a slot another row
