@@ -66,6 +66,9 @@ enum rec_type {
 	REC_CHECKSUM, /* first checksum of a page committed without one */
 	REC_LEASE,    /* shared index: lease a chunk of 64 free slots of a pool */
 	REC_RELEASE,  /* shared index: give a drained chunk back (handover) */
+	/* SQLite index: delete record page_id of the page log, one that does
+	 * not decode (fsck's repair; memory holds none of its pages) */
+	REC_LOG_DROP,
 };
 
 /* REC_LEASE results besides 0 (a chunk with free slots) and errors. */

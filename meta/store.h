@@ -25,9 +25,10 @@ struct store;
 struct meta;
 
 /* The SQLite index's schema version: 2 has no UNIQUE(pool, name) index on
- * pages, 3 no UNIQUE(pool, slot) either (store_sqlite.c, DECISIONS.md);
- * indexes of versions 1 and 2 are used as they are. */
-#define STORE_SCHEMA_VERSION 3
+ * pages, 3 no UNIQUE(pool, slot) either, 4 a page log for bulk records
+ * (store_sqlite.c, sqlite_log.h, DECISIONS.md); indexes of versions 1 to
+ * 3 are used as they are (their bulk records are rows). */
+#define STORE_SCHEMA_VERSION 4
 
 struct store_pool_row {
 	uint32_t id;
@@ -44,6 +45,10 @@ struct store_load_cb {
 	/* Pages arrive in any order (the engine orders its LRU by atime,
 	 * then id). */
 	int (*page)(void *arg, const struct rec *row);
+	/* A record of the SQLite index's page log that does not decode (its
+	 * pages are lost): reported here and left out (fsck), or, NULL, the
+	 * load fails naming fsck. */
+	int (*log_damaged)(void *arg, int64_t seq, const char *why);
 };
 
 enum store_engine { STORE_SQLITE, STORE_PG };

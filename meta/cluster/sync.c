@@ -94,7 +94,7 @@ static int reload_pools(struct meta *m)
 	int again = 0;
 
 	struct pool_rows pr = {0};
-	struct store_load_cb cb = {&pr, row_rank, row_pool, NULL};
+	struct store_load_cb cb = {&pr, row_rank, row_pool, NULL, NULL};
 	struct dropped *drops = NULL;
 	struct gone_dir *dirs = NULL;
 	char err[512];

@@ -45,6 +45,7 @@ enum problem {
 	PR_NAME_SHARED,
 	PR_CHECKSUM_BAD,
 	PR_CHECKSUM_MISSING,
+	PR_LOG_DAMAGED,
 	PR_COUNT
 };
 
@@ -69,6 +70,8 @@ static const struct {
 	[PR_NAME_SHARED] = {"name-shared", "keep the row with the highest id, drop the others", 1},
 	[PR_CHECKSUM_BAD] = {"checksum-bad", "drop the page", 1},
 	[PR_CHECKSUM_MISSING] = {"checksum-missing", "compute it from the bytes", 1},
+	[PR_LOG_DAMAGED] = {"log-damaged", "drop the record: its pages are lost, their slots free",
+                            1},
 };
 
 struct fpool {
@@ -197,6 +200,21 @@ static int on_page(void *arg, const struct rec *row)
 	f->pages[f->npages++] = (struct fpage){copy, 0, 0};
 	if (f->npages % 100000 == 0)
 		progress(f, "load", f->npages, 0);
+	return 0;
+}
+
+/* A record of the SQLite index's page log that does not decode: its
+ * pages cannot be read, so none is loaded and the repair drops it. */
+static int on_log_damaged(void *arg, int64_t seq, const char *why)
+{
+	struct fsck *f = arg;
+	struct rec *r = record_new(REC_LOG_DROP);
+
+	report(f, PR_LOG_DAMAGED, "page log record %lld: %s", (long long)seq, why);
+	if (!r)
+		return -ENOMEM;
+	r->page_id = (uint64_t)seq;
+	add_fix(f, r);
 	return 0;
 }
 
@@ -588,7 +606,7 @@ int meta_fsck(const struct meta_fsck_opts *o, struct meta_fsck_result *res, char
 		goto out;
 	if (store_get_setting(f.store, "prefix", f.prefix, sizeof(f.prefix)) < 0)
 		snprintf(f.prefix, sizeof(f.prefix), "hicache");
-	struct store_load_cb cb = {&f, on_rank, on_pool, on_page};
+	struct store_load_cb cb = {&f, on_rank, on_pool, on_page, on_log_damaged};
 	if ((rc = store_load(f.store, &cb, err, errlen)) < 0)
 		goto out;
 	res->pools = f.npools;

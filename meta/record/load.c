@@ -324,7 +324,7 @@ int record_load(struct meta *m, char *err, size_t errlen)
 	pthread_cond_init(&l->cv, NULL);
 	l->threaded = pthread_create(&l->thread, NULL, linker_main, l) == 0;
 
-	struct store_load_cb cb = {l, load_rank, load_pool, load_page};
+	struct store_load_cb cb = {l, load_rank, load_pool, load_page, NULL};
 	rc = store_load(m->store, &cb, err, errlen);
 	if (rc == 0 && l->buf[l->fill].n)
 		rc = hand_over(l);

@@ -831,6 +831,8 @@ static int apply_one(struct pg_store *s, struct rec *r)
 		return apply_lease(s, r);
 	case REC_RELEASE:
 		return apply_release(s, r);
+	case REC_LOG_DROP:
+		return -EINVAL; /* the SQLite index's page log only */
 	case REC_CHECKSUM:
 		store_pg_arg_i64(&a, (int64_t)r->page_id);
 		store_pg_arg_i64(&a, (int64_t)r->slot);

@@ -15,8 +15,13 @@
  * Durability: synchronous=OFF for --durability process (a committed WAL
  * frame is in the kernel's page cache and survives a crash of the
  * process), synchronous=FULL for power (the WAL is fsynced at commit).
+ *
+ * Pages are rows of `pages`, except those of bulk records (the key
+ * protocol's confirms, imports) on an index of schema 4: those are blobs
+ * of the page log (sqlite_log.h) until anything but a delete changes them.
  */
 #include "meta/store.h"
+#include "meta/store/sqlite_log.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -98,7 +103,7 @@ static const char schema_sql[] =
 	" slot_size INTEGER NOT NULL, capacity INTEGER NOT NULL, UNIQUE(rank, ns));"
 	"CREATE TABLE pages(id INTEGER PRIMARY KEY, pool INTEGER NOT NULL, name BLOB NOT NULL,"
 	" slot INTEGER NOT NULL, length INTEGER NOT NULL, checksum INTEGER,"
-	" mtime INTEGER NOT NULL, atime INTEGER NOT NULL, gen INTEGER NOT NULL);";
+	" mtime INTEGER NOT NULL, atime INTEGER NOT NULL, gen INTEGER NOT NULL);" PLOG_SCHEMA;
 
 struct sqlite_store {
 	struct store base; /* first: a struct store * points here */
@@ -108,6 +113,7 @@ struct sqlite_store {
 	int read_only;
 	pthread_mutex_t db_lock; /* held from begin to commit/rollback */
 	int lock_fd;             /* flock on PATH.lock (store_index_lock), or -1 */
+	struct store_log *log;   /* the page log (schema 4), or NULL: rows only */
 };
 
 static int sq_get_setting(struct store *base, const char *key, char *buf, size_t len);
@@ -258,7 +264,7 @@ static int check_schema(struct sqlite_store *s, char *err, size_t errlen)
 			         s->path);
 			return -EROFS;
 		}
-		char sql[1024];
+		char sql[2048];
 		snprintf(sql, sizeof(sql),
 		         "BEGIN; %s INSERT INTO settings VALUES('schema_version','%d'); COMMIT;",
 		         schema_sql, STORE_SCHEMA_VERSION);
@@ -293,6 +299,7 @@ static void sq_close(struct store *base)
 		return;
 	for (int i = 0; i < ST_COUNT; i++)
 		sqlite3_finalize(s->st[i]);
+	store_log_free(s->log);
 	if (s->db)
 		sqlite3_close(s->db);
 	pthread_mutex_destroy(&s->db_lock);
@@ -365,6 +372,21 @@ static uint64_t sq_estimate(struct store *base)
 		n = (uint64_t)(bytes / (sqlite3_column_double(st, 1) + 36.0));
 	}
 	sqlite3_finalize(st);
+	st = NULL;
+	/* The log's pages are counted exactly (the file's size above holds
+	 * them too: an estimate that errs high). The count reads a leaf page
+	 * a blob: mapped, and through a small cache (as the load). */
+	if (s->log) {
+		exec(s, "PRAGMA mmap_size=1099511627776");
+		exec(s, "PRAGMA cache_size=-1024");
+		if (sqlite3_prepare_v2(s->db, "SELECT total(n) FROM page_log", -1, &st, NULL) ==
+		            SQLITE_OK &&
+		    sqlite3_step(st) == SQLITE_ROW)
+			n += (uint64_t)sqlite3_column_int64(st, 0);
+		sqlite3_finalize(st);
+		exec(s, "PRAGMA cache_size=-65536");
+		exec(s, "PRAGMA mmap_size=0");
+	}
 	return n;
 }
 
@@ -443,8 +465,16 @@ static int sq_load(struct store *base, const struct store_load_cb *cb, char *err
 		ret = cb->page(cb->arg, row);
 	}
 	sqlite3_finalize(st);
-	exec(s, "PRAGMA mmap_size=0");
 	free(row);
+	/* The blobs' overflow pages come through the page cache, not the
+	 * mapping: a small cache for them, or the load leaves 64 MiB of
+	 * pages nobody reads next in the heap. */
+	if (ret == 0 && rc == SQLITE_DONE && s->log) {
+		exec(s, "PRAGMA cache_size=-1024");
+		ret = store_log_load(s->log, cb, cb->log_damaged, err, errlen);
+		exec(s, "PRAGMA cache_size=-65536");
+	}
+	exec(s, "PRAGMA mmap_size=0");
 	if (ret)
 		return ret;
 	if (rc != SQLITE_DONE)
@@ -458,16 +488,32 @@ static int sq_load(struct store *base, const struct store_load_cb *cb, char *err
 static int sq_begin(struct store *base)
 {
 	struct sqlite_store *s = (struct sqlite_store *)base;
+	char err[256];
+	int rc;
+
 	pthread_mutex_lock(&s->db_lock);
+	/* (A writer that never loaded the index, such as a tool, learns
+	 * the log's runs first.) */
+	if (s->log && !store_log_loaded(s->log) &&
+	    (rc = store_log_load(s->log, NULL, NULL, err, sizeof(err))) < 0)
+		return rc;
 	return run0(s, ST_BEGIN);
 }
 
+/* The log's blobs that lost pages are written again inside the
+ * transaction, before its COMMIT. */
 static int sq_commit(struct store *base)
 {
 	struct sqlite_store *s = (struct sqlite_store *)base;
-	int rc = run0(s, ST_END);
+	int rc = s->log ? store_log_flush(s->log) : 0;
+
 	if (rc == 0)
+		rc = run0(s, ST_END);
+	if (rc == 0) {
+		if (s->log)
+			store_log_done(s->log);
 		pthread_mutex_unlock(&s->db_lock);
+	}
 	return rc;
 }
 
@@ -475,6 +521,8 @@ static void sq_rollback(struct store *base)
 {
 	struct sqlite_store *s = (struct sqlite_store *)base;
 	exec(s, "ROLLBACK");
+	if (s->log)
+		store_log_undo(s->log, 0);
 	pthread_mutex_unlock(&s->db_lock);
 }
 
@@ -509,6 +557,13 @@ static int delete_replaced(struct sqlite_store *s, uint32_t pool_id, const char 
 	for (size_t i = 0; i < n; i++) {
 		sqlite3_stmt *st = stmt(s, ST_REPLACED_DEL);
 		int rc;
+		/* A page of the log has the name it was written with (any
+		 * rename moves it to a row first). */
+		if (s->log && (rc = store_log_remove(s->log, ids[i])) != 0) {
+			if (rc < 0)
+				return rc;
+			continue;
+		}
 		if (!st)
 			return -EIO;
 		sqlite3_bind_int64(st, 1, pool_id);
@@ -531,13 +586,67 @@ static int run_id(struct sqlite_store *s, enum stmt_id id, int64_t a, int64_t b,
 	return step_done(st);
 }
 
-/* REC_BULK: one row per page; the caller's savepoint makes it all or nothing. */
+/* A bulk record's page as the values of ST_COMMIT_PUT. */
+static void bind_bulk_row(sqlite3_stmt *st, const struct bulk_row *p)
+{
+	sqlite3_bind_int64(st, 1, (sqlite3_int64)p->id);
+	sqlite3_bind_int64(st, 2, p->pool_id);
+	sqlite3_bind_blob(st, 3, p->name, p->name_len, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 4, (sqlite3_int64)p->slot);
+	sqlite3_bind_int64(st, 5, (sqlite3_int64)p->length);
+	if (p->has_checksum)
+		sqlite3_bind_int64(st, 6, (sqlite3_int64)p->checksum);
+	else
+		sqlite3_bind_null(st, 6);
+	sqlite3_bind_int64(st, 7, p->mtime_ns);
+	sqlite3_bind_int64(st, 8, p->atime_ns);
+	sqlite3_bind_int64(st, 9, p->gen);
+}
+
+/* REC_BULK into the log: each run of consecutive ids in one pool is a
+ * blob (store_log_add), then the replaced pages go. (After: a page may replace
+ * an earlier one of the same bulk, which is in the log only then.) */
+static int log_bulk(struct sqlite_store *s, const struct bulk *b)
+{
+	struct bulk_row p;
+	uint64_t prev_id = 0;
+	uint32_t prev_pool = 0;
+	size_t from = 0;
+	int rc = 0;
+
+	for (size_t i = 0; i < b->n && rc == 0; i++) {
+		b->row(b, i, &p);
+		if (i > from && (p.id != prev_id + 1 || p.pool_id != prev_pool)) {
+			rc = store_log_add(s->log, b, from, i);
+			from = i;
+		}
+		prev_id = p.id;
+		prev_pool = p.pool_id;
+		if (b->progress && rc == 0 && ((i + 1) % 65536 == 0 || i + 1 == b->n))
+			b->progress(b->arg, i + 1, b->n);
+	}
+	if (rc == 0 && from < b->n)
+		rc = store_log_add(s->log, b, from, b->n);
+	for (size_t i = 0; b->repl_at && i < b->n && rc == 0; i++) {
+		if (b->repl_at[i + 1] == b->repl_at[i])
+			continue;
+		b->row(b, i, &p);
+		rc = delete_replaced(s, p.pool_id, p.name, p.name_len, b->repl + b->repl_at[i],
+		                     b->repl_at[i + 1] - b->repl_at[i]);
+	}
+	return rc;
+}
+
+/* REC_BULK: one row per page, or the log (schema 4); the caller's
+ * savepoint makes it all or nothing. */
 static int apply_bulk(struct sqlite_store *s, const struct rec *r)
 {
 	const struct bulk *b = r->bulk;
 	sqlite3_stmt *st = stmt(s, ST_COMMIT_PUT);
 	int rc = 0;
 
+	if (s->log)
+		return log_bulk(s, b);
 	if (!st)
 		return -EIO;
 	if (b->n > 100000)
@@ -551,18 +660,7 @@ static int apply_bulk(struct sqlite_store *s, const struct rec *r)
 		    (rc = delete_replaced(s, p.pool_id, p.name, p.name_len, b->repl + b->repl_at[i],
 		                          b->repl_at[i + 1] - b->repl_at[i])) < 0)
 			return rc;
-		sqlite3_bind_int64(st, 1, (sqlite3_int64)p.id);
-		sqlite3_bind_int64(st, 2, p.pool_id);
-		sqlite3_bind_blob(st, 3, p.name, p.name_len, SQLITE_STATIC);
-		sqlite3_bind_int64(st, 4, (sqlite3_int64)p.slot);
-		sqlite3_bind_int64(st, 5, (sqlite3_int64)p.length);
-		if (p.has_checksum)
-			sqlite3_bind_int64(st, 6, (sqlite3_int64)p.checksum);
-		else
-			sqlite3_bind_null(st, 6);
-		sqlite3_bind_int64(st, 7, p.mtime_ns);
-		sqlite3_bind_int64(st, 8, p.atime_ns);
-		sqlite3_bind_int64(st, 9, p.gen);
+		bind_bulk_row(st, &p);
 		rc = step_done(st);
 		if (b->progress && ((i + 1) % 65536 == 0 || i + 1 == b->n))
 			b->progress(b->arg, i + 1, b->n);
@@ -616,6 +714,30 @@ static int has_page(struct sqlite_store *s, uint64_t id)
 	return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : sql_errno(rc);
 }
 
+/* Moves page id from the log to a row of pages, if it is in the log:
+ * before anything but a delete changes it (sqlite_log.h). */
+static int unlog(struct sqlite_store *s, uint64_t id)
+{
+	struct bulk_row p;
+	sqlite3_stmt *st;
+	int rc;
+
+	if (!s->log || !store_log_has(s->log, id))
+		return 0;
+	if ((rc = store_log_get(s->log, id, &p)) < 0 || !(st = stmt(s, ST_COMMIT_PUT)))
+		return rc < 0 ? rc : -EIO;
+	bind_bulk_row(st, &p);
+	if ((rc = step_done(st)) < 0)
+		return rc;
+	return store_log_remove(s->log, id) < 0 ? -ENOMEM : 0;
+}
+
+/* 1 if page id was in the log and is deleted from it, 0 if not, -errno. */
+static int unlog_delete(struct sqlite_store *s, uint64_t id)
+{
+	return s->log ? store_log_remove(s->log, id) : 0;
+}
+
 static int apply_one(struct sqlite_store *s, struct rec *r)
 {
 	sqlite3_stmt *st;
@@ -624,8 +746,14 @@ static int apply_one(struct sqlite_store *s, struct rec *r)
 	switch (r->type) {
 	case REC_COMMIT:
 		r->in_place = 0;
-		if (r->replace) /* -ESTALE: unlinked or renamed over meanwhile */
+		if (r->replace) { /* -ESTALE: unlinked or renamed over meanwhile */
+			if ((rc = unlog(s, r->page_id)) < 0)
+				return rc;
 			return (rc = replace_in_place(s, r)) > 0 ? -ESTALE : rc;
+		}
+		/* (a copy of the same id in the log gives way to the row) */
+		if ((rc = unlog_delete(s, r->page_id)) < 0)
+			return rc;
 		rc = delete_replaced(s, r->pool_id, r->name, r->name_len, r->repl, r->nrepl);
 		if (rc < 0 || !(st = stmt(s, ST_COMMIT_PUT)))
 			return rc < 0 ? rc : -EIO;
@@ -633,8 +761,12 @@ static int apply_one(struct sqlite_store *s, struct rec *r)
 		return step_done(st);
 	case REC_UNLINK:
 	case REC_DROP:
+		if ((rc = unlog_delete(s, r->page_id)) != 0)
+			return rc < 0 ? rc : 0;
 		return run_id(s, ST_DELETE, (int64_t)r->page_id, 0, 1);
 	case REC_RENAME:
+		if ((rc = unlog(s, r->page_id)) < 0)
+			return rc;
 		/* A page unlinked since the rename was queued: nothing changes.
 		 * (The deletes come first: a schema 1 index has a unique name.) */
 		if ((rc = has_page(s, r->page_id)) <= 0)
@@ -646,6 +778,8 @@ static int apply_one(struct sqlite_store *s, struct rec *r)
 		sqlite3_bind_blob(st, 2, r->name, r->name_len, SQLITE_STATIC);
 		return step_done(st);
 	case REC_TOUCH:
+		if ((rc = unlog(s, r->page_id)) < 0)
+			return rc;
 		return run_id(s, ST_TOUCH, (int64_t)r->page_id, r->atime_ns, 2);
 	case REC_RANK_PUT:
 		return run_id(s, ST_RANK_PUT, r->rank, 0, 1);
@@ -671,7 +805,11 @@ static int apply_one(struct sqlite_store *s, struct rec *r)
 	case REC_RELEASE:
 	case REC_POOL_RETIRE:
 		return -EINVAL; /* one daemon per SQLite index: no chunks, no retiring */
+	case REC_LOG_DROP:
+		return s->log ? store_log_drop(s->log, (int64_t)r->page_id) : -EINVAL;
 	case REC_CHECKSUM:
+		if ((rc = unlog(s, r->page_id)) < 0)
+			return rc;
 		if (!(st = stmt(s, ST_CHECKSUM)))
 			return -EIO;
 		sqlite3_bind_int64(st, 1, (sqlite3_int64)r->page_id);
@@ -685,23 +823,72 @@ static int apply_one(struct sqlite_store *s, struct rec *r)
 static int sq_apply(struct store *base, struct rec *r)
 {
 	struct sqlite_store *s = (struct sqlite_store *)base;
+	size_t mark = s->log ? store_log_mark(s->log) : 0;
 	int rc = run0(s, ST_SAVEPOINT);
 
 	if (rc < 0)
 		return rc;
 	rc = apply_one(s, r);
-	if (rc < 0)
+	if (rc < 0) {
 		run0(s, ST_ROLLBACK_TO);
+		if (s->log)
+			store_log_undo(s->log, mark);
+	}
 	run0(s, ST_RELEASE);
 	return rc;
 }
 
+/* The row at st as a page of pool_id; 0 if its name is unusable. */
+static int row_info(sqlite3_stmt *st, uint32_t pool_id, struct meta_page_info *info)
+{
+	int n = sqlite3_column_bytes(st, 1);
+
+	memset(info, 0, sizeof(*info));
+	if (n <= 0 || n > META_NAME_MAX)
+		return 0;
+	info->id = (uint64_t)sqlite3_column_int64(st, 0);
+	info->pool_id = pool_id;
+	memcpy(info->name, sqlite3_column_blob(st, 1), (size_t)n);
+	info->slot = (uint64_t)sqlite3_column_int64(st, 2);
+	info->length = (uint64_t)sqlite3_column_int64(st, 3);
+	info->has_checksum = sqlite3_column_type(st, 4) != SQLITE_NULL;
+	info->checksum = (uint64_t)sqlite3_column_int64(st, 4);
+	info->mtime_ns = sqlite3_column_int64(st, 5);
+	info->atime_ns = sqlite3_column_int64(st, 6);
+	info->gen = gen_of_column(sqlite3_column_int64(st, 7));
+	info->version = version_of_column(sqlite3_column_int64(st, 7));
+	info->committed = 1;
+	return 1;
+}
+
+static void log_info_of(const struct bulk_row *p, struct meta_page_info *info)
+{
+	memset(info, 0, sizeof(*info));
+	info->id = p->id;
+	info->pool_id = p->pool_id;
+	memcpy(info->name, p->name, p->name_len);
+	info->slot = p->slot;
+	info->length = p->length;
+	info->has_checksum = p->has_checksum;
+	info->checksum = p->checksum;
+	info->mtime_ns = p->mtime_ns;
+	info->atime_ns = p->atime_ns;
+	info->gen = gen_of_column(p->gen);
+	info->version = version_of_column(p->gen);
+	info->committed = 1;
+}
+
+/* The pool's rows and its pages in the log, merged in id order. */
 static int sq_iter_pages(struct store *base, uint32_t pool_id, uint64_t after, meta_page_cb cb,
                          void *arg)
 {
 	struct sqlite_store *s = (struct sqlite_store *)base;
+	struct store_log_cursor cur = {0};
+	struct bulk_row *lp = NULL;
+	struct meta_page_info info;
 	sqlite3_stmt *st = NULL;
-	int rc, ret = 0;
+	char err[256];
+	int rc, ret = 0, lhave = 0, rhave;
 
 	pthread_mutex_lock(&s->db_lock); /* (between two batches of the journal) */
 	/* prepared once: a listing calls this for every 4 KiB of entries */
@@ -711,30 +898,38 @@ static int sq_iter_pages(struct store *base, uint32_t pool_id, uint64_t after, m
 		sqlite3_bind_int64(st, 1, pool_id);
 		sqlite3_bind_int64(st, 2, (sqlite3_int64)after);
 	}
-	while (rc == SQLITE_OK && ret == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-		struct meta_page_info info = {0};
-		int n = sqlite3_column_bytes(st, 1);
-		if (n <= 0 || n > META_NAME_MAX)
-			continue;
-		info.id = (uint64_t)sqlite3_column_int64(st, 0);
-		info.pool_id = pool_id;
-		memcpy(info.name, sqlite3_column_blob(st, 1), (size_t)n);
-		info.slot = (uint64_t)sqlite3_column_int64(st, 2);
-		info.length = (uint64_t)sqlite3_column_int64(st, 3);
-		info.has_checksum = sqlite3_column_type(st, 4) != SQLITE_NULL;
-		info.checksum = (uint64_t)sqlite3_column_int64(st, 4);
-		info.mtime_ns = sqlite3_column_int64(st, 5);
-		info.atime_ns = sqlite3_column_int64(st, 6);
-		info.gen = gen_of_column(sqlite3_column_int64(st, 7));
-		info.version = version_of_column(sqlite3_column_int64(st, 7));
-		info.committed = 1;
-		ret = cb(arg, &info);
-		rc = SQLITE_OK;
+	/* A store that was never loaded (a tool's) learns the log's runs
+	 * first, as sq_begin does: else the listing would hold rows only. */
+	if (s->log && !store_log_loaded(s->log) && rc == SQLITE_OK)
+		ret = store_log_load(s->log, NULL, NULL, err, sizeof(err));
+	if (s->log && ret == 0 && store_log_loaded(s->log)) {
+		if (!(lp = malloc(sizeof(*lp))))
+			ret = -ENOMEM;
+		store_log_cursor_init(&cur, s->log, pool_id, after);
+		if (ret == 0 && (lhave = store_log_next(&cur, lp)) < 0)
+			ret = lhave;
 	}
+	rhave = rc == SQLITE_OK && ret == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW;
+	while (ret == 0 && (rhave || lhave > 0)) {
+		if (rhave && (lhave <= 0 || (uint64_t)sqlite3_column_int64(st, 0) < lp->id)) {
+			if (row_info(st, pool_id, &info))
+				ret = cb(arg, &info);
+			rhave = ret == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW;
+		} else {
+			log_info_of(lp, &info);
+			ret = cb(arg, &info);
+			if (ret == 0 && (lhave = store_log_next(&cur, lp)) < 0)
+				ret = lhave;
+		}
+	}
+	if (rc == SQLITE_ROW)
+		rc = SQLITE_OK;
 	if (st) {
 		sqlite3_reset(st);
 		sqlite3_clear_bindings(st);
 	}
+	store_log_cursor_free(&cur);
+	free(lp);
 	pthread_mutex_unlock(&s->db_lock);
 	if (ret)
 		return ret;
@@ -843,6 +1038,13 @@ int store_sqlite_open(const char *path, int power, int read_only, struct store *
 	rc = check_schema(s, err, errlen);
 	if (rc < 0)
 		goto fail;
+	int has_log = 0;
+	if (table_exists(s, "page_log", &has_log) == SQLITE_OK && has_log &&
+	    !(s->log = store_log_new(s->db))) {
+		snprintf(err, errlen, "out of memory");
+		rc = -ENOMEM;
+		goto fail;
+	}
 	*out = &s->base;
 	return 0;
 fail:

@@ -12,6 +12,7 @@ import sqlite3
 
 import pytest
 
+import metaclient as MC
 import pageformat as PF
 from pagefs_helpers import describe, read_page, run_pagefs, write_page, xattr_int, xattr_str
 from test_checksums import XXH3
@@ -447,3 +448,56 @@ def test_fsck_refuses_while_a_daemon_holds_the_index(mount):
     r = fsck(m)
     assert r.returncode == 1, f"fsck beside a running daemon must be refused: {describe(r)}"
     assert (r.stdout + r.stderr).strip()
+
+
+def _serve(d, *opts, **kw):
+    os.makedirs(d, exist_ok=True)
+    return MC.Server(d, "--page-size", "64K", *opts, **kw)
+
+
+def test_log_damaged_drops_the_record_and_keeps_the_other_pages(tmp_root):
+    """The key protocol's confirms are page log records of up to 64 pages
+    (sqlite_log.h): one that does not decode stops the daemon from
+    starting, naming fsck, and --repair drops that record alone."""
+    d = os.path.join(tmp_root, "log-damaged")
+    s = _serve(d)
+    keys = [f"k{i}" for i in range(600)]
+    try:
+        s.client.initialize(0, 1024)
+        got = s.client.reserve_and_allocate_page_indices(0, [[k, ""] for k in keys])
+        s.client.confirm_write(0, [[k, slot] for k, (_, slot) in zip(keys, got)], [])
+    finally:
+        assert s.stop() == 0, s.log_text()
+    index = s.meta.split(":", 1)[1]
+    c = sqlite3.connect(index)
+    try:
+        (seq, lo, n), = c.execute("SELECT seq, lo, n FROM page_log ORDER BY seq DESC LIMIT 1")
+        assert c.execute("SELECT total(n) FROM page_log").fetchone()[0] == 600
+        body = bytearray(c.execute("SELECT body FROM page_log WHERE seq=?", (seq,)).fetchone()[0])
+        body[len(body) // 2] ^= 0x20
+        c.execute("UPDATE page_log SET body=? WHERE seq=?", (bytes(body), seq))
+        c.commit()
+    finally:
+        c.close()
+    m = type("M", (), {"backing": s.backing, "meta": s.meta})
+    with pytest.raises(AssertionError) as e:
+        _serve(os.path.join(d, "refused"), backing=s.backing, meta=s.meta)
+    assert f"page log record {seq} is damaged" in str(e.value) and "fsck --repair" in str(e.value)
+    r = fsck(m)
+    assert r.returncode == 1 and f"page log record {seq}" in problems(r)["log-damaged"][0], \
+        describe(r)
+    r = fsck(m, "--repair")
+    assert r.returncode == 1 and "[repaired]" in r.stdout, describe(r)
+    r = fsck(m)
+    assert r.returncode == 0 and "(clean)" in r.stdout, describe(r)
+    s = _serve(os.path.join(d, "after"), backing=s.backing, meta=s.meta)
+    try:
+        s.client.initialize(0, 1024)
+        found = s.client.get_page_indices(0, keys)
+        lost = [k for k, v in zip(keys, found) if v is None]
+        assert len(lost) == n and lost == keys[600 - n:], (n, lost[:5])
+        assert [v for v in found[: 600 - n]] == [slot for _, slot in got[: 600 - n]]
+        more = s.client.reserve_and_allocate_page_indices(0, [[f"n{i}", ""] for i in range(424 + n)])
+        assert all(slot >= 0 for _, slot in more), "the lost pages' slots are free again"
+    finally:
+        assert s.stop() == 0, s.log_text()

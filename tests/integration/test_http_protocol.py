@@ -8,13 +8,13 @@ leases, so which page index comes first differs (`top_down` is False)."""
 import errno
 import os
 import re
-import sqlite3
 import threading
 import time
 
 import pytest
 import requests
 
+import indexdb
 import metaclient as MC
 import pagefs_helpers as H
 
@@ -266,11 +266,7 @@ FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"  # Debian's f
 
 def stored_atime(index, key):
     """The atime the index holds for key (the daemon is stopped)."""
-    con = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
-    try:
-        return con.execute("SELECT atime FROM pages WHERE name=?", (key.encode(),)).fetchone()[0]
-    finally:
-        con.close()
+    return indexdb.page(index, key)["atime"]
 
 
 def built_with_tsan():

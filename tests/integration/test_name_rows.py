@@ -4,7 +4,8 @@ slots"): the store deletes
 the row a commit, rename or key confirm replaces by the id memory knows,
 so replacing pages by name, from many threads at once, leaves exactly one
 row per name; indexes of schema versions 1 and 2 (which still have the
-unique indexes) work as before; two rows of one name or of one slot are
+unique indexes) work as before, as do those of schema 3 (no page log:
+key confirms are rows); two rows of one name or of one slot are
 found at mount and the mount is refused with the fix. The daemon holds its index exclusively
 (README "Decisions"), so the rows are read with the daemon stopped, and
 every connection here is closed before a mount."""
@@ -14,6 +15,8 @@ import os
 import sqlite3
 import threading
 
+import indexdb
+import metaclient as MC
 from pagefs_helpers import assert_bytes_equal, describe, read_page, run_pagefs, write_page
 
 SMALL = ("--page-size", "64K", "--capacity", "8M")
@@ -109,9 +112,9 @@ def test_a_new_index_keeps_one_row_per_name_through_replacements(mount):
         assert_bytes_equal(read_page(pool / name), data, name)
     listing = sorted(os.listdir(pool))
     m.umount()
-    assert schema_version(m) == ("3",)
-    assert name_indexes(m) == [], "schema 3 has no index on (pool, name)"
-    assert indexes_on(m, "slot") == [], "schema 3 has no index on (pool, slot)"
+    assert schema_version(m) == ("4",)
+    assert name_indexes(m) == [], "schema 4 has no index on (pool, name)"
+    assert indexes_on(m, "slot") == [], "schema 4 has no index on (pool, slot)"
     assert len({(r[0], r[3]) for r in rows(m)}) == len(rows(m)), "two rows on one slot"
     assert twins(m) == [], f"two rows of one name: {twins(m)}"
     assert sorted(r[1].decode() for r in rows(m)) == listing
@@ -228,3 +231,64 @@ def test_two_rows_on_one_slot_refuse_the_mount_and_name_the_fix(mount):
     m.start()
     # both rows have the same bytes and checksum: neither can be trusted
     assert os.listdir(pool) == [], "fsck keeps no page of a slot two rows claim alike"
+
+
+def confirm(s, keys):
+    got = s.client.reserve_and_allocate_page_indices(0, [[k, ""] for k in keys])
+    s.client.confirm_write(0, [[k, slot] for k, (_, slot) in zip(keys, got)], [])
+    return [slot for _, slot in got]
+
+
+def test_key_confirms_are_page_log_blobs_and_a_schema_3_index_keeps_rows(tmp_root):
+    """Schema 4 writes a confirm's keys as page log blobs of up to 64
+    consecutive ids (sqlite_log.h), not rows; an index of schema 3 (no
+    page_log table) is used as it is and gets rows."""
+    d = os.path.join(tmp_root, "schema-3")
+    os.makedirs(d)
+    s = MC.Server(d, "--page-size", "64K")
+    try:
+        s.client.initialize(0, 2048)
+        first = confirm(s, [f"a{i}" for i in range(600)])
+    finally:
+        assert s.stop() == 0, s.log_text()
+    index = s.meta.split(":", 1)[1]
+    with contextlib.closing(sqlite3.connect(index)) as db:
+        assert db.execute("SELECT value FROM settings WHERE key='schema_version'").fetchone() \
+            == ("4",)
+        assert db.execute("SELECT count(*) FROM pages").fetchone() == (0,)
+        assert db.execute("SELECT span, n FROM page_log ORDER BY lo").fetchall() == \
+            [(64, 64)] * 9 + [(24, 24)]
+        db.executescript("""
+            CREATE TABLE pages_log AS SELECT * FROM page_log;  -- (checked below)
+            DROP TABLE page_log;
+            UPDATE settings SET value='3' WHERE key='schema_version';""")
+    # (the blobs' pages, as a schema 3 index would hold them: rows)
+    with contextlib.closing(sqlite3.connect(index)) as db:
+        blobs = db.execute("SELECT pool, lo, span, body FROM pages_log").fetchall()
+        for pool, lo, span, body in blobs:
+            for p in indexdb.log_pages(pool, lo, span, body):
+                db.execute("INSERT INTO pages VALUES(?,?,?,?,?,?,?,?,?)",
+                           tuple(p[c] for c in ("id", "pool", "name", "slot", "length",
+                                                "checksum", "mtime", "atime", "gen")))
+        db.execute("DROP TABLE pages_log")
+        db.commit()
+    s = MC.Server(d, "--page-size", "64K", backing=s.backing, meta=s.meta)
+    try:
+        s.client.initialize(0, 2048)
+        assert s.client.get_page_indices(0, [f"a{i}" for i in range(600)]) == first
+        second = confirm(s, [f"b{i}" for i in range(100)])
+        s.client.delete_keys(0, ["a0", "b0"])
+    finally:
+        assert s.stop() == 0, s.log_text()
+    with contextlib.closing(sqlite3.connect(index)) as db:
+        assert db.execute("SELECT value FROM settings WHERE key='schema_version'").fetchone() \
+            == ("3",), "an old index is used as it is"
+        assert not db.execute("SELECT 1 FROM sqlite_master WHERE name='page_log'").fetchone()
+        assert db.execute("SELECT count(*) FROM pages").fetchone() == (698,)
+    s = MC.Server(d, "--page-size", "64K", backing=s.backing, meta=s.meta)
+    try:
+        s.client.initialize(0, 2048)
+        assert s.client.get_page_indices(0, ["a0", "a1", "b0", "b1"]) == \
+            [None, first[1], None, second[1]]
+    finally:
+        assert s.stop() == 0, s.log_text()

@@ -118,7 +118,7 @@ static struct seen load_pages(struct store *s)
 {
 	static struct seen seen;
 	char err[512];
-	struct store_load_cb cb = {&seen, ignore_rank, ignore_pool, count_page};
+	struct store_load_cb cb = {&seen, ignore_rank, ignore_pool, count_page, NULL};
 
 	memset(&seen, 0, sizeof(seen));
 	int ret = store_load(s, &cb, err, sizeof(err));
