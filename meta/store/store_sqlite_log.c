@@ -3,23 +3,39 @@
  * bulk, kept as one blob per run of consecutive ids (sqlite_log.h says
  * what it holds and when a page leaves it).
  *
- * A blob: a version byte (1), the page count, each page (its id's offset
- * from the run's first id, slot, length, a flags byte and the checksum
- * when it has one, mtime, atime as a difference from mtime, the gen
- * column, the name's length and bytes; integers as LEB128 varints), then
- * the XXH3-64 of all that seeded with the XXH3-64 of the row's pool, first
- * id and span (three little-endian 64-bit words), so a damaged blob, or a
- * blob whose row columns changed, is found, not misread.
+ * A blob: a version byte, the page count, each page, then the XXH3-64 of
+ * all that seeded with the XXH3-64 of the row's pool, first id and span
+ * (three little-endian 64-bit words), so a damaged blob, or a blob whose
+ * row columns changed, is found, not misread. Integers are LEB128 varints,
+ * signed ones zigzag. A page in version 2 (written; put_row), each field
+ * against the page before it in the blob (zeros for the first):
+ *   id offset from the first id; slot as a signed difference; a flags
+ *   byte (F_SUM: a checksum follows, 8 bytes; F_LEN: the length is the
+ *   previous page's, else a varint follows; F_HEX: the name's own part is
+ *   packed hex digits); mtime as a signed difference; atime as a signed
+ *   difference from mtime; the gen column; how many bytes the name shares
+ *   with the end of the previous name; the length of the rest, which
+ *   comes before them, then its bytes (two lowercase hex digits a byte
+ *   under F_HEX).
+ * Version 1 (read only): id offset, slot, length, flags (F_SUM), the
+ * checksum, mtime, atime from mtime, gen, the name's length and bytes.
+ * A confirm of keys named by a hash and a shared suffix takes about 40
+ * bytes a key in version 2 and 100 in version 1, and a blob of 64 keys
+ * then fits in one 4 KiB page of the database: half the WAL written a key.
  */
 #include "meta/store/sqlite_log.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
-#define PLOG_VERSION 1
+#define PLOG_VERSION 2 /* written; 1 is read too */
+#define F_SUM 1        /* a checksum follows */
+#define F_LEN 2        /* (2) the length is the previous page's */
+#define F_HEX 4        /* (2) the name's own part is packed hex digits */
 /* Pages a blob holds at most. A delete rewrites the blob it takes a page
  * from, so random deletes cost more as blobs grow, confirms less
  * (DECISIONS.md, "Key confirms are page log blobs"). */
@@ -113,13 +129,44 @@ static int64_t unzigzag(uint64_t v)
 	return (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
 }
 
-static int put_row(struct buf *b, uint64_t lo, const struct bulk_row *r)
-{
-	unsigned char flags = r->has_checksum ? 1 : 0;
-	int rc = put_varint(b, r->id - lo);
+/* Each byte's value as a lowercase hex digit, or 16: not one. A table,
+ * not comparisons: the digits of a hash are random, so branches on them
+ * are mispredicted a third of the time (12 % of a confirm's CPU). */
+static unsigned char hex_of[256];
 
-	rc = rc ? rc : put_varint(b, r->slot);
-	rc = rc ? rc : put_varint(b, r->length);
+static void hex_init(void)
+{
+	memset(hex_of, 16, sizeof(hex_of));
+	for (int i = 0; i < 16; i++)
+		hex_of[(unsigned char)"0123456789abcdef"[i]] = (unsigned char)i;
+}
+
+static int is_hex(const char *p, size_t n)
+{
+	unsigned bad = 0;
+
+	for (size_t i = 0; i < n; i++)
+		bad |= hex_of[(unsigned char)p[i]];
+	return !(bad & 16) && n % 2 == 0;
+}
+
+/* Page r of a run at lo, after prev (the previous page of the blob, or
+ * all zeros), in version 2. */
+static int put_row(struct buf *b, uint64_t lo, const struct bulk_row *prev,
+                   const struct bulk_row *r)
+{
+	size_t shared = 0;
+
+	while (shared < r->name_len && shared < prev->name_len &&
+	       r->name[r->name_len - 1 - shared] == prev->name[prev->name_len - 1 - shared])
+		shared++;
+	size_t own = r->name_len - shared;
+	unsigned char flags = (unsigned char)((r->has_checksum ? F_SUM : 0) |
+	                                      (r->length == prev->length ? F_LEN : 0) |
+	                                      (is_hex(r->name, own) ? F_HEX : 0));
+	/* (differences in uint64_t: any two values, no overflow) */
+	int rc = put_varint(b, r->id - lo);
+	rc = rc ? rc : put_varint(b, zigzag((int64_t)(r->slot - prev->slot)));
 	rc = rc ? rc : put(b, &flags, 1);
 	if (!rc && r->has_checksum) {
 		unsigned char c[8];
@@ -127,13 +174,23 @@ static int put_row(struct buf *b, uint64_t lo, const struct bulk_row *r)
 			c[i] = (unsigned char)(r->checksum >> (8 * i));
 		rc = put(b, c, 8);
 	}
-	rc = rc ? rc : put_varint(b, (uint64_t)r->mtime_ns);
-	/* (in uint64_t: atime - mtime of any two times, no overflow) */
+	if (!rc && !(flags & F_LEN))
+		rc = put_varint(b, r->length);
+	rc = rc ? rc
+	        : put_varint(b,
+	                     zigzag((int64_t)((uint64_t)r->mtime_ns - (uint64_t)prev->mtime_ns)));
 	rc = rc ? rc
 	        : put_varint(b, zigzag((int64_t)((uint64_t)r->atime_ns - (uint64_t)r->mtime_ns)));
 	rc = rc ? rc : put_varint(b, (uint64_t)r->gen);
-	rc = rc ? rc : put_varint(b, r->name_len);
-	return rc ? rc : put(b, r->name, r->name_len);
+	rc = rc ? rc : put_varint(b, shared);
+	rc = rc ? rc : put_varint(b, own);
+	if (rc || !(flags & F_HEX))
+		return rc ? rc : put(b, r->name, own);
+	unsigned char packed[META_NAME_MAX / 2 + 1];
+	for (size_t i = 0; i < own; i += 2)
+		packed[i / 2] = (unsigned char)(hex_of[(unsigned char)r->name[i]] << 4 |
+		                                hex_of[(unsigned char)r->name[i + 1]]);
+	return put(b, packed, own / 2);
 }
 
 /* The checksum of a blob's len bytes, seeded with its row's columns. */
@@ -193,12 +250,93 @@ static uint64_t get_varint(struct reader *r)
 	return 0;
 }
 
+static unsigned char get_byte(struct reader *r)
+{
+	if (r->p >= r->end) {
+		r->bad = 1;
+		return 0;
+	}
+	return *r->p++;
+}
+
+static uint64_t get_sum(struct reader *r)
+{
+	uint64_t v = 0;
+
+	if (r->end - r->p < 8) {
+		r->bad = 1;
+		return 0;
+	}
+	for (int k = 0; k < 8; k++)
+		v |= (uint64_t)r->p[k] << (8 * k);
+	r->p += 8;
+	return v;
+}
+
+/* The fields of a version 1 page after its id offset. */
+static void get_row_v1(struct reader *r, struct bulk_row *w)
+{
+	w->slot = get_varint(r);
+	w->length = get_varint(r);
+	w->has_checksum = get_byte(r) & F_SUM;
+	if (w->has_checksum)
+		w->checksum = get_sum(r);
+	w->mtime_ns = (int64_t)get_varint(r);
+	w->atime_ns = (int64_t)((uint64_t)w->mtime_ns + (uint64_t)unzigzag(get_varint(r)));
+	w->gen = (int64_t)get_varint(r);
+	uint64_t nl = get_varint(r);
+	if (r->bad || nl > META_NAME_MAX || (uint64_t)(r->end - r->p) < nl) {
+		r->bad = 1;
+		return;
+	}
+	memcpy(w->name, r->p, nl);
+	w->name[nl] = '\0';
+	w->name_len = (uint16_t)nl;
+	r->p += nl;
+}
+
+/* The fields of a version 2 page after its id offset (put_row). */
+static void get_row_v2(struct reader *r, const struct bulk_row *prev, struct bulk_row *w)
+{
+	static const char digits[] = "0123456789abcdef";
+
+	w->slot = prev->slot + (uint64_t)unzigzag(get_varint(r));
+	unsigned char flags = get_byte(r);
+	w->has_checksum = flags & F_SUM;
+	if (w->has_checksum)
+		w->checksum = get_sum(r);
+	w->length = flags & F_LEN ? prev->length : get_varint(r);
+	w->mtime_ns = (int64_t)((uint64_t)prev->mtime_ns + (uint64_t)unzigzag(get_varint(r)));
+	w->atime_ns = (int64_t)((uint64_t)w->mtime_ns + (uint64_t)unzigzag(get_varint(r)));
+	w->gen = (int64_t)get_varint(r);
+	uint64_t shared = get_varint(r), own = get_varint(r);
+	uint64_t bytes = flags & F_HEX ? own / 2 : own;
+	if (r->bad || shared > prev->name_len || own > META_NAME_MAX - shared ||
+	    (flags & F_HEX && own % 2) || (uint64_t)(r->end - r->p) < bytes) {
+		r->bad = 1;
+		return;
+	}
+	for (uint64_t k = 0; k < bytes; k++) {
+		if (flags & F_HEX) {
+			w->name[2 * k] = digits[r->p[k] >> 4];
+			w->name[2 * k + 1] = digits[r->p[k] & 15];
+		} else {
+			w->name[k] = (char)r->p[k];
+		}
+	}
+	r->p += bytes;
+	memcpy(w->name + own, prev->name + prev->name_len - shared, shared);
+	w->name_len = (uint16_t)(own + shared);
+	w->name[w->name_len] = '\0';
+}
+
 /* Decodes blob body (len bytes) of the run (pool, lo, span) into rows
  * (malloc'd, count in *n); the caller checked that lo + span does not
  * overflow. 0, -ENOMEM, or -EBADMSG with why set. */
 static int decode(const void *body, size_t len, uint32_t pool, uint64_t lo, uint32_t span,
                   struct bulk_row **rows, size_t *n, const char **why)
 {
+	static const struct bulk_row none;
 	const unsigned char *p = body;
 	struct reader r;
 	uint64_t sum = 0;
@@ -216,7 +354,8 @@ static int decode(const void *body, size_t len, uint32_t pool, uint64_t lo, uint
 		*why = "checksum mismatch";
 		return -EBADMSG;
 	}
-	if (*r.p++ != PLOG_VERSION) {
+	unsigned char version = *r.p++;
+	if (version != 1 && version != 2) {
 		*why = "unknown version";
 		return -EBADMSG;
 	}
@@ -237,35 +376,10 @@ static int decode(const void *body, size_t len, uint32_t pool, uint64_t lo, uint
 		}
 		w->id = lo + off;
 		w->pool_id = pool;
-		w->slot = get_varint(&r);
-		w->length = get_varint(&r);
-		if (r.p >= r.end) {
-			r.bad = 1;
-			break;
-		}
-		unsigned char flags = *r.p++;
-		w->has_checksum = flags & 1;
-		if (w->has_checksum) {
-			if (r.end - r.p < 8) {
-				r.bad = 1;
-				break;
-			}
-			for (int k = 0; k < 8; k++)
-				w->checksum |= (uint64_t)r.p[k] << (8 * k);
-			r.p += 8;
-		}
-		w->mtime_ns = (int64_t)get_varint(&r);
-		w->atime_ns = (int64_t)((uint64_t)w->mtime_ns + (uint64_t)unzigzag(get_varint(&r)));
-		w->gen = (int64_t)get_varint(&r);
-		uint64_t nl = get_varint(&r);
-		if (r.bad || nl > META_NAME_MAX || (uint64_t)(r.end - r.p) < nl) {
-			r.bad = 1;
-			break;
-		}
-		memcpy(w->name, r.p, nl);
-		w->name[nl] = '\0';
-		w->name_len = (uint16_t)nl;
-		r.p += nl;
+		if (version == 1)
+			get_row_v1(&r, w);
+		else
+			get_row_v2(&r, i ? &out[i - 1] : &none, w);
 	}
 	if (r.bad || r.p != r.end) {
 		free(out);
@@ -407,6 +521,9 @@ static void uncache(struct store_log *l)
 
 struct store_log *store_log_new(sqlite3 *db)
 {
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+	pthread_once(&once, hex_init);
 	struct store_log *l = calloc(1, sizeof(*l));
 	if (l)
 		l->db = db;
@@ -608,13 +725,14 @@ int store_log_get(struct store_log *l, uint64_t id, struct bulk_row *out)
 static int write_blob(struct store_log *l, int64_t *seq, uint32_t pool, uint64_t lo, uint32_t span,
                       const struct bulk_row *rows, size_t n)
 {
+	static const struct bulk_row no_row;
 	struct buf b = {0};
 	int rc = start(&b);
 
 	if (*seq && l->crows && l->cseq == *seq)
 		uncache(l);
 	for (size_t i = 0; rc == 0 && i < n; i++)
-		rc = put_row(&b, lo, &rows[i]);
+		rc = put_row(&b, lo, i ? &rows[i - 1] : &no_row, &rows[i]);
 	rc = rc ? rc : seal(&b, (uint32_t)n, pool, lo, span);
 	if (rc) {
 		free(b.p);

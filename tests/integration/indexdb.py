@@ -20,38 +20,69 @@ def _varint(b, at):
         shift += 7
 
 
+def _zigzag(v):
+    return (v >> 1) ^ -(v & 1)
+
+
 def log_pages(pool, lo, span, body):
     """The pages of one blob, as dicts like page rows; ValueError if it
     does not decode. (Its XXH3-64 is seeded with that of its row's pool,
-    lo and span.)"""
+    lo and span; store_sqlite_log.c has both versions' entries.)"""
     body = bytes(body)
     seed = xxhash.xxh3_64_intdigest(struct.pack("<QQQ", pool, lo, span))
     if len(body) < 13 or \
             int.from_bytes(body[-8:], "little") != xxhash.xxh3_64_intdigest(body[:-8], seed=seed):
         raise ValueError("checksum mismatch")
-    if body[0] != 1:
+    version = body[0]
+    if version not in (1, 2):
         raise ValueError("unknown version")
     count, at = _varint(body, 1)
     out = []
+    prev = {"slot": 0, "length": 0, "mtime": 0, "name": b""}
     for _ in range(count):
         off, at = _varint(body, at)
-        slot, at = _varint(body, at)
-        length, at = _varint(body, at)
-        flags = body[at]
-        at += 1
-        checksum = None
+        p = {"id": lo + off, "pool": pool, "checksum": None}
+        if version == 1:
+            p["slot"], at = _varint(body, at)
+            p["length"], at = _varint(body, at)
+            flags = body[at]
+            at += 1
+        else:
+            d, at = _varint(body, at)
+            p["slot"] = prev["slot"] + _zigzag(d)
+            flags = body[at]
+            at += 1
         if flags & 1:
-            checksum = int.from_bytes(body[at:at + 8], "little", signed=True)
+            p["checksum"] = int.from_bytes(body[at:at + 8], "little", signed=True)
             at += 8
-        mtime, at = _varint(body, at)
-        datime, at = _varint(body, at)
-        gen, at = _varint(body, at)
-        nlen, at = _varint(body, at)
-        name = body[at:at + nlen]
-        at += nlen
-        atime = mtime + ((datime >> 1) ^ -(datime & 1))
-        out.append({"id": lo + off, "pool": pool, "name": name, "slot": slot, "length": length,
-                    "checksum": checksum, "mtime": mtime, "atime": atime, "gen": gen})
+        if version == 1:
+            p["mtime"], at = _varint(body, at)
+        else:
+            if flags & 2:
+                p["length"] = prev["length"]
+            else:
+                p["length"], at = _varint(body, at)
+            d, at = _varint(body, at)
+            p["mtime"] = prev["mtime"] + _zigzag(d)
+        d, at = _varint(body, at)
+        p["atime"] = p["mtime"] + _zigzag(d)
+        p["gen"], at = _varint(body, at)
+        if version == 1:
+            n, at = _varint(body, at)
+            p["name"] = body[at:at + n]
+            at += n
+        else:
+            shared, at = _varint(body, at)
+            own, at = _varint(body, at)
+            if flags & 4:
+                p["name"] = body[at:at + own // 2].hex().encode()
+                at += own // 2
+            else:
+                p["name"] = body[at:at + own]
+                at += own
+            p["name"] += prev["name"][len(prev["name"]) - shared:] if shared else b""
+        out.append(p)
+        prev = p
     if at != len(body) - 8:
         raise ValueError("bad page entry")
     return out

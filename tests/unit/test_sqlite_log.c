@@ -102,6 +102,84 @@ Test(sqlite_log, a_bulk_is_a_blob_per_run_of_64_ids_and_reloads_field_for_field)
 	assert_reloaded();
 }
 
+/* Page id of a bulk of SGLang-shaped keys (64 hex digits of a hash, a
+ * shared suffix), slots from the top down, close mtimes. */
+static void sglang_row(uint64_t id, uint64_t slot)
+{
+	struct bulk_row *p = &expect[id];
+
+	*p = page_row(id, POOL);
+	p->name_len = (uint16_t)snprintf(p->name, sizeof(p->name), "%016llx%048llx_qwen_0_64.bin",
+	                                 (unsigned long long)(id * 0x9e3779b97f4a7c15ULL),
+	                                 (unsigned long long)id);
+	p->slot = slot;
+	p->length = 65536;
+	p->has_checksum = 0;
+	p->checksum = 0;
+	p->mtime_ns = p->atime_ns = 1700000000000000000LL + (int64_t)(id % 7) * 1000;
+}
+
+/* Version 2 entries: each field against the page before it in the blob,
+ * names sharing the previous name's end, hex digits packed. */
+Test(sqlite_log, names_and_fields_of_every_shape_round_trip_through_a_blob)
+{
+	static const char *const names[] = {
+		"0123456789abcdef_suffix", /* hex, then one sharing its end */
+		"fedcba_suffix",
+		"FEDCBA_suffix", /* uppercase: not packed */
+		"abc_suffix",    /* an odd count of digits: not packed */
+		"abc_suffix",    /* the same name again: nothing of its own */
+		"suffix",        /* the end of the one before */
+		"longer_than_before_suffix",
+		"\xff\xfe\x01"
+		"binary",
+		"",
+		"0a",
+	};
+	size_t n = sizeof(names) / sizeof(*names);
+	struct test_bulk tb;
+
+	for (size_t i = 0; i < n; i++) {
+		struct bulk_row *p = &expect[1 + i];
+		*p = page_row(1 + i, POOL);
+		p->name_len = (uint16_t)strlen(names[i]);
+		memcpy(p->name, names[i], p->name_len + 1);
+		p->slot = i % 2 ? 5 : 1ULL << 40;            /* up and down */
+		p->mtime_ns = i % 2 ? INT64_MAX : INT64_MIN; /* the widest differences */
+		p->atime_ns = i % 3 ? INT64_MIN : INT64_MAX;
+	}
+	/* the longest name, all digits (odd: not packed), then one packed */
+	expect[1 + n] = page_row(1 + n, POOL);
+	memset(expect[1 + n].name, '7', META_NAME_MAX);
+	expect[1 + n].name[META_NAME_MAX] = '\0';
+	expect[1 + n].name_len = META_NAME_MAX;
+	expect[2 + n] = page_row(2 + n, POOL);
+	memset(expect[2 + n].name, 'e', META_NAME_MAX - 1);
+	expect[2 + n].name[META_NAME_MAX - 1] = '\0';
+	expect[2 + n].name_len = META_NAME_MAX - 1;
+	struct rec r = bulk_rec(&tb, &expect[1], n + 2);
+	tx_begin();
+	tx_apply(&r, 0, "bulk of every shape");
+	tx_commit();
+	set_present(1, n + 2, 1);
+	assert_listing(POOL, 0, 0);
+
+	/* A confirm of SGLang's keys: a blob of 64 fits a 4 KiB page. */
+	for (uint64_t i = 0; i < RUN_MAX; i++)
+		sglang_row(100 + i, 1000000 - i);
+	struct test_bulk tb2;
+	struct rec k = bulk_rec(&tb2, &expect[100], RUN_MAX);
+	tx_begin();
+	tx_apply(&k, 0, "bulk of SGLang keys");
+	tx_commit();
+	set_present(100, RUN_MAX, 1);
+	close_store();
+	int64_t bytes = raw_int("SELECT length(body) FROM page_log WHERE lo=100");
+	cr_assert_lt(bytes, 3000, "64 SGLang keys take %lld bytes", (long long)bytes);
+	open_store();
+	assert_reloaded();
+}
+
 Test(sqlite_log, a_gap_in_ids_or_a_change_of_pool_starts_another_blob)
 {
 	struct bulk_row rows[20];

@@ -10,9 +10,10 @@
  * A bad record must fail the load with a message naming fsck and the
  * record, or, with fsck's log_damaged callback, be reported and left out
  * while the good ones load; a failed transaction must leave memory and
- * disk as they were. Blobs are crafted in the writer's format, sealed
- * with a checksum seeded with the row's columns as the reader takes them,
- * so each crafted record is refused for the one reason its test names.
+ * disk as they were. Blobs are crafted in version 1 of the format (which
+ * the load still reads), sealed with a checksum seeded with the row's
+ * columns as the reader takes them, so each crafted record is refused
+ * for the one reason its test names.
  * The model and checks are sqlite_log_fixture.h's.
  */
 #include "sqlite_log_fixture.h"
@@ -21,7 +22,7 @@
 
 TestSuite(sqlite_log_faults, .init = log_setup, .fini = log_teardown, .timeout = 60);
 
-/* ---- blobs made by hand (the writer's format, store_sqlite_log.c) ---- */
+/* ---- blobs made by hand (version 1, still read: store_sqlite_log.c) ---- */
 
 struct craft {
 	unsigned char p[65536];
@@ -135,9 +136,9 @@ static int64_t raw_insert_one(int64_t pool, int64_t lo, int64_t span, uint64_t o
 	return raw_insert_blob(pool, lo, span, 1, &c);
 }
 
-/* The control: a blob made here loads as the writer's would, so the tests
- * below differ from the writer's blobs only where they say. */
-Test(sqlite_log_faults, a_blob_crafted_in_the_writers_format_loads)
+/* The control: a blob of version 1 made here loads as the writer's did,
+ * so the tests below differ from such blobs only where they say. */
+Test(sqlite_log_faults, a_blob_crafted_in_version_1_loads)
 {
 	static struct craft c;
 
