@@ -1,48 +1,20 @@
 /*
  * store_sqlite_log.c - the page log of an SQLite index: pages written in
  * bulk, kept as one blob per run of consecutive ids (sqlite_log.h says
- * what it holds and when a page leaves it).
- *
- * A blob: a version byte, the page count, each page, then the XXH3-64 of
- * all that seeded with the XXH3-64 of the row's pool, first id and span
- * (three little-endian 64-bit words), so a damaged blob, or a blob whose
- * row columns changed, is found, not misread. Integers are LEB128 varints,
- * signed ones zigzag. A page in version 2 (written; put_row), each field
- * against the page before it in the blob (zeros for the first):
- *   id offset from the first id; slot as a signed difference; a flags
- *   byte (F_SUM: a checksum follows, 8 bytes; F_LEN: the length is the
- *   previous page's, else a varint follows; F_HEX: the name's own part is
- *   packed hex digits); mtime as a signed difference; atime as a signed
- *   difference from mtime; the gen column; how many bytes the name shares
- *   with the end of the previous name; the length of the rest, which
- *   comes before them, then its bytes (two lowercase hex digits a byte
- *   under F_HEX).
- * Version 1 (read only): id offset, slot, length, flags (F_SUM), the
- * checksum, mtime, atime from mtime, gen, the name's length and bytes.
- * A confirm of keys named by a hash and a shared suffix takes about 40
- * bytes a key in version 2 and 100 in version 1, and a blob of 64 keys
- * then fits in one 4 KiB page of the database: half the WAL written a key.
+ * what it holds and when a page leaves it; sqlite_blob.h the blob's
+ * bytes). Here: the runs in memory, their undo, and the rows of page_log.
  */
+#include "meta/store/sqlite_blob.h"
 #include "meta/store/sqlite_log.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
-
-#define PLOG_VERSION 2 /* written; 1 is read too */
-#define F_SUM 1        /* a checksum follows */
-#define F_LEN 2        /* (2) the length is the previous page's */
-#define F_HEX 4        /* (2) the name's own part is packed hex digits */
 /* Pages a blob holds at most. A delete rewrites the blob it takes a page
  * from, so random deletes cost more as blobs grow, confirms less
  * (DECISIONS.md, "Key confirms are page log blobs"). */
 #define PLOG_RUN_MAX 64
-/* The most a blob may hold when read: another PLOG_RUN_MAX (an index
- * written by another version) still loads. */
-#define PLOG_READ_MAX 4096
 
 struct run {
 	uint64_t lo; /* the first id of the run; the key of a run */
@@ -80,316 +52,6 @@ struct store_log {
 	size_t cn;
 	sqlite3_stmt *st_ins, *st_get, *st_upd, *st_del;
 };
-
-/* ---- encoding ---- */
-
-struct buf {
-	unsigned char *p;
-	size_t len, cap;
-};
-
-static int put(struct buf *b, const void *src, size_t n)
-{
-	if (b->len + n > b->cap) {
-		size_t cap = b->cap ? b->cap * 2 : 4096;
-		while (cap < b->len + n)
-			cap *= 2;
-		unsigned char *p = realloc(b->p, cap);
-		if (!p)
-			return -ENOMEM;
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, src, n);
-	b->len += n;
-	return 0;
-}
-
-static int put_varint(struct buf *b, uint64_t v)
-{
-	unsigned char tmp[10];
-	size_t n = 0;
-
-	do {
-		tmp[n] = (unsigned char)(v & 0x7f);
-		v >>= 7;
-		tmp[n] |= v ? 0x80 : 0;
-		n++;
-	} while (v);
-	return put(b, tmp, n);
-}
-
-static uint64_t zigzag(int64_t v)
-{
-	return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
-}
-
-static int64_t unzigzag(uint64_t v)
-{
-	return (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
-}
-
-/* Each byte's value as a lowercase hex digit, or 16: not one. A table,
- * not comparisons: the digits of a hash are random, so branches on them
- * are mispredicted a third of the time (12 % of a confirm's CPU). */
-static unsigned char hex_of[256];
-
-static void hex_init(void)
-{
-	memset(hex_of, 16, sizeof(hex_of));
-	for (int i = 0; i < 16; i++)
-		hex_of[(unsigned char)"0123456789abcdef"[i]] = (unsigned char)i;
-}
-
-static int is_hex(const char *p, size_t n)
-{
-	unsigned bad = 0;
-
-	for (size_t i = 0; i < n; i++)
-		bad |= hex_of[(unsigned char)p[i]];
-	return !(bad & 16) && n % 2 == 0;
-}
-
-/* Page r of a run at lo, after prev (the previous page of the blob, or
- * all zeros), in version 2. */
-static int put_row(struct buf *b, uint64_t lo, const struct bulk_row *prev,
-                   const struct bulk_row *r)
-{
-	size_t shared = 0;
-
-	while (shared < r->name_len && shared < prev->name_len &&
-	       r->name[r->name_len - 1 - shared] == prev->name[prev->name_len - 1 - shared])
-		shared++;
-	size_t own = r->name_len - shared;
-	unsigned char flags = (unsigned char)((r->has_checksum ? F_SUM : 0) |
-	                                      (r->length == prev->length ? F_LEN : 0) |
-	                                      (is_hex(r->name, own) ? F_HEX : 0));
-	/* (differences in uint64_t: any two values, no overflow) */
-	int rc = put_varint(b, r->id - lo);
-	rc = rc ? rc : put_varint(b, zigzag((int64_t)(r->slot - prev->slot)));
-	rc = rc ? rc : put(b, &flags, 1);
-	if (!rc && r->has_checksum) {
-		unsigned char c[8];
-		for (int i = 0; i < 8; i++)
-			c[i] = (unsigned char)(r->checksum >> (8 * i));
-		rc = put(b, c, 8);
-	}
-	if (!rc && !(flags & F_LEN))
-		rc = put_varint(b, r->length);
-	rc = rc ? rc
-	        : put_varint(b,
-	                     zigzag((int64_t)((uint64_t)r->mtime_ns - (uint64_t)prev->mtime_ns)));
-	rc = rc ? rc
-	        : put_varint(b, zigzag((int64_t)((uint64_t)r->atime_ns - (uint64_t)r->mtime_ns)));
-	rc = rc ? rc : put_varint(b, (uint64_t)r->gen);
-	rc = rc ? rc : put_varint(b, shared);
-	rc = rc ? rc : put_varint(b, own);
-	if (rc || !(flags & F_HEX))
-		return rc ? rc : put(b, r->name, own);
-	unsigned char packed[META_NAME_MAX / 2 + 1];
-	for (size_t i = 0; i < own; i += 2)
-		packed[i / 2] = (unsigned char)(hex_of[(unsigned char)r->name[i]] << 4 |
-		                                hex_of[(unsigned char)r->name[i + 1]]);
-	return put(b, packed, own / 2);
-}
-
-/* The checksum of a blob's len bytes, seeded with its row's columns. */
-static uint64_t blob_sum(const void *p, size_t len, uint32_t pool, uint64_t lo, uint32_t span)
-{
-	unsigned char cols[24];
-	const uint64_t v[3] = {pool, lo, span};
-
-	for (int w = 0; w < 3; w++)
-		for (int i = 0; i < 8; i++)
-			cols[8 * w + i] = (unsigned char)(v[w] >> (8 * i));
-	return XXH3_64bits_withSeed(p, len, XXH3_64bits(cols, sizeof(cols)));
-}
-
-/* Ends the blob of a run (pool, lo, span) of `count` pages, whose pages
- * are in b after the 5 bytes reserved at its start: writes the header
- * (version, count as a fixed 4-byte varint) and the checksum. */
-static int seal(struct buf *b, uint32_t count, uint32_t pool, uint64_t lo, uint32_t span)
-{
-	b->p[0] = PLOG_VERSION;
-	for (int i = 0; i < 4; i++)
-		b->p[1 + i] = (unsigned char)(((count >> (7 * i)) & 0x7f) | (i < 3 ? 0x80 : 0));
-	uint64_t h = blob_sum(b->p, b->len, pool, lo, span);
-	unsigned char c[8];
-	for (int i = 0; i < 8; i++)
-		c[i] = (unsigned char)(h >> (8 * i));
-	return put(b, c, 8);
-}
-
-static int start(struct buf *b)
-{
-	static const unsigned char hdr[5];
-	b->len = 0;
-	return put(b, hdr, sizeof(hdr));
-}
-
-struct reader {
-	const unsigned char *p, *end;
-	int bad;
-};
-
-static uint64_t get_varint(struct reader *r)
-{
-	uint64_t v = 0;
-
-	for (int shift = 0; shift < 64; shift += 7) {
-		if (r->p >= r->end) {
-			r->bad = 1;
-			return 0;
-		}
-		unsigned char c = *r->p++;
-		v |= (uint64_t)(c & 0x7f) << shift;
-		if (!(c & 0x80))
-			return v;
-	}
-	r->bad = 1;
-	return 0;
-}
-
-static unsigned char get_byte(struct reader *r)
-{
-	if (r->p >= r->end) {
-		r->bad = 1;
-		return 0;
-	}
-	return *r->p++;
-}
-
-static uint64_t get_sum(struct reader *r)
-{
-	uint64_t v = 0;
-
-	if (r->end - r->p < 8) {
-		r->bad = 1;
-		return 0;
-	}
-	for (int k = 0; k < 8; k++)
-		v |= (uint64_t)r->p[k] << (8 * k);
-	r->p += 8;
-	return v;
-}
-
-/* The fields of a version 1 page after its id offset. */
-static void get_row_v1(struct reader *r, struct bulk_row *w)
-{
-	w->slot = get_varint(r);
-	w->length = get_varint(r);
-	w->has_checksum = get_byte(r) & F_SUM;
-	if (w->has_checksum)
-		w->checksum = get_sum(r);
-	w->mtime_ns = (int64_t)get_varint(r);
-	w->atime_ns = (int64_t)((uint64_t)w->mtime_ns + (uint64_t)unzigzag(get_varint(r)));
-	w->gen = (int64_t)get_varint(r);
-	uint64_t nl = get_varint(r);
-	if (r->bad || nl > META_NAME_MAX || (uint64_t)(r->end - r->p) < nl) {
-		r->bad = 1;
-		return;
-	}
-	memcpy(w->name, r->p, nl);
-	w->name[nl] = '\0';
-	w->name_len = (uint16_t)nl;
-	r->p += nl;
-}
-
-/* The fields of a version 2 page after its id offset (put_row). */
-static void get_row_v2(struct reader *r, const struct bulk_row *prev, struct bulk_row *w)
-{
-	static const char digits[] = "0123456789abcdef";
-
-	w->slot = prev->slot + (uint64_t)unzigzag(get_varint(r));
-	unsigned char flags = get_byte(r);
-	w->has_checksum = flags & F_SUM;
-	if (w->has_checksum)
-		w->checksum = get_sum(r);
-	w->length = flags & F_LEN ? prev->length : get_varint(r);
-	w->mtime_ns = (int64_t)((uint64_t)prev->mtime_ns + (uint64_t)unzigzag(get_varint(r)));
-	w->atime_ns = (int64_t)((uint64_t)w->mtime_ns + (uint64_t)unzigzag(get_varint(r)));
-	w->gen = (int64_t)get_varint(r);
-	uint64_t shared = get_varint(r), own = get_varint(r);
-	uint64_t bytes = flags & F_HEX ? own / 2 : own;
-	if (r->bad || shared > prev->name_len || own > META_NAME_MAX - shared ||
-	    (flags & F_HEX && own % 2) || (uint64_t)(r->end - r->p) < bytes) {
-		r->bad = 1;
-		return;
-	}
-	for (uint64_t k = 0; k < bytes; k++) {
-		if (flags & F_HEX) {
-			w->name[2 * k] = digits[r->p[k] >> 4];
-			w->name[2 * k + 1] = digits[r->p[k] & 15];
-		} else {
-			w->name[k] = (char)r->p[k];
-		}
-	}
-	r->p += bytes;
-	memcpy(w->name + own, prev->name + prev->name_len - shared, shared);
-	w->name_len = (uint16_t)(own + shared);
-	w->name[w->name_len] = '\0';
-}
-
-/* Decodes blob body (len bytes) of the run (pool, lo, span) into rows
- * (malloc'd, count in *n); the caller checked that lo + span does not
- * overflow. 0, -ENOMEM, or -EBADMSG with why set. */
-static int decode(const void *body, size_t len, uint32_t pool, uint64_t lo, uint32_t span,
-                  struct bulk_row **rows, size_t *n, const char **why)
-{
-	static const struct bulk_row none;
-	const unsigned char *p = body;
-	struct reader r;
-	uint64_t sum = 0;
-
-	*rows = NULL;
-	*n = 0;
-	if (len < 8 + 5 || !p) {
-		*why = "too short";
-		return -EBADMSG;
-	}
-	r = (struct reader){p, p + len - 8, 0};
-	for (int i = 0; i < 8; i++)
-		sum |= (uint64_t)p[len - 8 + i] << (8 * i);
-	if (sum != blob_sum(p, len - 8, pool, lo, span)) {
-		*why = "checksum mismatch";
-		return -EBADMSG;
-	}
-	unsigned char version = *r.p++;
-	if (version != 1 && version != 2) {
-		*why = "unknown version";
-		return -EBADMSG;
-	}
-	uint64_t count = get_varint(&r);
-	if (r.bad || count > PLOG_READ_MAX) {
-		*why = "bad page count";
-		return -EBADMSG;
-	}
-	struct bulk_row *out = calloc(count ? count : 1, sizeof(*out));
-	if (!out)
-		return -ENOMEM;
-	for (uint64_t i = 0; i < count && !r.bad; i++) {
-		struct bulk_row *w = &out[i];
-		uint64_t off = get_varint(&r);
-		if (off >= span) {
-			r.bad = 1;
-			break;
-		}
-		w->id = lo + off;
-		w->pool_id = pool;
-		if (version == 1)
-			get_row_v1(&r, w);
-		else
-			get_row_v2(&r, i ? &out[i - 1] : &none, w);
-	}
-	if (r.bad || r.p != r.end) {
-		free(out);
-		*why = "bad page entry";
-		return -EBADMSG;
-	}
-	*rows = out;
-	*n = count;
-	return 0;
-}
 
 /* ---- runs ---- */
 
@@ -521,9 +183,7 @@ static void uncache(struct store_log *l)
 
 struct store_log *store_log_new(sqlite3 *db)
 {
-	static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-	pthread_once(&once, hex_init);
 	struct store_log *l = calloc(1, sizeof(*l));
 	if (l)
 		l->db = db;
@@ -605,12 +265,12 @@ int store_log_load(struct store_log *l, const struct store_load_cb *cb,
 
 		rc = SQLITE_OK;
 		/* (ids lo .. lo + span - 1 all positive int64: no overflow) */
-		ret = span > 0 && span <= PLOG_READ_MAX && lo_col > 0 &&
+		ret = span > 0 && span <= STORE_BLOB_READ_MAX && lo_col > 0 &&
 		                      lo_col <= INT64_MAX - span && pool_col >= 0 &&
 		                      pool_col <= UINT32_MAX
-		              ? decode(sqlite3_column_blob(st, 4),
-		                       (size_t)sqlite3_column_bytes(st, 4), pool, lo,
-		                       (uint32_t)span, &rows, &n, &why)
+		              ? store_blob_decode(sqlite3_column_blob(st, 4),
+		                                  (size_t)sqlite3_column_bytes(st, 4), pool, lo,
+		                                  (uint32_t)span, &rows, &n, &why)
 		              : -EBADMSG;
 		if (ret == 0 && overlaps(l, lo, lo + (uint64_t)span - 1)) {
 			why = "its ids are another record's";
@@ -676,8 +336,9 @@ static int read_run(struct store_log *l, const struct run *r, struct bulk_row **
 	sqlite3_bind_int64(st, 1, r->seq);
 	rc = sqlite3_step(st);
 	if (rc == SQLITE_ROW)
-		rc = decode(sqlite3_column_blob(st, 0), (size_t)sqlite3_column_bytes(st, 0),
-		            r->pool, r->lo, r->span, rows, n, &why);
+		rc = store_blob_decode(sqlite3_column_blob(st, 0),
+		                       (size_t)sqlite3_column_bytes(st, 0), r->pool, r->lo, r->span,
+		                       rows, n, &why);
 	else
 		rc = rc == SQLITE_DONE ? -ENOENT : sql_err(l);
 	sqlite3_reset(st);
@@ -725,26 +386,21 @@ int store_log_get(struct store_log *l, uint64_t id, struct bulk_row *out)
 static int write_blob(struct store_log *l, int64_t *seq, uint32_t pool, uint64_t lo, uint32_t span,
                       const struct bulk_row *rows, size_t n)
 {
-	static const struct bulk_row no_row;
-	struct buf b = {0};
-	int rc = start(&b);
+	unsigned char *body;
+	size_t len;
+	int rc = store_blob_encode(rows, n, pool, lo, span, &body, &len);
 
+	if (rc)
+		return rc;
 	if (*seq && l->crows && l->cseq == *seq)
 		uncache(l);
-	for (size_t i = 0; rc == 0 && i < n; i++)
-		rc = put_row(&b, lo, i ? &rows[i - 1] : &no_row, &rows[i]);
-	rc = rc ? rc : seal(&b, (uint32_t)n, pool, lo, span);
-	if (rc) {
-		free(b.p);
-		return rc;
-	}
 	sqlite3_stmt *st = *seq ? prep(l, &l->st_upd,
 	                               "UPDATE page_log SET n=?2, body=?3, span=?5 WHERE seq=?1")
 	                        : prep(l, &l->st_ins,
 	                               "INSERT INTO page_log(pool,lo,span,n,body)"
 	                               " VALUES(?1,?4,?5,?2,?3)");
 	if (!st) {
-		free(b.p);
+		free(body);
 		return sql_err(l);
 	}
 	if (*seq)
@@ -752,14 +408,14 @@ static int write_blob(struct store_log *l, int64_t *seq, uint32_t pool, uint64_t
 	else
 		sqlite3_bind_int64(st, 1, pool);
 	sqlite3_bind_int64(st, 2, (sqlite3_int64)n);
-	sqlite3_bind_blob(st, 3, b.p, (int)b.len, SQLITE_STATIC);
+	sqlite3_bind_blob(st, 3, body, (int)len, SQLITE_STATIC);
 	if (!*seq)
 		sqlite3_bind_int64(st, 4, (sqlite3_int64)lo);
 	sqlite3_bind_int64(st, 5, span);
 	rc = sqlite3_step(st);
 	sqlite3_reset(st);
 	sqlite3_clear_bindings(st);
-	free(b.p);
+	free(body);
 	if (rc != SQLITE_DONE)
 		return sql_err(l);
 	if (!*seq)
