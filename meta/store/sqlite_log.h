@@ -45,14 +45,17 @@ void store_log_free(struct store_log *l);
 int store_log_load(struct store_log *l, const struct store_load_cb *cb,
                    int (*damaged)(void *arg, int64_t seq, const char *why), char *err,
                    size_t errlen);
-int store_log_loaded(const struct store_log *l);
+/* Learns the runs of a log never loaded (a tool's store: a writer or a
+ * listing needs them), else nothing. 0 or -errno. */
+int store_log_ready(struct store_log *l);
 
 /* 1 if page id is in the log. */
 int store_log_has(const struct store_log *l, uint64_t id);
 /* Page id of the log as a row (the caller checked store_log_has). 0 or -errno. */
 int store_log_get(struct store_log *l, uint64_t id, struct bulk_row *out);
-/* Writes pages b[from .. to) (consecutive ids, one pool) as blobs. */
-int store_log_add(struct store_log *l, const struct bulk *b, size_t from, size_t to);
+/* Writes the pages of bulk b as blobs: one per run of consecutive ids of
+ * one pool, of at most PLOG_RUN_MAX pages; reads each page once. */
+int store_log_add(struct store_log *l, const struct bulk *b);
 /* Takes page id out of the log: 1, or 0 if it was not in it. */
 int store_log_remove(struct store_log *l, uint64_t id);
 /* Deletes blob seq whole (fsck's repair of a damaged one). */

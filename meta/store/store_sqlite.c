@@ -488,14 +488,10 @@ static int sq_load(struct store *base, const struct store_load_cb *cb, char *err
 static int sq_begin(struct store *base)
 {
 	struct sqlite_store *s = (struct sqlite_store *)base;
-	char err[256];
 	int rc;
 
 	pthread_mutex_lock(&s->db_lock);
-	/* (A writer that never loaded the index, such as a tool, learns
-	 * the log's runs first.) */
-	if (s->log && !store_log_loaded(s->log) &&
-	    (rc = store_log_load(s->log, NULL, NULL, err, sizeof(err))) < 0)
+	if (s->log && (rc = store_log_ready(s->log)) < 0)
 		return rc;
 	return run0(s, ST_BEGIN);
 }
@@ -609,24 +605,8 @@ static void bind_bulk_row(sqlite3_stmt *st, const struct bulk_row *p)
 static int log_bulk(struct sqlite_store *s, const struct bulk *b)
 {
 	struct bulk_row p;
-	uint64_t prev_id = 0;
-	uint32_t prev_pool = 0;
-	size_t from = 0;
-	int rc = 0;
+	int rc = store_log_add(s->log, b);
 
-	for (size_t i = 0; i < b->n && rc == 0; i++) {
-		b->row(b, i, &p);
-		if (i > from && (p.id != prev_id + 1 || p.pool_id != prev_pool)) {
-			rc = store_log_add(s->log, b, from, i);
-			from = i;
-		}
-		prev_id = p.id;
-		prev_pool = p.pool_id;
-		if (b->progress && rc == 0 && ((i + 1) % 65536 == 0 || i + 1 == b->n))
-			b->progress(b->arg, i + 1, b->n);
-	}
-	if (rc == 0 && from < b->n)
-		rc = store_log_add(s->log, b, from, b->n);
 	for (size_t i = 0; b->repl_at && i < b->n && rc == 0; i++) {
 		if (b->repl_at[i + 1] == b->repl_at[i])
 			continue;
@@ -887,7 +867,6 @@ static int sq_iter_pages(struct store *base, uint32_t pool_id, uint64_t after, m
 	struct bulk_row *lp = NULL;
 	struct meta_page_info info;
 	sqlite3_stmt *st = NULL;
-	char err[256];
 	int rc, ret = 0, lhave = 0, rhave;
 
 	pthread_mutex_lock(&s->db_lock); /* (between two batches of the journal) */
@@ -898,11 +877,7 @@ static int sq_iter_pages(struct store *base, uint32_t pool_id, uint64_t after, m
 		sqlite3_bind_int64(st, 1, pool_id);
 		sqlite3_bind_int64(st, 2, (sqlite3_int64)after);
 	}
-	/* A store that was never loaded (a tool's) learns the log's runs
-	 * first, as sq_begin does: else the listing would hold rows only. */
-	if (s->log && !store_log_loaded(s->log) && rc == SQLITE_OK)
-		ret = store_log_load(s->log, NULL, NULL, err, sizeof(err));
-	if (s->log && ret == 0 && store_log_loaded(s->log)) {
+	if (s->log && rc == SQLITE_OK && (ret = store_log_ready(s->log)) == 0) {
 		if (!(lp = malloc(sizeof(*lp))))
 			ret = -ENOMEM;
 		store_log_cursor_init(&cur, s->log, pool_id, after);

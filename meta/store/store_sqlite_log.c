@@ -207,11 +207,6 @@ void store_log_free(struct store_log *l)
 	free(l);
 }
 
-int store_log_loaded(const struct store_log *l)
-{
-	return l->loaded;
-}
-
 static int cmp_lo(const void *a, const void *b)
 {
 	const struct run *x = a, *y = b;
@@ -316,6 +311,13 @@ int store_log_load(struct store_log *l, const struct store_load_cb *cb,
 	l->nundo = l->ndirty = 0;
 	l->loaded = ret == 0;
 	return ret;
+}
+
+int store_log_ready(struct store_log *l)
+{
+	char err[256];
+
+	return l->loaded ? 0 : store_log_load(l, NULL, NULL, err, sizeof(err));
 }
 
 int store_log_has(const struct store_log *l, uint64_t id)
@@ -423,31 +425,54 @@ static int write_blob(struct store_log *l, int64_t *seq, uint32_t pool, uint64_t
 	return 0;
 }
 
-int store_log_add(struct store_log *l, const struct bulk *b, size_t from, size_t to)
+/* rows[0 .. n), consecutive ids of one pool, as a new blob and its run. */
+static int add_run(struct store_log *l, const struct bulk_row *rows, size_t n)
+{
+	uint64_t lo = rows[0].id;
+	int64_t seq = 0;
+	struct run r;
+	int rc;
+
+	if (overlaps(l, lo, lo + n - 1))
+		return -EEXIST; /* ids are never reused: a bug, refused */
+	if ((rc = write_blob(l, &seq, rows[0].pool_id, lo, (uint32_t)n, rows, n)) < 0 ||
+	    (rc = make_run(&r, seq, rows[0].pool_id, lo, (uint32_t)n, rows, n)) < 0)
+		return rc;
+	if ((rc = insert_run(l, &r)) < 0) {
+		free(r.bits);
+		return rc;
+	}
+	if ((rc = push_undo(l, U_ADDED, lo, 0)) < 0)
+		remove_run(l, find(l, lo));
+	return rc;
+}
+
+int store_log_add(struct store_log *l, const struct bulk *b)
 {
 	struct bulk_row *rows = calloc(PLOG_RUN_MAX, sizeof(*rows));
+	size_t n = 0;
 	int rc = rows ? 0 : -ENOMEM;
 
-	while (rc == 0 && from < to) {
-		size_t n = to - from < PLOG_RUN_MAX ? to - from : PLOG_RUN_MAX;
-		for (size_t i = 0; i < n; i++)
-			b->row(b, from + i, &rows[i]);
-		uint64_t lo = rows[0].id;
-		int64_t seq = 0;
-		struct run r;
-		if (overlaps(l, lo, lo + n - 1)) {
-			rc = -EEXIST; /* ids are never reused: a bug, refused */
-			break;
+	for (size_t i = 0; rc == 0 && i < b->n; i++) {
+		if (n == PLOG_RUN_MAX) { /* a full run */
+			if ((rc = add_run(l, rows, n)) < 0)
+				break;
+			n = 0;
 		}
-		rc = write_blob(l, &seq, rows[0].pool_id, lo, (uint32_t)n, rows, n);
-		if (rc == 0 &&
-		    (rc = make_run(&r, seq, rows[0].pool_id, lo, (uint32_t)n, rows, n)) == 0 &&
-		    (rc = insert_run(l, &r)) < 0)
-			free(r.bits);
-		if (rc == 0 && (rc = push_undo(l, U_ADDED, lo, 0)) < 0)
-			remove_run(l, find(l, lo));
-		from += n;
+		b->row(b, i, &rows[n]);
+		if (n && (rows[n].id != rows[n - 1].id + 1 ||
+		          rows[n].pool_id != rows[n - 1].pool_id)) { /* the next run */
+			struct bulk_row next = rows[n];
+			rc = add_run(l, rows, n);
+			rows[0] = next;
+			n = 0;
+		}
+		n++;
+		if (b->progress && rc == 0 && ((i + 1) % 65536 == 0 || i + 1 == b->n))
+			b->progress(b->arg, i + 1, b->n);
 	}
+	if (rc == 0 && n)
+		rc = add_run(l, rows, n);
 	free(rows);
 	return rc;
 }

@@ -637,17 +637,3 @@ Test(sqlite_log, a_damaged_blob_fails_the_load_naming_fsck_or_is_reported_and_le
 	set_present(RUN_MAX + 1, BULK_N - RUN_MAX, 0); /* left out */
 	assert_load_reports(seq, "checksum mismatch");
 }
-
-Test(sqlite_log, a_blob_claiming_the_ids_of_another_is_reported_and_left_out)
-{
-	int64_t seq = two_blobs();
-	char sql[128];
-
-	/* (the body is intact: only the row's lo changed) */
-	snprintf(sql, sizeof(sql), "UPDATE page_log SET lo=1 WHERE seq=%lld", (long long)seq);
-	raw_exec(sql);
-	open_store();
-	assert_load_refused(seq);
-	set_present(RUN_MAX + 1, BULK_N - RUN_MAX, 0);
-	assert_load_reports(seq, "checksum mismatch"); /* (the row's columns are summed too) */
-}
