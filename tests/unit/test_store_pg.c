@@ -454,8 +454,12 @@ Test(store_pg, a_pool_removed_by_one_node_leaves_the_other_whose_writer_in_it_fa
 	struct meta_pool_info before;
 	cr_assert_eq(meta_pool_get(other, fx.pool, &before), 0);
 	cr_assert_eq(meta_pool_remove(fx.m, fx.pool), 0);
+	/* The other node retires the pool under its lock and calls back after
+	 * it lets go: wait for both. */
 	long ms = 0;
-	while (meta_pool_find(other, 0, "kv", &pi) == 0 && ms < 3000) {
+	while ((meta_pool_find(other, 0, "kv", &pi) == 0 ||
+	        __atomic_load_n(&dirs.pools, __ATOMIC_SEQ_CST) == 0) &&
+	       ms < 3000) {
 		sleep_ms(10);
 		ms += 10;
 	}
