@@ -562,8 +562,10 @@ static inline void page_new_version(struct page *p)
 	p->version++;
 	p->opened = 0;
 }
-/* tables + LRU + counts; h: index_page_name_hash(p), which callers often have */
-void index_page_link_committed(struct meta *m, struct page *p, uint32_t h);
+/* tables + LRU + counts; h: index_page_name_hash(p), which callers often
+ * have; now_ns: the time of the change, for the pool directory's times (a
+ * bulk of pages reads the clock once, index_now_ns) */
+void index_page_link_committed(struct meta *m, struct page *p, uint32_t h, int64_t now_ns);
 void index_page_link_loaded(struct meta *m, struct page *p, uint32_t h); /* the same, no LRU */
 void index_page_unlink_committed(struct meta *m, struct page *p); /* reverse; keeps slot bit */
 void index_lru_touch(struct pool *p, struct page *pg);

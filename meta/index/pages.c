@@ -103,11 +103,11 @@ void index_page_free(struct page *p)
 		index_arena_free(p, page_size(index_pname_stored(p)));
 }
 
-void index_page_link_committed(struct meta *m, struct page *p, uint32_t h)
+void index_page_link_committed(struct meta *m, struct page *p, uint32_t h, int64_t now_ns)
 {
 	index_page_link_loaded(m, p, h);
 	index_lru_push_head(page_pool(p), p);
-	index_pool_changed(page_pool(p), index_now_ns());
+	index_pool_changed(page_pool(p), now_ns);
 }
 
 void index_page_link_loaded(struct meta *m, struct page *p, uint32_t h)

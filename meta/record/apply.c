@@ -111,7 +111,7 @@ static void apply_commit(struct meta *m, const struct rec *r, struct dropped **d
 		pool->bytes += p->length;
 		index_lru_touch(pool, p);
 	} else {
-		index_page_link_committed(m, p, index_page_name_hash(p));
+		index_page_link_committed(m, p, index_page_name_hash(p), index_now_ns());
 	}
 }
 
@@ -139,7 +139,8 @@ static void apply_rename(struct meta *m, const struct rec *r)
 	index_page_unlink_committed(m, p);
 	memcpy(q, p, offsetof(struct page, name_next));
 	index_page_free(p);
-	index_page_link_committed(m, q, index_name_hash(pool->id, r->name, r->name_len));
+	index_page_link_committed(m, q, index_name_hash(pool->id, r->name, r->name_len),
+	                          index_now_ns());
 	index_ctime_set(&m->ctimes, q->id, index_now_ns());
 }
 
@@ -257,9 +258,10 @@ void record_apply_remote(struct meta *m, const struct store_change *c, struct dr
 			memcpy(q, p, offsetof(struct page, name_next));
 			index_page_free(p);
 			p = q;
-			index_page_link_committed(m, p,
-			                          index_name_hash(pool->id, r->name, r->name_len));
-			index_ctime_set(&m->ctimes, p->id, index_now_ns());
+			int64_t now = index_now_ns();
+			index_page_link_committed(
+				m, p, index_name_hash(pool->id, r->name, r->name_len), now);
+			index_ctime_set(&m->ctimes, p->id, now);
 		}
 	}
 	if (p) {
@@ -295,7 +297,8 @@ void record_apply_remote(struct meta *m, const struct store_change *c, struct dr
 	index_page_take_row(p, r);
 	p->gen = r->gen;
 	if (!p->committed)
-		index_page_link_committed(m, p, index_name_hash(pool->id, r->name, r->name_len));
+		index_page_link_committed(m, p, index_name_hash(pool->id, r->name, r->name_len),
+		                          index_now_ns());
 	index_drops_add(drops, p);
 }
 
@@ -304,6 +307,7 @@ void record_apply(struct meta *m, const struct rec *r, struct dropped **drops)
 	index_assert_locked(m);
 	struct pool *pool;
 	struct page *p;
+	int64_t now;
 
 	if (r->type == REC_DROP) {
 		/* The page left memory when it was dropped; its slot may be
@@ -372,6 +376,7 @@ void record_apply(struct meta *m, const struct rec *r, struct dropped **drops)
 	case REC_BULK:
 		/* Oldest first: each link makes the page the most recent. As
 		 * the store did, a page replaces another of its name. */
+		now = index_now_ns();
 		for (size_t i = 0; i < r->bulk->n; i++) {
 			const struct bulk *k = r->bulk;
 			index_table_prefetch_ahead(&m->by_name, &m->by_id, k->pages, k->hash, k->n,
@@ -380,7 +385,7 @@ void record_apply(struct meta *m, const struct rec *r, struct dropped **drops)
 			remove_other(m, r, page_pool(b),
 			             index_table_find_same(&m->by_name, b, k->hash[i]), b->id,
 			             drops);
-			index_page_link_committed(m, b, k->hash[i]);
+			index_page_link_committed(m, b, k->hash[i], now);
 			/* It appeared without a FUSE create (a key confirmed over
 			 * HTTP): the kernel may cache a miss for the name. */
 			if (m->drop_cb)

@@ -194,7 +194,7 @@ Test(grace, a_feed_row_read_before_this_nodes_commit_of_its_name_does_not_replac
 	struct rec own = {.slot = 3, .length = 100, .has_checksum = 1, .checksum = 1};
 	index_slot_mark(p, 3);
 	index_page_take_row(mine, &own);
-	index_page_link_committed(fx.m, mine, index_name_hash(p->id, "pb", 2));
+	index_page_link_committed(fx.m, mine, index_name_hash(p->id, "pb", 2), index_now_ns());
 	/* ... then the batch, read before, brings node 7's page 501 "pb". */
 	remote_row(&c, 501, "pb", 6);
 	index_feed_begin(fx.m, read_at);
