@@ -22,7 +22,13 @@
 # Writes are measured once per client count, each run on keys no run
 # wrote before (HTTP_LOAD_RUN), so that none rewrites existing keys.
 #
-# Usage: [SGLANG_SRC=DIR] [META_URI=URI] [ROUNDS=N] tests/perf/http_bench.sh [BUILD_DIR] [SECONDS]
+# With FLOOR=1 (and SGLANG_SRC) every measurement is also taken on
+# BUILD_DIR/http_floor (tests/perf/http_floor.c): a libmicrohttpd server set
+# up as serve-meta's that answers the same requests with canned bytes. Its
+# keys per CPU second over the Python server's ("ceiling") is the most any
+# server on libmicrohttpd reaches against it on this machine.
+#
+# Usage: [SGLANG_SRC=DIR] [META_URI=URI] [ROUNDS=N] [FLOOR=1] tests/perf/http_bench.sh [BUILD_DIR] [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
@@ -54,7 +60,7 @@ PORT=$(wait_port "$DIR/out")
 init() { /usr/bin/python3 -c "import requests; requests.post('http://127.0.0.1:$1/0/initialize', json={'num_pages': 1 << 23}).raise_for_status()"; }
 init "$PORT"
 
-PYPID= PYPORT=
+PYPID='' PYPORT=''
 if [[ -n ${SGLANG_SRC:-} ]]; then
 	if ! /usr/bin/python3 -c "import fastapi, uvicorn" 2>/dev/null; then
 		echo "http_bench.sh: SGLANG_SRC needs Debian's python3-fastapi and python3-uvicorn" \
@@ -68,6 +74,14 @@ if [[ -n ${SGLANG_SRC:-} ]]; then
 	wait_port "$DIR/pyout" >/dev/null
 	sleep 1
 	init "$PYPORT"
+fi
+
+FLPID='' FLPORT=''
+if [[ -n $PYPID && ${FLOOR:-} == 1 ]]; then
+	"$BUILD/http_floor" >"$DIR/flout" 2>"$DIR/flerr" &
+	FLPID=$!
+	PIDS+=("$FLPID")
+	FLPORT=$(wait_port "$DIR/flout")
 fi
 
 field() { sed -n "s#.* $1=\([0-9.]*\).*#\1#p"; }
@@ -92,18 +106,27 @@ for op in write exists get; do
 		fi
 		# rounds measurements of each server, alternated; medians, and
 		# the median of each round's ratio
-		ka=() kb=() ra=() rb=() ratios=()
+		ka=() kb=() ra=() rb=() ratios=() kf=() ceilings=()
 		for ((r = 0; r < rounds; r++)); do
 			a=$(HTTP_LOAD_RUN=$writes "$BUILD/http_load" "$PORT" "$op" "$c" "$SECS" "$PID")
 			b=$(HTTP_LOAD_RUN=$writes "$BUILD/http_load" "$PYPORT" "$op" "$c" "$SECS" "$PYPID")
 			ka+=("$(field keys/cpu_s <<<"$a")") kb+=("$(field keys/cpu_s <<<"$b")")
 			ra+=("$(field keys/s <<<"$a")") rb+=("$(field keys/s <<<"$b")")
 			ratios+=("$(awk -v a="${ka[-1]}" -v b="${kb[-1]}" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')")
+			if [[ -n $FLPID ]]; then
+				f=$("$BUILD/http_load" "$FLPORT" "$op" "$c" "$SECS" "$FLPID")
+				kf+=("$(field keys/cpu_s <<<"$f")")
+				ceilings+=("$(awk -v a="${kf[-1]}" -v b="${kb[-1]}" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')")
+			fi
 		done
 		printf '%-6s clients=%-2s pagefs keys/s=%-8s keys/cpu_s=%-8s python keys/s=%-8s keys/cpu_s=%-8s ratio/cpu_s=%.1f' \
 			"$op" "$c" "$(printf '%s\n' "${ra[@]}" | median)" "$(printf '%s\n' "${ka[@]}" | median)" \
 			"$(printf '%s\n' "${rb[@]}" | median)" "$(printf '%s\n' "${kb[@]}" | median)" \
 			"$(printf '%s\n' "${ratios[@]}" | median)"
+		if [[ -n $FLPID ]]; then
+			printf ' floor keys/cpu_s=%-8s ceiling/cpu_s=%.1f' "$(printf '%s\n' "${kf[@]}" | median)" \
+				"$(printf '%s\n' "${ceilings[@]}" | median)"
+		fi
 		if ((rounds > 1)); then printf " (rounds: %s)" "${ratios[*]}"; fi
 		printf '\n'
 		if [[ $op == write ]]; then writes=$((writes + 1)); fi

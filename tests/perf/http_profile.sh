@@ -35,7 +35,7 @@ cleanup() {
 trap cleanup EXIT
 mkdir "$DIR/backing"
 "$BUILD/pagefs" serve-meta --backing "$DIR/backing" --meta "sqlite:$DIR/index.db" \
-	--listen 127.0.0.1:0 --page-size 4K --threads 2 --log-level warn >"$DIR/out" 2>"$DIR/err" &
+	--listen 127.0.0.1:0 --page-size 4K --threads "${THREADS:-2}" --log-level warn >"$DIR/out" 2>"$DIR/err" &
 PID=$!
 for _ in $(seq 100); do
 	grep -q listening "$DIR/out" && break
