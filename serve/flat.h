@@ -1,12 +1,14 @@
 /*
- * flat.h - the fast path for the key-list bodies of exists,
- * get_page_indices and delete_keys: {"keys": ["k", ...]} with an optional
- * "namespace" string, the shape every SGLang client sends.
+ * flat.h - the fast paths for the bodies every SGLang client sends: the key
+ * lists of exists, get_page_indices and delete_keys ({"keys": ["k", ...]}
+ * with an optional "namespace" string; flat.c), and the writes of
+ * reserve_and_allocate_page_indices and confirm_write (flat_write.c).
  */
 #ifndef PAGEFS_SERVE_FLAT_H
 #define PAGEFS_SERVE_FLAT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* A key-list body: keys[0..n) and ns point into the body itself. */
 struct flat {
@@ -28,5 +30,29 @@ struct flat {
  */
 int flat_parse(char *text, size_t len, size_t max_keys, struct flat *f);
 void flat_free(struct flat *f);
+
+/* A write body (flat_write.c): keys[0..n) and ns point into the body. */
+struct flat_write {
+	const char **keys;
+	size_t n;
+	int64_t *slots;   /* confirm: the index written for each key */
+	int64_t *release; /* confirm: pages_to_release[0..nrel) */
+	size_t nrel;
+	const char *ns; /* NULL: no "namespace" field */
+};
+
+/*
+ * As flat_parse, for a write: with confirm 0, reserve's body in its
+ * plainest form ({"keys": [[key, prefix_key], ...]}, both strings); with
+ * confirm 1, confirm_write's ({"written_keys_to_confirm": [[key, index],
+ * ...]} and an optional "pages_to_release": [index, ...], indices plain
+ * integers of at most 18 digits); either with an optional "namespace",
+ * each field once, no escapes, at most max_keys pairs and max_keys
+ * indices to release. 0 (each key and ns ended in place), 1 (text
+ * untouched: the caller parses it the general way) or -ENOMEM. Free with
+ * flat_write_free.
+ */
+int flat_parse_write(char *text, size_t len, int confirm, size_t max_keys, struct flat_write *w);
+void flat_write_free(struct flat_write *w);
 
 #endif

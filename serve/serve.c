@@ -295,39 +295,61 @@ static void route_exists(struct route_ctx *c, int get)
 	free(keys);
 }
 
+/* reserve_and_allocate_page_indices of keys[0..n) in namespace ns, checked. */
+static void answer_reserve(struct route_ctx *c, const char *ns, const char *const *keys, size_t n)
+{
+	uint32_t pool;
+
+	if (pool_of(c, ns, &pool) < 0)
+		return;
+	uint8_t *existed = malloc(n ? n : 1);
+	int64_t *slot = malloc((n ? n : 1) * sizeof(*slot));
+	int rc = existed && slot ? meta_keys_reserve(c->m, pool, keys, n, existed, slot) : -ENOMEM;
+	if (rc < 0) {
+		out_errno(c->o, rc);
+	} else {
+		c->o->status = 200;
+		out_reserve(c->o, 16 + n * 29); /* ",[false,-9223372036854775808]" */
+		out_str(c->o, "{\"indices\":[");
+		for (size_t i = 0; i < n; i++) {
+			out_str(c->o, i ? ",[" : "[");
+			out_str(c->o, existed[i] ? "true," : "false,");
+			out_int(c->o, slot[i]);
+			out_add(c->o, "]", 1);
+		}
+		out_str(c->o, "]}");
+	}
+	free(existed);
+	free(slot);
+}
+
 static void route_reserve(struct route_ctx *c)
 {
 	yajl_val list = get_list(c->data, "keys", 1, c->o);
 	const char *ns;
 	const char **keys;
-	uint32_t pool;
 
 	if (!list || !(ns = get_ns(c->data, c->o)) || !(keys = get_keys(list, "keys", 1, c->o)))
 		return;
-	size_t n = list_len(list);
-	if (pool_of(c, ns, &pool) == 0) {
-		uint8_t *existed = malloc(n ? n : 1);
-		int64_t *slot = malloc((n ? n : 1) * sizeof(*slot));
-		int rc = existed && slot ? meta_keys_reserve(c->m, pool, keys, n, existed, slot)
-		                         : -ENOMEM;
-		if (rc < 0) {
-			out_errno(c->o, rc);
-		} else {
-			c->o->status = 200;
-			out_reserve(c->o, 16 + n * 29); /* ",[false,-9223372036854775808]" */
-			out_str(c->o, "{\"indices\":[");
-			for (size_t i = 0; i < n; i++) {
-				out_str(c->o, i ? ",[" : "[");
-				out_str(c->o, existed[i] ? "true," : "false,");
-				out_int(c->o, slot[i]);
-				out_add(c->o, "]", 1);
-			}
-			out_str(c->o, "]}");
-		}
-		free(existed);
-		free(slot);
-	}
+	answer_reserve(c, ns, keys, list_len(list));
 	free(keys);
+}
+
+/* confirm_write of keys[0..n) at slots[0..n), releasing release[0..nrel),
+ * in namespace ns, checked. */
+static void answer_confirm(struct route_ctx *c, const char *ns, const char *const *keys,
+                           const int64_t *slots, size_t n, const int64_t *release, size_t nrel)
+{
+	uint32_t pool;
+	size_t ignored;
+
+	if (pool_of(c, ns, &pool) < 0)
+		return;
+	int rc = meta_keys_confirm(c->m, pool, keys, slots, n, release, nrel, &ignored);
+	if (rc < 0)
+		out_errno(c->o, rc);
+	else
+		c->o->status = 204;
 }
 
 static void route_confirm(struct route_ctx *c)
@@ -336,8 +358,6 @@ static void route_confirm(struct route_ctx *c)
 	const char *ns;
 	const char **keys = NULL;
 	int64_t *slots = NULL, *release = NULL;
-	uint32_t pool;
-	size_t ignored;
 
 	if (!w || !(rel = get_list(c->data, "pages_to_release", 0, c->o)) ||
 	    !(ns = get_ns(c->data, c->o)))
@@ -369,13 +389,7 @@ static void route_confirm(struct route_ctx *c)
 		}
 		release[i] = (int64_t)YAJL_GET_INTEGER(e);
 	}
-	if (pool_of(c, ns, &pool) == 0) {
-		int rc = meta_keys_confirm(c->m, pool, keys, slots, n, release, nrel, &ignored);
-		if (rc < 0)
-			out_errno(c->o, rc);
-		else
-			c->o->status = 204;
-	}
+	answer_confirm(c, ns, keys, slots, n, release, nrel);
 out:
 	free(keys);
 	free(slots);
@@ -420,14 +434,40 @@ enum route {
 	ROUTE_GET,
 };
 
-/* A key-list route (exists, get, delete) on the fast path (flat.h): 1 if
- * answered, 0 if the body needs the general parse. body is changed only
- * if answered. */
+/* A write route (reserve, confirm) on the fast path. As answer_flat. */
+static int answer_flat_write(struct meta *m, long rank, int route, char *body, size_t len,
+                             struct out *o)
+{
+	struct flat_write w;
+	int rc = flat_parse_write(body, len, route == ROUTE_CONFIRM, SERVE_MAX_KEYS, &w);
+
+	if (rc < 0) {
+		out_errno(o, rc);
+		return 1;
+	}
+	if (rc > 0)
+		return 0;
+	struct route_ctx c = {m, rank, NULL, o}; /* no tree: the answers take their fields */
+	const char *ns = w.ns ? w.ns : "kv";
+	if (route == ROUTE_CONFIRM)
+		answer_confirm(&c, ns, w.keys, w.slots, w.n, w.release, w.nrel);
+	else
+		answer_reserve(&c, ns, w.keys, w.n);
+	flat_write_free(&w);
+	return 1;
+}
+
+/* A route on the fast path (flat.h): 1 if answered, 0 if the body needs
+ * the general parse. body is changed only if answered. */
 static int answer_flat(struct meta *m, long rank, int route, char *body, size_t len, struct out *o)
 {
 	struct flat f;
-	int rc = flat_parse(body, len, SERVE_MAX_KEYS, &f);
 
+	if (route == ROUTE_RESERVE || route == ROUTE_CONFIRM)
+		return answer_flat_write(m, rank, route, body, len, o);
+	if (route != ROUTE_EXISTS && route != ROUTE_GET && route != ROUTE_DELETE)
+		return 0;
+	int rc = flat_parse(body, len, SERVE_MAX_KEYS, &f);
 	if (rc < 0) {
 		out_errno(o, rc);
 		return 1;
@@ -519,9 +559,7 @@ static void handle(struct meta *m, const char *url, const char *method, char *bo
 		snprintf(text, sizeof(text), "request body over %u bytes", SERVE_MAX_BODY);
 		return out_detail(o, 413, text);
 	}
-	if (fast_path && body &&
-	    (route == ROUTE_EXISTS || route == ROUTE_GET || route == ROUTE_DELETE) &&
-	    answer_flat(m, rank, route, body, len, o))
+	if (fast_path && body && answer_flat(m, rank, route, body, len, o))
 		return;
 	char jerr[160];
 	size_t pos;

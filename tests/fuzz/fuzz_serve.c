@@ -12,14 +12,20 @@
  *
  * Every reply must be one the protocol allows: 204 without a body, 200
  * with the route's JSON (one answer per key), or a 4xx with a JSON
- * "detail"; never a 5xx (an index error on a well-formed request). exists
+ * "detail"; never a 5xx (an index error on a well-formed request). The
+ * operator's routes (/metrics, /health, /ready) answer as serve/ops.c
+ * says. exists
  * and get_page_indices are answered twice, with and without the fast
- * path for key lists (serve/flat.h): the replies must be the same.
+ * path for key lists (serve/flat.h): the replies must be the same. The
+ * body of every reserve and confirm is read both ways too
+ * (flat_write_check.h): what the fast path for writes takes, body_parse
+ * must read alike.
  */
 #define FUZZ_NAME "fuzz_serve"
 #include "tests/fuzz/fuzz_index.h"
 
 #include "serve/serve.h"
+#include "tests/fuzz/flat_write_check.h"
 
 #include <jansson.h>
 #include <stdint.h>
@@ -58,11 +64,43 @@ static long request_keys(const char *body, size_t len, const char *field)
 	return n;
 }
 
+/* The operator's routes (serve/ops.c), which serve_request answers too:
+ * 1 if url is one (its reply checked), else 0. GET /metrics is Prometheus
+ * text; /health and /ready a JSON status, /ready 503 when not ready. */
+static int check_ops_reply(const char *url, unsigned status, const char *reply, size_t rlen)
+{
+	int metrics = strcmp(url, "/metrics") == 0;
+
+	if (!metrics && strcmp(url, "/health") != 0 && strcmp(url, "/ready") != 0)
+		return 0;
+	CHECK(reply && strlen(reply) == rlen, "%s: %u reply is not text", url, status);
+	if (metrics && status == 200) {
+		CHECK(strncmp(reply, "# HELP ", 7) == 0, "%s: 200 not in the text format: %.80s",
+		      url, reply);
+		return 1;
+	}
+	json_error_t jerr;
+	json_t *root = json_loadb(reply, rlen, 0, &jerr);
+	CHECK(json_is_object(root), "%s: %u reply is not a JSON object: %s", url, status, reply);
+	if (status == 405)
+		CHECK(json_object_get(root, "detail"), "%s: 405 without detail: %s", url, reply);
+	else
+		CHECK(!metrics &&
+		              (status == 200 || (status == 503 && strcmp(url, "/ready") == 0)) &&
+		              json_is_string(json_object_get(root, "status")),
+		      "%s answered %u: %s", url, status, reply);
+	json_decref(root);
+	return 1;
+}
+
 static void check_reply(const char *url, const char *body, size_t blen, unsigned status,
                         const char *reply, size_t rlen)
 {
 	const char *route = strrchr(url, '/');
 	json_t *root, *v;
+
+	if (check_ops_reply(url, status, reply, rlen))
+		return;
 
 	CHECK(status == 200 || status == 204 || (status >= 400 && status < 500),
 	      "%s answered %u: %.*s", url, status, (int)rlen, reply ? reply : "");
@@ -119,6 +157,15 @@ static void one_request(const char *req, size_t len)
 	if (serve_request(fi.m, url, method, body, blen, &status, &reply, &rlen) < 0)
 		return; /* out of memory: nothing to check */
 	check_reply(url, body, blen, status, reply, rlen);
+	const char *last = strrchr(url, '/');
+	int confirm = last && strcmp(last, "/confirm_write") == 0;
+	if (body && last && (confirm || strcmp(last, "/reserve_and_allocate_page_indices") == 0)) {
+		char why[256];
+		int taken;
+		CHECK(flat_write_check(body, blen, confirm, SERVE_MAX_KEYS, &taken, why,
+		                       sizeof(why)) == 0,
+		      "%s: %s", url, why);
+	}
 	/* exists and get_page_indices change nothing their replies show: the
 	 * general parse must answer them as the fast path did */
 	const char *route = strrchr(url, '/');

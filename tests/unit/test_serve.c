@@ -2,14 +2,15 @@
  * test_serve.c - the 3FS metadata protocol answered in-process
  * (serve_request in serve/serve.c, no socket) from the fixture's index:
  * the replies of a reserve/confirm/get round trip, the reply text's
- * numbers, the regressions fuzz_serve found, and the fast path for
- * key-list bodies against the general parse.
+ * numbers, the regressions fuzz_serve found, and the fast paths for
+ * key-list and write bodies against the general parse.
  */
 #include "fixture.h"
 
 #include "serve/body.h"
 #include "serve/flat.h"
 #include "serve/serve.h"
+#include "tests/fuzz/flat_write_check.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -365,4 +366,177 @@ Test(serve, key_list_routes_answer_alike_on_both_paths)
 	/* the fast path deletes */
 	expect("/1/delete_keys", "{\"keys\": [\"k\"]}", 204, NULL);
 	expect("/1/exists", "{\"keys\": [\"k\"]}", 200, "{\"exists\":[false]}");
+}
+
+/* ---- the fast path for write bodies (serve/flat_write.c) ---- */
+
+/* flat_parse_write on a copy of body: rc, and in *w what it read (the
+ * copy in *copy, which w points into). */
+static int flat_write_of(const char *body, int confirm, size_t max, struct flat_write *w,
+                         char **copy)
+{
+	*copy = strdup(body);
+	cr_assert_not_null(*copy);
+	return flat_parse_write(*copy, strlen(body), confirm, max, w);
+}
+
+Test(serve, flat_parse_write_reads_keys_indices_releases_and_namespace)
+{
+	struct flat_write w;
+	char *copy;
+
+	cr_assert_eq(
+		flat_write_of("{\"keys\": [[\"a1\", \"\"], [\"b2\", \"a1\"], [\"caf\xc3\xa9\", "
+	                      "\"\xc3\xa9t\xc3\xa9\"]], \"namespace\": \"mamba\"}",
+	                      0, 8, &w, &copy),
+		0);
+	cr_assert_eq(w.n, 3);
+	cr_assert_str_eq(w.keys[0], "a1");
+	cr_assert_str_eq(w.keys[1], "b2");
+	cr_assert_str_eq(w.keys[2], "caf\xc3\xa9");
+	cr_assert_str_eq(w.ns, "mamba");
+	cr_assert_null(w.slots);
+	flat_write_free(&w);
+	free(copy);
+
+	cr_assert_eq(flat_write_of("{\"written_keys_to_confirm\": [[\"a1\", 7], [\"b2\", -3], "
+	                           "[\"c\", 123456789012345678]], \"pages_to_release\": [5, 0]}",
+	                           1, 8, &w, &copy),
+	             0);
+	cr_assert_eq(w.n, 3);
+	cr_assert_str_eq(w.keys[0], "a1");
+	cr_assert_str_eq(w.keys[2], "c");
+	cr_assert_eq(w.slots[0], 7);
+	cr_assert_eq(w.slots[1], -3);
+	cr_assert_eq(w.slots[2], 123456789012345678LL);
+	cr_assert_eq(w.nrel, 2);
+	cr_assert_eq(w.release[0], 5);
+	cr_assert_eq(w.release[1], 0);
+	cr_assert_null(w.ns);
+	flat_write_free(&w);
+	free(copy);
+
+	/* at most max pairs, and max pages to release */
+	const char *three = "{\"written_keys_to_confirm\": [[\"a\", 1], [\"b\", 2], [\"c\", 3]]}";
+	cr_assert_eq(flat_write_of(three, 1, 2, &w, &copy), 1);
+	cr_assert_str_eq(copy, three, "a body left to body_parse was changed");
+	free(copy);
+	cr_assert_eq(flat_write_of(three, 1, 3, &w, &copy), 0);
+	cr_assert_eq(w.n, 3);
+	flat_write_free(&w);
+	free(copy);
+	cr_assert_eq(
+		flat_write_of("{\"written_keys_to_confirm\": [], \"pages_to_release\": [1, 2, 3]}",
+	                      1, 2, &w, &copy),
+		1);
+	free(copy);
+}
+
+/* Every body of a write is read alike by both ways; the plainest forms are
+ * taken by the fast path, the rest left untouched to body_parse. */
+Test(serve, write_bodies_are_read_alike_on_both_paths)
+{
+	static const struct {
+		int confirm, taken;
+		const char *body;
+	} cases[] = {
+		{0, 1, "{\"keys\": [[\"k\", \"\"], [\"x\", \"k\"]]}"},
+		{0, 1, "{\"namespace\": \"kv\", \"keys\": [[\"k\", \"p\"]]}"},
+		{0, 1, "{\"keys\": []}"},
+		{0, 1, " \n{\"keys\":[[\"k\",\"\"] ,\n [\"\xc3\xa9\", \"\xc3\xa9\"]]}\r\n "},
+		{0, 1, "{\"keys\": [[\"k/x\", \"\"], [\".\", \"..\"], [\"\", \"\"]]}"},
+		{0, 0, "{\"keys\": [[\"\\u006b\", \"\"]]}"},
+		{0, 0, "{\"keys\": [[\"k\", null]]}"},
+		{0, 0, "{\"keys\": [[\"k\", 5]]}"},
+		{0, 0, "{\"keys\": [[\"k\"]]}"},
+		{0, 0, "{\"keys\": [[\"k\", \"\", \"\"]]}"},
+		{0, 0, "{\"keys\": [[]]}"},
+		{0, 0, "{\"keys\": [\"k\"]}"},
+		{0, 0, "{\"keys\": [[[\"k\", \"\"]]]}"},
+		{0, 0, "{\"keys\": [[\"k\", \"\"]], \"keys\": []}"},
+		{0, 0, "{\"keys\": [[\"k\", \"\"]], \"other\": 1}"},
+		{0, 0, "{\"keys\": [[\"k\", \"\"]], \"namespace\": 5}"},
+		{0, 0, "{\"keys\": [[\"k\", \"\"]], \"pages_to_release\": []}"},
+		{0, 0, "{\"namespace\": \"kv\"}"},
+		{0, 0, "{\"keys\": [[\"k\", \"\"]]"},
+		{0, 0, "{\"keys\": [[\"k\", \"\"]]} x"},
+		{0, 0, "{\"keys\": [[\"k\" \"\"]]}"},
+		{0, 0, "{\"keys\": [[\"k\", \"\"]]}\v"},
+		{0, 0, "{\"keys\": [[\"\xff\", \"\"]]}"},
+		{0, 0, "[[\"k\", \"\"]]"},
+		{0, 0, ""},
+		{1, 1, "{\"written_keys_to_confirm\": [[\"k\", 7]]}"},
+		{1, 1,
+	         "{\"written_keys_to_confirm\": [[\"k\", 7]], \"pages_to_release\": [],"
+	         " \"namespace\": \"kv\"}"},
+		{1, 1, "{\"pages_to_release\": [1, -2], \"written_keys_to_confirm\": []}"},
+		{1, 1, "{\"written_keys_to_confirm\": [[\"k\", -0], [\"x\", 999999999999999999]]}"},
+		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", 9223372036854775807]]}"},
+		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", -9223372036854775808]]}"},
+		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", 99999999999999999999]]}"},
+		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", 7.0]]}"},
+		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", 7e0]]}"},
+		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", \"7\"]]}"},
+		{1, 0, "{\"written_keys_to_confirm\": [[7, \"k\"]]}"},
+		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", 7, 8]]}"},
+		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", 7]], \"pages_to_release\": [1.5]}"},
+		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", 7]], \"pages_to_release\": [[1]]}"},
+		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", 7]], \"pages_to_release\": 1}"},
+		{1, 0, "{\"pages_to_release\": [1]}"},
+		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", 7]], \"keys\": []}"},
+		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", true]]}"},
+		{1, 0, "{\"written_keys_to_confirm\": [[\"k\\\"\", 7]]}"},
+	};
+	char why[256];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int taken;
+		int rc = flat_write_check(cases[i].body, strlen(cases[i].body), cases[i].confirm,
+		                          SERVE_MAX_KEYS, &taken, why, sizeof(why));
+		cr_assert_eq(rc, 0, "%s: %s", cases[i].body, why);
+		cr_assert_eq(taken, cases[i].taken, "%s: taken %d, want %d", cases[i].body, taken,
+		             cases[i].taken);
+	}
+}
+
+/* Replies that do not depend on what an earlier reserve left: keys already
+ * confirmed, errors, a namespace not initialized. */
+Test(serve, write_routes_answer_alike_on_both_paths)
+{
+	const char *reserves[] = {
+		"{\"keys\": [[\"k\", \"\"], [\"x\", \"k\"]]}",
+		"{\"keys\": [[\"k\", \"\"]], \"namespace\": \"kv\"}",
+		"{\"keys\": [[\"k\", \"\"]], \"namespace\": \"nope\"}",
+		"{\"keys\": [[\"k\", \"\"]], \"namespace\": \"Bad/ns\"}",
+		"{\"keys\": []}",
+		"{\"keys\": [[\"k\"]]}",
+		"{\"keys\": [[\"k\", 5]]}",
+		"{\"keys\": [\"k\"]}",
+	};
+	const char *confirms[] = {
+		"{\"written_keys_to_confirm\": [[\"k\", 7], [\"x\", 6]]}",
+		"{\"written_keys_to_confirm\": [], \"pages_to_release\": []}",
+		"{\"written_keys_to_confirm\": [[\"k\", 7]], \"namespace\": \"nope\"}",
+		"{\"written_keys_to_confirm\": [[\"k\", 7.0]]}",
+		"{\"written_keys_to_confirm\": [[\"k\"]]}",
+		"{\"written_keys_to_confirm\": [[\"k\", 7]], \"pages_to_release\": [\"1\"]}",
+		"{\"pages_to_release\": []}",
+	};
+
+	expect("/1/initialize", "{\"num_pages\": 8}", 204, NULL);
+	expect("/1/reserve_and_allocate_page_indices", "{\"keys\": [[\"k\", \"\"], [\"x\", \"\"]]}",
+	       200, "{\"indices\":[[false,7],[false,6]]}");
+	expect("/1/confirm_write", "{\"written_keys_to_confirm\": [[\"k\", 7], [\"x\", 6]]}", 204,
+	       NULL);
+	for (size_t i = 0; i < sizeof(reserves) / sizeof(reserves[0]); i++)
+		same_on_both_paths("reserve_and_allocate_page_indices", reserves[i],
+		                   strlen(reserves[i]));
+	for (size_t i = 0; i < sizeof(confirms) / sizeof(confirms[0]); i++)
+		same_on_both_paths("confirm_write", confirms[i], strlen(confirms[i]));
+	/* the fast path reserves and confirms */
+	expect("/1/reserve_and_allocate_page_indices", "{\"keys\": [[\"n\", \"\"]]}", 200,
+	       "{\"indices\":[[false,5]]}");
+	expect("/1/confirm_write", "{\"written_keys_to_confirm\": [[\"n\", 5]]}", 204, NULL);
+	expect("/1/get_page_indices", "{\"keys\": [\"n\", \"k\", \"x\"]}", 200,
+	       "{\"indices\":[5,7,6]}");
 }
