@@ -9,10 +9,12 @@
  * key lies and read the indices, and the keys are ended in place once
  * the parse is over. The body as SGLang sends it costs no tree, no copy
  * of a key and no strtod of an index (the tree reads every number both
- * as an integer and as a double). Whatever is not in the plainest form
- * (escapes, other or repeated fields, a prefix that is not a string, an
- * index that is not a plain integer of at most 18 digits, an error) is
- * left to body_parse, so both ways give the same replies.
+ * as an integer and as a double). pages_to_release may be absent here.
+ * Whatever is not in the plainest form (escapes, other or repeated
+ * fields, a prefix that is not a string, an index that is not a plain
+ * integer of at most 18 digits, no list of pairs (which the protocol
+ * allows a confirm), more than max_keys pairs or indices to release, an
+ * error) is left to body_parse, so both ways give the same replies.
  */
 #include "serve/body.h"
 #include "serve/flat.h"
@@ -38,8 +40,8 @@ struct write_state {
 	int has_pairs, has_release;
 	size_t in_pair; /* items of the pair being read so far */
 	struct flat_write *out;
-	size_t *key_at; /* the span of each pair's key */
-	size_t cap_keys, cap_at, cap_slots, cap_release;
+	size_t *key_span; /* each pair's key: its index in copy->spans */
+	size_t cap_keys, cap_span, cap_slots, cap_release;
 	const struct span *ns;
 	int oom;
 };
@@ -51,7 +53,7 @@ static int grow_pairs(struct write_state *st)
 	size_t need = w->n + 1;
 
 	if (body_grow((void **)&w->keys, &st->cap_keys, need, sizeof(*w->keys)) < 0 ||
-	    body_grow((void **)&st->key_at, &st->cap_at, need, sizeof(*st->key_at)) < 0 ||
+	    body_grow((void **)&st->key_span, &st->cap_span, need, sizeof(*st->key_span)) < 0 ||
 	    (st->confirm &&
 	     body_grow((void **)&w->slots, &st->cap_slots, need, sizeof(*w->slots)) < 0)) {
 		st->oom = 1;
@@ -135,7 +137,7 @@ static int on_string(void *ctx, const unsigned char *copied, size_t copied_len)
 	if (st->depth != 3 || st->in_pair + count > room)
 		return 0;
 	if (st->in_pair == 0)
-		st->key_at[st->out->n] = (size_t)(sp - st->copy->spans);
+		st->key_span[st->out->n] = (size_t)(sp - st->copy->spans);
 	st->in_pair += count;
 	return 1;
 }
@@ -209,7 +211,7 @@ static int on_end_array(void *ctx)
 
 	if (st->depth == 3) {
 		if (st->in_pair != 2)
-			return 0; /* a pair of one or three: the tree says what is wrong */
+			return 0; /* not a pair of two: the tree says what is wrong */
 		st->out->n++;
 	} else {
 		st->field = FIELD_NONE;
@@ -236,7 +238,8 @@ int flat_parse_write(char *text, size_t len, int confirm, size_t max_keys, struc
 	struct write_state st = {.copy = &c, .confirm = confirm, .max = max_keys, .out = w};
 
 	memset(w, 0, sizeof(*w));
-	/* a key and a prefix a pair, the field names, the namespace */
+	/* a reserve's key and prefix a pair (a confirm has one string a pair),
+	 * the field names, the namespace */
 	size_t strings = max_keys > (SIZE_MAX - 4) / 2 ? SIZE_MAX : 2 * max_keys + 4;
 	int rc = copy_make(text, len, strings, &c);
 	if (rc == 0)
@@ -248,7 +251,7 @@ int flat_parse_write(char *text, size_t len, int confirm, size_t max_keys, struc
 	if (rc == 0) {
 		/* each ended over its closing quote */
 		for (size_t i = 0; i < w->n; i++) {
-			const struct span *k = &c.spans[st.key_at[i]];
+			const struct span *k = &c.spans[st.key_span[i]];
 			w->keys[i] = text + k->at;
 			text[k->at + k->len] = '\0';
 		}
@@ -259,7 +262,7 @@ int flat_parse_write(char *text, size_t len, int confirm, size_t max_keys, struc
 	} else {
 		flat_write_free(w);
 	}
-	free(st.key_at);
+	free(st.key_span);
 	copy_free(&c);
 	return rc;
 }

@@ -29,10 +29,13 @@ static inline int fwc_int_is(yajl_val v, int64_t i)
 
 /*
  * Runs flat_parse_write(confirm, max_keys) on a copy of body[0..len) and
- * checks it against body_parse. Returns 0 if it left the body untouched
- * (1), or took it (0) and body_parse reads the same keys, indices,
- * releases and namespace from it; otherwise -1 with what differs in why.
- * *taken: whether the fast path took it.
+ * checks it against body_parse. Returns 0 when all is well: the fast path
+ * left the body to body_parse with its bytes untouched, or took it and
+ * body_parse reads the same keys, indices, releases and namespace from
+ * it. Otherwise -1, with what differs in why. *taken: whether the fast
+ * path took it. Equal reads mean equal replies only with max_keys at most
+ * SERVE_MAX_KEYS (the routes' limit, past which they answer 413; not
+ * checked here). A parse that ran out of memory is not checked.
  */
 static inline int flat_write_check(const char *body, size_t len, int confirm, size_t max_keys,
                                    int *taken, char *why, size_t whylen)
@@ -93,8 +96,9 @@ static inline int flat_write_check(const char *body, size_t len, int confirm, si
 	}
 	for (size_t i = 0; !bad && rel && i < w.nrel; i++) {
 		if (!fwc_int_is(rel->u.array.values[i], w.release[i])) {
-			snprintf(why, whylen, "page to release %zu: %lld, read otherwise by body_parse",
-			         i, (long long)w.release[i]);
+			snprintf(why, whylen,
+			         "page to release %zu: %lld, read otherwise by body_parse", i,
+			         (long long)w.release[i]);
 			bad = 1;
 		}
 	}

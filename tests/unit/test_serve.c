@@ -430,6 +430,14 @@ Test(serve, flat_parse_write_reads_keys_indices_releases_and_namespace)
 	                      1, 2, &w, &copy),
 		1);
 	free(copy);
+	cr_assert_eq(
+		flat_write_of("{\"written_keys_to_confirm\": [], \"pages_to_release\": [1, 2, 3]}",
+	                      1, 3, &w, &copy),
+		0);
+	cr_assert_eq(w.nrel, 3);
+	cr_assert_eq(w.release[2], 3);
+	flat_write_free(&w);
+	free(copy);
 }
 
 /* Every body of a write is read alike by both ways; the plainest forms are
@@ -445,7 +453,10 @@ Test(serve, write_bodies_are_read_alike_on_both_paths)
 		{0, 1, "{\"keys\": []}"},
 		{0, 1, " \n{\"keys\":[[\"k\",\"\"] ,\n [\"\xc3\xa9\", \"\xc3\xa9\"]]}\r\n "},
 		{0, 1, "{\"keys\": [[\"k/x\", \"\"], [\".\", \"..\"], [\"\", \"\"]]}"},
+		{0, 1, "{\"keys\": [[\"k\", \"caf\xc3\xa9\"], [\"caf\xc3\xa9\", \"k\"]]}"},
 		{0, 0, "{\"keys\": [[\"\\u006b\", \"\"]]}"},
+		{0, 0, "{\"keys\": \"k\"}"},
+		{0, 0, "{\"keys\": [[{\"k\": \"p\"}, \"p\"]]}"},
 		{0, 0, "{\"keys\": [[\"k\", null]]}"},
 		{0, 0, "{\"keys\": [[\"k\", 5]]}"},
 		{0, 0, "{\"keys\": [[\"k\"]]}"},
@@ -485,10 +496,22 @@ Test(serve, write_bodies_are_read_alike_on_both_paths)
 		{1, 0, "{\"pages_to_release\": [1]}"},
 		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", 7]], \"keys\": []}"},
 		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", true]]}"},
+		{1, 1, "{\"written_keys_to_confirm\": [[\"caf\xc3\xa9\", 3]]}"},
+		{1, 0,
+	         "{\"written_keys_to_confirm\": [], \"pages_to_release\": [1],"
+	         " \"pages_to_release\": [2]}"},
+		{1, 0, "{\"written_keys_to_confirm\": [], \"pages_to_release\": \"x\"}"},
+		{1, 0, "{\"written_keys_to_confirm\": [], \"pages_to_release\": [[\"k\", 7]]}"},
 		{1, 0, "{\"written_keys_to_confirm\": [[\"k\\\"\", 7]]}"},
 	};
+	static const char nul[] = "{\"written_keys_to_confirm\": [[\"k\0\", 7]]}";
 	char why[256];
+	int nul_taken;
 
+	cr_assert_eq(flat_write_check(nul, sizeof(nul) - 1, 1, SERVE_MAX_KEYS, &nul_taken, why,
+	                              sizeof(why)),
+	             0, "a key holding a NUL: %s", why);
+	cr_assert_not(nul_taken, "a key holding a NUL was taken");
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		int taken;
 		int rc = flat_write_check(cases[i].body, strlen(cases[i].body), cases[i].confirm,
@@ -539,4 +562,12 @@ Test(serve, write_routes_answer_alike_on_both_paths)
 	expect("/1/confirm_write", "{\"written_keys_to_confirm\": [[\"n\", 5]]}", 204, NULL);
 	expect("/1/get_page_indices", "{\"keys\": [\"n\", \"k\", \"x\"]}", 200,
 	       "{\"indices\":[5,7,6]}");
+	/* ... and releases: a reservation released by a confirm is gone, its
+	 * late confirm ignored */
+	expect("/1/reserve_and_allocate_page_indices", "{\"keys\": [[\"r\", \"\"]]}", 200,
+	       "{\"indices\":[[false,4]]}");
+	expect("/1/confirm_write", "{\"written_keys_to_confirm\": [], \"pages_to_release\": [4]}",
+	       204, NULL);
+	expect("/1/confirm_write", "{\"written_keys_to_confirm\": [[\"r\", 4]]}", 204, NULL);
+	expect("/1/get_page_indices", "{\"keys\": [\"r\"]}", 200, "{\"indices\":[null]}");
 }
