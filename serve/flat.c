@@ -22,53 +22,40 @@
 enum expect { EXPECT_FIELD, EXPECT_KEYS, EXPECT_NS };
 
 struct flat_state {
-	struct copy *copy;
+	struct copy_root root; /* first: the shared callbacks take it */
 	/* The keys are copy->spans[first_key, first_key + nkeys): no other
 	 * string lies inside the one "keys" array taken here. */
 	size_t first_key, nkeys, max_keys;
 	const struct span *ns; /* the "namespace" value, or NULL */
-	int depth, has_keys;
+	int has_keys;
 	enum expect expect;
 };
 
-static int fail(void *ctx)
-{
-	(void)ctx;
-	return 0; /* not flat: yajl stops, the caller takes the general way */
-}
-
-static int fail_bool(void *ctx, int b)
-{
-	(void)b;
-	return fail(ctx);
-}
-
-static int fail_number(void *ctx, const char *s, size_t len)
+static int refuse_number(void *ctx, const char *s, size_t len)
 {
 	(void)s;
 	(void)len;
-	return fail(ctx);
+	return copy_refuse(ctx);
 }
 
 static int on_string(void *ctx, const unsigned char *copied, size_t copied_len)
 {
 	struct flat_state *st = ctx;
 	const struct span *sp;
-	size_t count = copy_next(st->copy, &sp);
+	size_t count = copy_next_string(st->root.copy, copied_len, &sp);
 
-	/* an emptied string, or one yajl had whole, as it stands */
 	(void)copied;
-	if (count == 0 || (copied_len != 0 && copied_len != sp->len))
+	if (count == 0)
 		return 0;
-	if (st->depth == 1 && st->expect == EXPECT_NS && count == 1) {
+	if (st->root.depth == 1 && st->expect == EXPECT_NS && count == 1) {
 		st->ns = sp;
 		st->expect = EXPECT_FIELD;
 		return 1;
 	}
-	if (st->depth != 2 || count > st->max_keys - st->nkeys)
+	if (st->root.depth != 2 || count > st->max_keys - st->nkeys)
 		return 0;
 	if (st->nkeys == 0)
-		st->first_key = (size_t)(sp - st->copy->spans);
+		st->first_key = (size_t)(sp - st->root.copy->spans);
 	st->nkeys += count;
 	return 1;
 }
@@ -77,38 +64,17 @@ static int on_key(void *ctx, const unsigned char *copied, size_t copied_len)
 {
 	struct flat_state *st = ctx;
 	const struct span *sp;
-	size_t count = copy_next(st->copy, &sp);
+	size_t count = copy_next_string(st->root.copy, copied_len, &sp);
 
 	(void)copied;
-	if (count != 1 || (copied_len != 0 && copied_len != sp->len) || st->depth != 1)
+	if (count != 1 || st->root.depth != 1)
 		return 0;
-	const char *s = st->copy->src + sp->at;
-	size_t len = sp->len;
-	if (len == 4 && memcmp(s, "keys", 4) == 0 && !st->has_keys)
+	if (copy_is(st->root.copy, sp, "keys") && !st->has_keys)
 		st->expect = EXPECT_KEYS;
-	else if (len == 9 && memcmp(s, "namespace", 9) == 0 && !st->ns)
+	else if (copy_is(st->root.copy, sp, "namespace") && !st->ns)
 		st->expect = EXPECT_NS;
 	else
 		return 0;
-	return 1;
-}
-
-static int on_start_map(void *ctx)
-{
-	struct flat_state *st = ctx;
-
-	if (st->depth != 0)
-		return 0;
-	st->depth = 1;
-	return 1;
-}
-
-static int on_end_map(void *ctx)
-{
-	struct flat_state *st = ctx;
-
-	st->depth = 0;
-	copy_root_ended(st->copy);
 	return 1;
 }
 
@@ -116,9 +82,9 @@ static int on_start_array(void *ctx)
 {
 	struct flat_state *st = ctx;
 
-	if (st->depth != 1 || st->expect != EXPECT_KEYS)
+	if (st->root.depth != 1 || st->expect != EXPECT_KEYS)
 		return 0;
-	st->depth = 2;
+	st->root.depth = 2;
 	st->has_keys = 1;
 	return 1;
 }
@@ -127,19 +93,19 @@ static int on_end_array(void *ctx)
 {
 	struct flat_state *st = ctx;
 
-	st->depth = 1;
+	st->root.depth = 1;
 	st->expect = EXPECT_FIELD;
 	return 1;
 }
 
 static const yajl_callbacks flat_cb = {
-	.yajl_null = fail,
-	.yajl_boolean = fail_bool,
-	.yajl_number = fail_number,
+	.yajl_null = copy_refuse,
+	.yajl_boolean = copy_refuse_bool,
+	.yajl_number = refuse_number,
 	.yajl_string = on_string,
-	.yajl_start_map = on_start_map,
+	.yajl_start_map = copy_start_root,
 	.yajl_map_key = on_key,
-	.yajl_end_map = on_end_map,
+	.yajl_end_map = copy_end_root,
 	.yajl_start_array = on_start_array,
 	.yajl_end_array = on_end_array,
 };
@@ -147,7 +113,7 @@ static const yajl_callbacks flat_cb = {
 int flat_parse(char *text, size_t len, size_t max_keys, struct flat *f)
 {
 	struct copy c;
-	struct flat_state st = {.copy = &c, .max_keys = max_keys};
+	struct flat_state st = {.root.copy = &c, .max_keys = max_keys};
 
 	memset(f, 0, sizeof(*f));
 	/* the keys, "keys", "namespace" and its value */

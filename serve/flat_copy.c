@@ -179,9 +179,50 @@ size_t copy_next(struct copy *c, const struct span **first)
 	return t->count;
 }
 
-void copy_root_ended(struct copy *c)
+size_t copy_next_string(struct copy *c, size_t copied_len, const struct span **first)
 {
-	c->root_end = yajl_get_bytes_consumed(c->h);
+	size_t count = copy_next(c, first);
+
+	return count && (copied_len == 0 || copied_len == (*first)->len) ? count : 0;
+}
+
+int copy_is(const struct copy *c, const struct span *sp, const char *name)
+{
+	size_t len = strlen(name);
+
+	return sp->len == len && memcmp(c->src + sp->at, name, len) == 0;
+}
+
+int copy_start_root(void *ctx)
+{
+	struct copy_root *root = ctx;
+
+	if (root->depth != 0)
+		return 0;
+	root->depth = 1;
+	return 1;
+}
+
+int copy_end_root(void *ctx)
+{
+	struct copy_root *root = ctx;
+
+	root->depth = 0;
+	/* where the root ends, for copy_parse's check of what follows it */
+	root->copy->root_end = yajl_get_bytes_consumed(root->copy->h);
+	return 1;
+}
+
+int copy_refuse(void *ctx)
+{
+	(void)ctx;
+	return 0;
+}
+
+int copy_refuse_bool(void *ctx, int b)
+{
+	(void)b;
+	return copy_refuse(ctx);
 }
 
 int copy_parse(struct copy *c, const char *text, size_t len, const yajl_callbacks *cb, void *ctx)

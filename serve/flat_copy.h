@@ -53,14 +53,38 @@ void copy_free(struct copy *c);
 /*
  * Has yajl parse the copy with cb (ctx their context) and checks what
  * body_parse checks around yajl: 0 if it is JSON that body_parse would
- * take and the callbacks took it all, 1 if not, -ENOMEM. A callback for
- * the end of the root calls copy_root_ended.
+ * take and the callbacks took it all, 1 if not, -ENOMEM. cb's end of a
+ * map is copy_end_root, and ctx starts with a struct copy_root.
  */
 int copy_parse(struct copy *c, const char *text, size_t len, const yajl_callbacks *cb, void *ctx);
-void copy_root_ended(struct copy *c);
 
 /* The strings of the body the string yajl reports now stands for, from
  * *first on, or 0 if there are none. */
 size_t copy_next(struct copy *c, const struct span **first);
+
+/* copy_next for a string (or object key) yajl reported with copied_len
+ * bytes: 0 also unless it is an emptied string or one yajl had whole, as
+ * it stands in the body. */
+size_t copy_next_string(struct copy *c, size_t copied_len, const struct span **first);
+
+/* Whether the body's string sp is name. */
+int copy_is(const struct copy *c, const struct span *sp, const char *name);
+
+/*
+ * What the fast paths' yajl callbacks share. Their state starts with a
+ * struct copy_root: the copy, and how deep the parse is (0: outside the
+ * root, 1: in the root object). copy_start_root and copy_end_root are the
+ * callbacks for the root object (no other object is taken); copy_refuse
+ * and copy_refuse_bool for values no fast path takes (yajl stops, the
+ * caller takes the general way).
+ */
+struct copy_root {
+	struct copy *copy;
+	int depth;
+};
+int copy_start_root(void *ctx);
+int copy_end_root(void *ctx);
+int copy_refuse(void *ctx);
+int copy_refuse_bool(void *ctx, int b);
 
 #endif

@@ -32,11 +32,11 @@
 enum field { FIELD_NONE, FIELD_PAIRS, FIELD_RELEASE, FIELD_NS };
 
 struct write_state {
-	struct copy *copy;
-	int confirm;      /* confirm_write's body, else reserve's */
-	size_t max;       /* pairs, and indices to release, at most */
-	int depth;        /* 1: in the root object, 2: in a list, 3: in a pair */
-	enum field field; /* the value being read, or FIELD_NONE */
+	struct copy_root root; /* first: the shared callbacks take it; depth
+	                        * 1: in the root object, 2: in a list, 3: in a pair */
+	int confirm;           /* confirm_write's body, else reserve's */
+	size_t max;            /* pairs, and indices to release, at most */
+	enum field field;      /* the value being read, or FIELD_NONE */
 	int has_pairs, has_release;
 	size_t in_pair; /* items of the pair being read so far */
 	struct flat_write *out;
@@ -60,18 +60,6 @@ static int grow_pairs(struct write_state *st)
 		return -ENOMEM;
 	}
 	return 0;
-}
-
-static int fail(void *ctx)
-{
-	(void)ctx;
-	return 0; /* not for here: yajl stops, the caller takes the general way */
-}
-
-static int fail_bool(void *ctx, int b)
-{
-	(void)b;
-	return fail(ctx);
 }
 
 /* An index as body_parse takes it (an integer strtoll reads whole), in
@@ -100,12 +88,12 @@ static int on_number(void *ctx, const char *s, size_t len)
 
 	if (read_index(s, len, &v))
 		return 0;
-	if (st->depth == 3 && st->confirm && st->in_pair == 1) {
+	if (st->root.depth == 3 && st->confirm && st->in_pair == 1) {
 		w->slots[w->n] = v;
 		st->in_pair = 2;
 		return 1;
 	}
-	if (st->depth != 2 || st->field != FIELD_RELEASE || w->nrel == st->max)
+	if (st->root.depth != 2 || st->field != FIELD_RELEASE || w->nrel == st->max)
 		return 0;
 	if (body_grow((void **)&w->release, &st->cap_release, w->nrel + 1, sizeof(*w->release)) <
 	    0) {
@@ -120,13 +108,12 @@ static int on_string(void *ctx, const unsigned char *copied, size_t copied_len)
 {
 	struct write_state *st = ctx;
 	const struct span *sp;
-	size_t count = copy_next(st->copy, &sp);
+	size_t count = copy_next_string(st->root.copy, copied_len, &sp);
 
-	/* an emptied string, or one yajl had whole, as it stands */
 	(void)copied;
-	if (count == 0 || (copied_len != 0 && copied_len != sp->len))
+	if (count == 0)
 		return 0;
-	if (st->depth == 1 && st->field == FIELD_NS && count == 1) {
+	if (st->root.depth == 1 && st->field == FIELD_NS && count == 1) {
 		st->ns = sp;
 		st->field = FIELD_NONE;
 		return 1;
@@ -134,10 +121,10 @@ static int on_string(void *ctx, const unsigned char *copied, size_t copied_len)
 	/* in a pair: its key first (and with it, in a reserve, the prefix
 	 * when both are plain: one token of two strings), then the prefix */
 	size_t room = st->confirm ? 1 : 2;
-	if (st->depth != 3 || st->in_pair + count > room)
+	if (st->root.depth != 3 || st->in_pair + count > room)
 		return 0;
 	if (st->in_pair == 0)
-		st->key_span[st->out->n] = (size_t)(sp - st->copy->spans);
+		st->key_span[st->out->n] = (size_t)(sp - st->root.copy->spans);
 	st->in_pair += count;
 	return 1;
 }
@@ -146,42 +133,20 @@ static int on_key(void *ctx, const unsigned char *copied, size_t copied_len)
 {
 	struct write_state *st = ctx;
 	const struct span *sp;
-	size_t count = copy_next(st->copy, &sp);
+	size_t count = copy_next_string(st->root.copy, copied_len, &sp);
 
 	(void)copied;
-	if (count != 1 || (copied_len != 0 && copied_len != sp->len) || st->depth != 1)
+	if (count != 1 || st->root.depth != 1)
 		return 0;
-	const char *s = st->copy->src + sp->at;
-	size_t len = sp->len;
-	const char *list = st->confirm ? "written_keys_to_confirm" : "keys";
-	if (len == strlen(list) && memcmp(s, list, len) == 0 && !st->has_pairs)
+	const struct copy *c = st->root.copy;
+	if (copy_is(c, sp, st->confirm ? "written_keys_to_confirm" : "keys") && !st->has_pairs)
 		st->field = FIELD_PAIRS;
-	else if (st->confirm && len == 16 && memcmp(s, "pages_to_release", 16) == 0 &&
-	         !st->has_release)
+	else if (st->confirm && copy_is(c, sp, "pages_to_release") && !st->has_release)
 		st->field = FIELD_RELEASE;
-	else if (len == 9 && memcmp(s, "namespace", 9) == 0 && !st->ns)
+	else if (copy_is(c, sp, "namespace") && !st->ns)
 		st->field = FIELD_NS;
 	else
 		return 0;
-	return 1;
-}
-
-static int on_start_map(void *ctx)
-{
-	struct write_state *st = ctx;
-
-	if (st->depth != 0)
-		return 0;
-	st->depth = 1;
-	return 1;
-}
-
-static int on_end_map(void *ctx)
-{
-	struct write_state *st = ctx;
-
-	st->depth = 0;
-	copy_root_ended(st->copy);
 	return 1;
 }
 
@@ -190,18 +155,18 @@ static int on_start_array(void *ctx)
 	struct write_state *st = ctx;
 	struct flat_write *w = st->out;
 
-	if (st->depth == 1 && st->field == FIELD_PAIRS) {
+	if (st->root.depth == 1 && st->field == FIELD_PAIRS) {
 		st->has_pairs = 1;
-	} else if (st->depth == 1 && st->field == FIELD_RELEASE) {
+	} else if (st->root.depth == 1 && st->field == FIELD_RELEASE) {
 		st->has_release = 1;
-	} else if (st->depth == 2 && st->field == FIELD_PAIRS && w->n < st->max) {
+	} else if (st->root.depth == 2 && st->field == FIELD_PAIRS && w->n < st->max) {
 		if (grow_pairs(st) < 0)
 			return 0;
 		st->in_pair = 0;
 	} else {
 		return 0;
 	}
-	st->depth++;
+	st->root.depth++;
 	return 1;
 }
 
@@ -209,25 +174,25 @@ static int on_end_array(void *ctx)
 {
 	struct write_state *st = ctx;
 
-	if (st->depth == 3) {
+	if (st->root.depth == 3) {
 		if (st->in_pair != 2)
 			return 0; /* not a pair of two: the tree says what is wrong */
 		st->out->n++;
 	} else {
 		st->field = FIELD_NONE;
 	}
-	st->depth--;
+	st->root.depth--;
 	return 1;
 }
 
 static const yajl_callbacks write_cb = {
-	.yajl_null = fail,
-	.yajl_boolean = fail_bool,
+	.yajl_null = copy_refuse,
+	.yajl_boolean = copy_refuse_bool,
 	.yajl_number = on_number,
 	.yajl_string = on_string,
-	.yajl_start_map = on_start_map,
+	.yajl_start_map = copy_start_root,
 	.yajl_map_key = on_key,
-	.yajl_end_map = on_end_map,
+	.yajl_end_map = copy_end_root,
 	.yajl_start_array = on_start_array,
 	.yajl_end_array = on_end_array,
 };
@@ -235,7 +200,7 @@ static const yajl_callbacks write_cb = {
 int flat_parse_write(char *text, size_t len, int confirm, size_t max_keys, struct flat_write *w)
 {
 	struct copy c;
-	struct write_state st = {.copy = &c, .confirm = confirm, .max = max_keys, .out = w};
+	struct write_state st = {.root.copy = &c, .confirm = confirm, .max = max_keys, .out = w};
 
 	memset(w, 0, sizeof(*w));
 	/* a reserve's key and prefix a pair (a confirm has one string a pair),

@@ -434,40 +434,21 @@ enum route {
 	ROUTE_GET,
 };
 
-/* A write route (reserve, confirm) on the fast path. As answer_flat. */
-static int answer_flat_write(struct meta *m, long rank, int route, char *body, size_t len,
-                             struct out *o)
-{
-	struct flat_write w;
-	int rc = flat_parse_write(body, len, route == ROUTE_CONFIRM, SERVE_MAX_KEYS, &w);
-
-	if (rc < 0) {
-		out_errno(o, rc);
-		return 1;
-	}
-	if (rc > 0)
-		return 0;
-	struct route_ctx c = {m, rank, NULL, o}; /* no tree: the answers take their fields */
-	const char *ns = w.ns ? w.ns : "kv";
-	if (route == ROUTE_CONFIRM)
-		answer_confirm(&c, ns, w.keys, w.slots, w.n, w.release, w.nrel);
-	else
-		answer_reserve(&c, ns, w.keys, w.n);
-	flat_write_free(&w);
-	return 1;
-}
-
 /* A route on the fast path (flat.h): 1 if answered, 0 if the body needs
  * the general parse. body is changed only if answered. */
 static int answer_flat(struct meta *m, long rank, int route, char *body, size_t len, struct out *o)
 {
-	struct flat f;
+	int write = route == ROUTE_RESERVE || route == ROUTE_CONFIRM;
+	struct flat f = {0};
+	struct flat_write w = {0};
+	int rc;
 
-	if (route == ROUTE_RESERVE || route == ROUTE_CONFIRM)
-		return answer_flat_write(m, rank, route, body, len, o);
-	if (route != ROUTE_EXISTS && route != ROUTE_GET && route != ROUTE_DELETE)
+	if (write)
+		rc = flat_parse_write(body, len, route == ROUTE_CONFIRM, SERVE_MAX_KEYS, &w);
+	else if (route == ROUTE_EXISTS || route == ROUTE_GET || route == ROUTE_DELETE)
+		rc = flat_parse(body, len, SERVE_MAX_KEYS, &f);
+	else
 		return 0;
-	int rc = flat_parse(body, len, SERVE_MAX_KEYS, &f);
 	if (rc < 0) {
 		out_errno(o, rc);
 		return 1;
@@ -475,12 +456,20 @@ static int answer_flat(struct meta *m, long rank, int route, char *body, size_t 
 	if (rc > 0)
 		return 0;
 	struct route_ctx c = {m, rank, NULL, o}; /* no tree: the answers take their fields */
-	const char *ns = f.ns ? f.ns : "kv";
-	if (route == ROUTE_DELETE)
+	const char *ns = write ? w.ns : f.ns;
+	ns = ns ? ns : "kv";
+	if (route == ROUTE_RESERVE)
+		answer_reserve(&c, ns, w.keys, w.n);
+	else if (route == ROUTE_CONFIRM)
+		answer_confirm(&c, ns, w.keys, w.slots, w.n, w.release, w.nrel);
+	else if (route == ROUTE_DELETE)
 		answer_delete(&c, ns, f.keys, f.n);
 	else
 		answer_exists(&c, ns, f.keys, f.n, route == ROUTE_GET);
-	flat_free(&f);
+	if (write)
+		flat_write_free(&w);
+	else
+		flat_free(&f);
 	return 1;
 }
 
