@@ -35,40 +35,33 @@
 #define F_LEN 2        /* (2) the length is the previous page's */
 #define F_HEX 4        /* (2) the name's own part is packed hex digits */
 
-struct buf {
+/* Where the next byte of a blob goes: the blob is sized once for its
+ * largest encoding (row_max), so the fields are stored without a check of
+ * room each (a check and a call a field were a third of a confirm's
+ * encoding). */
+struct out {
 	unsigned char *p;
-	size_t len, cap;
 };
 
-static int put(struct buf *b, const void *src, size_t n)
+static void put_bytes(struct out *o, const void *src, size_t n)
 {
-	if (b->len + n > b->cap) {
-		size_t cap = b->cap ? b->cap * 2 : 4096;
-		while (cap < b->len + n)
-			cap *= 2;
-		unsigned char *p = realloc(b->p, cap);
-		if (!p)
-			return -ENOMEM;
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, src, n);
-	b->len += n;
-	return 0;
+	memcpy(o->p, src, n);
+	o->p += n;
 }
 
-static int put_varint(struct buf *b, uint64_t v)
+static void put_varint(struct out *o, uint64_t v)
 {
-	unsigned char tmp[10];
-	size_t n = 0;
-
-	do {
-		tmp[n] = (unsigned char)(v & 0x7f);
+	while (v >= 0x80) {
+		*o->p++ = (unsigned char)(v | 0x80);
 		v >>= 7;
-		tmp[n] |= v ? 0x80 : 0;
-		n++;
-	} while (v);
-	return put(b, tmp, n);
+	}
+	*o->p++ = (unsigned char)v;
+}
+
+static void put_le64(struct out *o, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		*o->p++ = (unsigned char)(v >> (8 * i));
 }
 
 static uint64_t zigzag(int64_t v)
@@ -93,19 +86,36 @@ static void hex_init(void)
 		hex_of[(unsigned char)"0123456789abcdef"[i]] = (unsigned char)i;
 }
 
-static int is_hex(const char *p, size_t n)
+/* Packs the n (even) hex digits at p into n / 2 bytes at o, two digits a
+ * byte; 0 if one of them is not a lowercase hex digit (o then holds
+ * bytes to be written over). One pass: checking first and packing after
+ * read each digit twice. */
+static int pack_hex(struct out *o, const char *p, size_t n)
 {
 	unsigned bad = 0;
 
-	for (size_t i = 0; i < n; i++)
-		bad |= hex_of[(unsigned char)p[i]];
-	return !(bad & 16) && n % 2 == 0;
+	for (size_t i = 0; i < n; i += 2) {
+		unsigned hi = hex_of[(unsigned char)p[i]], lo = hex_of[(unsigned char)p[i + 1]];
+		bad |= hi | lo;
+		o->p[i / 2] = (unsigned char)(hi << 4 | lo);
+	}
+	if (bad & 16)
+		return 0;
+	o->p += n / 2;
+	return 1;
+}
+
+/* The most bytes put_row takes for a page whose name is name_len long:
+ * ten a varint (eight of them), the flags and the checksum. */
+static size_t row_max(size_t name_len)
+{
+	return 8 * 10 + 1 + 8 + name_len;
 }
 
 /* Page r of a run at lo, after prev (the previous page of the blob, or
- * all zeros), in version 2. */
-static int put_row(struct buf *b, uint64_t lo, const struct bulk_row *prev,
-                   const struct bulk_row *r)
+ * all zeros), in version 2; o has room for row_max(r->name_len). */
+static void put_row(struct out *o, uint64_t lo, const struct bulk_row *prev,
+                    const struct bulk_row *r)
 {
 	size_t shared = 0;
 
@@ -113,36 +123,25 @@ static int put_row(struct buf *b, uint64_t lo, const struct bulk_row *prev,
 	       r->name[r->name_len - 1 - shared] == prev->name[prev->name_len - 1 - shared])
 		shared++;
 	size_t own = r->name_len - shared;
-	unsigned char flags = (unsigned char)((r->has_checksum ? F_SUM : 0) |
-	                                      (r->length == prev->length ? F_LEN : 0) |
-	                                      (is_hex(r->name, own) ? F_HEX : 0));
 	/* (differences in uint64_t: any two values, no overflow) */
-	int rc = put_varint(b, r->id - lo);
-	rc = rc ? rc : put_varint(b, zigzag((int64_t)(r->slot - prev->slot)));
-	rc = rc ? rc : put(b, &flags, 1);
-	if (!rc && r->has_checksum) {
-		unsigned char c[8];
-		for (int i = 0; i < 8; i++)
-			c[i] = (unsigned char)(r->checksum >> (8 * i));
-		rc = put(b, c, 8);
-	}
-	if (!rc && !(flags & F_LEN))
-		rc = put_varint(b, r->length);
-	rc = rc ? rc
-	        : put_varint(b,
-	                     zigzag((int64_t)((uint64_t)r->mtime_ns - (uint64_t)prev->mtime_ns)));
-	rc = rc ? rc
-	        : put_varint(b, zigzag((int64_t)((uint64_t)r->atime_ns - (uint64_t)r->mtime_ns)));
-	rc = rc ? rc : put_varint(b, (uint64_t)r->gen);
-	rc = rc ? rc : put_varint(b, shared);
-	rc = rc ? rc : put_varint(b, own);
-	if (rc || !(flags & F_HEX))
-		return rc ? rc : put(b, r->name, own);
-	unsigned char packed[META_NAME_MAX / 2 + 1];
-	for (size_t i = 0; i < own; i += 2)
-		packed[i / 2] = (unsigned char)(hex_of[(unsigned char)r->name[i]] << 4 |
-		                                hex_of[(unsigned char)r->name[i + 1]]);
-	return put(b, packed, own / 2);
+	put_varint(o, r->id - lo);
+	put_varint(o, zigzag((int64_t)(r->slot - prev->slot)));
+	unsigned char *flags = o->p++; /* F_HEX is known once the name is packed */
+	*flags = (unsigned char)((r->has_checksum ? F_SUM : 0) |
+	                         (r->length == prev->length ? F_LEN : 0));
+	if (r->has_checksum)
+		put_le64(o, r->checksum);
+	if (!(*flags & F_LEN))
+		put_varint(o, r->length);
+	put_varint(o, zigzag((int64_t)((uint64_t)r->mtime_ns - (uint64_t)prev->mtime_ns)));
+	put_varint(o, zigzag((int64_t)((uint64_t)r->atime_ns - (uint64_t)r->mtime_ns)));
+	put_varint(o, (uint64_t)r->gen);
+	put_varint(o, shared);
+	put_varint(o, own);
+	if (own % 2 == 0 && pack_hex(o, r->name, own))
+		*flags |= F_HEX;
+	else
+		put_bytes(o, r->name, own);
 }
 
 /* The checksum of a blob's len bytes, seeded with its row's columns. */
@@ -157,26 +156,16 @@ static uint64_t blob_sum(const void *p, size_t len, uint32_t pool, uint64_t lo, 
 	return XXH3_64bits_withSeed(p, len, XXH3_64bits(cols, sizeof(cols)));
 }
 
-/* Ends the blob of a run (pool, lo, span) of `count` pages, whose pages
- * are in b after the 5 bytes reserved at its start: writes the header
- * (version, count as a fixed 4-byte varint) and the checksum. */
-static int seal(struct buf *b, uint32_t count, uint32_t pool, uint64_t lo, uint32_t span)
+/* Ends the blob of a run (pool, lo, span) of `count` pages, from blob
+ * to o (the header's 5 bytes left for here): writes the header (version,
+ * count as a fixed 4-byte varint) and the checksum. */
+static void seal(unsigned char *blob, struct out *o, uint32_t count, uint32_t pool, uint64_t lo,
+                 uint32_t span)
 {
-	b->p[0] = PLOG_VERSION;
+	blob[0] = PLOG_VERSION;
 	for (int i = 0; i < 4; i++)
-		b->p[1 + i] = (unsigned char)(((count >> (7 * i)) & 0x7f) | (i < 3 ? 0x80 : 0));
-	uint64_t h = blob_sum(b->p, b->len, pool, lo, span);
-	unsigned char c[8];
-	for (int i = 0; i < 8; i++)
-		c[i] = (unsigned char)(h >> (8 * i));
-	return put(b, c, 8);
-}
-
-static int start(struct buf *b)
-{
-	static const unsigned char hdr[5];
-	b->len = 0;
-	return put(b, hdr, sizeof(hdr));
+		blob[1 + i] = (unsigned char)(((count >> (7 * i)) & 0x7f) | (i < 3 ? 0x80 : 0));
+	put_le64(o, blob_sum(blob, (size_t)(o->p - blob), pool, lo, span));
 }
 
 struct reader {
@@ -345,19 +334,19 @@ int store_blob_encode(const struct bulk_row *rows, size_t n, uint32_t pool, uint
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	static const struct bulk_row no_row;
-	struct buf b = {0};
-	int rc;
+	size_t max = 5 + 8;
 
 	pthread_once(&once, hex_init);
-	rc = start(&b);
-	for (size_t i = 0; rc == 0 && i < n; i++)
-		rc = put_row(&b, lo, i ? &rows[i - 1] : &no_row, &rows[i]);
-	rc = rc ? rc : seal(&b, (uint32_t)n, pool, lo, span);
-	if (rc) {
-		free(b.p);
-		return rc;
-	}
-	*out = b.p;
-	*len = b.len;
+	for (size_t i = 0; i < n; i++)
+		max += row_max(rows[i].name_len);
+	unsigned char *blob = malloc(max);
+	if (!blob)
+		return -ENOMEM;
+	struct out o = {blob + 5};
+	for (size_t i = 0; i < n; i++)
+		put_row(&o, lo, i ? &rows[i - 1] : &no_row, &rows[i]);
+	seal(blob, &o, (uint32_t)n, pool, lo, span);
+	*out = blob;
+	*len = (size_t)(o.p - blob);
 	return 0;
 }
