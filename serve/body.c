@@ -67,14 +67,47 @@ static void gen_print(void *ctx, const char *s, size_t n)
 	out_add(ctx, s, n);
 }
 
+/* Whether s[0..n) is UTF-8 as RFC 3629 has it: yajl's check takes an
+ * overlong form (C0 BC for '<'), a surrogate or a code point past
+ * U+10FFFF, which JSON parsers such as Python's and jansson refuse. */
+static int utf8_strict(const unsigned char *s, size_t n)
+{
+	for (size_t i = 0; i < n;) {
+		unsigned c = s[i];
+		size_t more = c < 0x80                 ? 0
+		              : c >= 0xc2 && c <= 0xdf ? 1
+		              : (c & 0xf0) == 0xe0     ? 2
+		              : c >= 0xf0 && c <= 0xf4 ? 3
+		                                       : 4;
+		if (more == 4 || n - i <= more)
+			return 0; /* not a lead byte, or cut short */
+		unsigned lo = 0x80, hi = 0xbf; /* the second byte's range */
+		if (c == 0xe0)
+			lo = 0xa0; /* overlong */
+		else if (c == 0xed)
+			hi = 0x9f; /* surrogates */
+		else if (c == 0xf0)
+			lo = 0x90; /* overlong */
+		else if (c == 0xf4)
+			hi = 0x8f; /* past U+10FFFF */
+		for (size_t k = 1; k <= more; k++)
+			if (s[i + k] < (k == 1 ? lo : 0x80) || s[i + k] > (k == 1 ? hi : 0xbf))
+				return 0;
+		i += more + 1;
+	}
+	return 1;
+}
+
 /* A string as JSON; one that is not UTF-8 (a path segment echoed back)
- * goes out with '?' for every byte over 0x7f: the generator refuses it
- * whole, which would leave the reply without a value. */
+ * goes out with '?' for every byte over 0x7f: the generator would refuse
+ * it whole, which would leave the reply without a value, or let an
+ * overlong form through. */
 static void gen_string(yajl_gen g, const char *s)
 {
 	size_t n = strlen(s);
 
-	if (yajl_gen_string(g, (const unsigned char *)s, n) == yajl_gen_status_ok)
+	if (utf8_strict((const unsigned char *)s, n) &&
+	    yajl_gen_string(g, (const unsigned char *)s, n) == yajl_gen_status_ok)
 		return;
 	char *ascii = malloc(n + 1);
 	if (!ascii) {

@@ -62,6 +62,29 @@ Test(serve, reserve_confirm_get_round_trip)
 	expect("/1/exists", "{\"keys\": [", 422, NULL);
 }
 
+/* fuzz_serve: a rank in the URL holding an overlong form (C0 BC for '<'),
+ * which yajl's UTF-8 check lets through, came back as it was in the 422's
+ * "input", and the reply was not JSON a client could decode. Every byte
+ * that is not strict UTF-8 goes out as '?'; strict UTF-8 as it was. */
+Test(serve, a_rank_that_is_not_strict_utf8_comes_back_in_a_422_as_question_marks)
+{
+	static const struct {
+		const char *url, *input;
+	} cases[] = {
+		{"/0\xc0\xbc/exists", "\"input\":\"0??\""},           /* overlong */
+		{"/0\xed\xa0\x80/exists", "\"input\":\"0???\""},      /* a surrogate */
+		{"/0\xf4\x90\x80\x80/exists", "\"input\":\"0????\""}, /* past U+10FFFF */
+		{"/0\xe2\x82/exists", "\"input\":\"0??\""},           /* cut short */
+		{"/0\xc3\xa9/exists", "\"input\":\"0\xc3\xa9\""},     /* UTF-8: as sent */
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct reply r = post(cases[i].url, "{\"keys\": [\"k\"]}");
+		cr_assert_eq(r.status, 422, "%s: %u", cases[i].url, r.status);
+		cr_assert_not_null(strstr(r.body, cases[i].input), "%s: %s", cases[i].url, r.body);
+		free(r.body);
+	}
+}
+
 /* fuzz_serve: a data file larger than the backing filesystem allows made
  * initialize answer 500 (an index error) instead of saying what to fix. */
 Test(serve, initialize_beyond_the_backing_filesystem_is_a_409_that_names_the_fix)
