@@ -1,5 +1,7 @@
 /*
- * flat.c - the fast path for key-list bodies (flat.h).
+ * flat.c - the fast path for key-list bodies (flat.h), its second tier:
+ * what the scan (flat_scan.c) left, in the plainest form but for strings
+ * of other bytes than printable ASCII, or in other white space.
  *
  * A batch of 128 SGLang keys is about 10 KB of JSON. body_parse builds a
  * tree of it: a node and a copy of every key, then a C array of the keys
@@ -110,7 +112,7 @@ static const yajl_callbacks flat_cb = {
 	.yajl_end_array = on_end_array,
 };
 
-int flat_parse(char *text, size_t len, size_t max_keys, struct flat *f)
+int flat_parse_copy(char *text, size_t len, size_t max_keys, struct flat *f)
 {
 	struct copy c;
 	struct flat_state st = {.root.copy = &c, .max_keys = max_keys};

@@ -1,8 +1,15 @@
 /*
  * flat.h - the fast paths for the bodies every SGLang client sends: the key
  * lists of exists, get_page_indices and delete_keys ({"keys": ["k", ...]}
- * with an optional "namespace" string; flat.c), and the writes of
- * reserve_and_allocate_page_indices and confirm_write (flat_write.c).
+ * with an optional "namespace" string), and the writes of
+ * reserve_and_allocate_page_indices and confirm_write.
+ *
+ * Two tiers, tried in turn before the general parse (body_parse): a scan
+ * of the body exactly as SGLang sends it, strings of printable ASCII and
+ * integer indices, in one pass with no copy and no yajl (flat_scan.c);
+ * then yajl over a copy of the body with its printable strings emptied,
+ * which also takes strings of other bytes (flat.c, flat_write.c). What
+ * the scan takes the copy takes too, read alike; the tests check both.
  */
 #ifndef PAGEFS_SERVE_FLAT_H
 #define PAGEFS_SERVE_FLAT_H
@@ -31,6 +38,12 @@ struct flat {
 int flat_parse(char *text, size_t len, size_t max_keys, struct flat *f);
 void flat_free(struct flat *f);
 
+/* flat_parse's tiers: the scan (flat_scan.c), the copy (flat.c). Each
+ * returns as flat_parse does; 1 from the scan says only that the body is
+ * not in the form it reads. */
+int flat_scan(char *text, size_t len, size_t max_keys, struct flat *f);
+int flat_parse_copy(char *text, size_t len, size_t max_keys, struct flat *f);
+
 /* A write body (flat_write.c): keys[0..n) and ns point into the body. */
 struct flat_write {
 	const char **keys;
@@ -54,5 +67,10 @@ struct flat_write {
  */
 int flat_parse_write(char *text, size_t len, int confirm, size_t max_keys, struct flat_write *w);
 void flat_write_free(struct flat_write *w);
+
+/* flat_parse_write's tiers, as flat_parse's. */
+int flat_scan_write(char *text, size_t len, int confirm, size_t max_keys, struct flat_write *w);
+int flat_parse_write_copy(char *text, size_t len, int confirm, size_t max_keys,
+                          struct flat_write *w);
 
 #endif

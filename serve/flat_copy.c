@@ -26,21 +26,7 @@
 #include <emmintrin.h>
 #endif
 
-/* What string_len found in a string. */
-enum string_kind {
-	STRING_PLAIN,   /* bytes 0x20 to 0x7f only: valid JSON as it stands */
-	STRING_OTHER,   /* other bytes too: for yajl to check */
-	STRING_ESCAPED, /* a backslash: the quote found may be escaped */
-};
-
-/*
- * The length of the string whose text starts at s: the bytes before the
- * first quote in s[0..room), or room if there is none, and in *kind what
- * they hold (STRING_ESCAPED: the length up to the backslash). Sixteen
- * bytes at a time with SSE2: a signed comparison below 0x20 is true of
- * the bytes below 0x20 and of those from 0x80.
- */
-static size_t string_len(const char *s, size_t room, enum string_kind *kind)
+size_t flat_string_len(const char *s, size_t room, enum string_kind *kind)
 {
 	unsigned bad = 0;
 	size_t i = 0;
@@ -147,7 +133,7 @@ int copy_make(const char *text, size_t len, size_t max_strings, struct copy *c)
 		if (pos == len)
 			return 0;
 		enum string_kind kind;
-		size_t at = pos + 1, n = string_len(text + at, len - at, &kind);
+		size_t at = pos + 1, n = flat_string_len(text + at, len - at, &kind);
 		if (n == len - at || kind == STRING_ESCAPED)
 			return 1; /* not closed, or an escape */
 		int plain = kind == STRING_PLAIN;

@@ -23,6 +23,22 @@ struct token {
 	size_t first, count;
 };
 
+/* What flat_string_len found in a string. */
+enum string_kind {
+	STRING_PLAIN,   /* bytes 0x20 to 0x7f only: valid JSON as it stands */
+	STRING_OTHER,   /* other bytes too: for yajl to check */
+	STRING_ESCAPED, /* a backslash: the quote found may be escaped */
+};
+
+/*
+ * The length of the string whose text starts at s: the bytes before the
+ * first quote in s[0..room), or room if there is none, and in *kind what
+ * they hold (STRING_ESCAPED: the length up to the backslash). Sixteen
+ * bytes at a time with SSE2: a signed comparison below 0x20 is true of
+ * the bytes below 0x20 and of those from 0x80.
+ */
+size_t flat_string_len(const char *s, size_t room, enum string_kind *kind);
+
 /* How deep arrays and objects may nest in a body taken here. */
 #define COPY_DEPTH 64
 

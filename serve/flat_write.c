@@ -1,5 +1,6 @@
 /*
- * flat_write.c - the fast path for the bodies of a write (flat.h):
+ * flat_write.c - the fast path for the bodies of a write (flat.h), its
+ * second tier (after flat_scan.c), as flat.c's for key lists:
  * reserve_and_allocate_page_indices' {"keys": [[key, prefix_key], ...]}
  * and confirm_write's {"written_keys_to_confirm": [[key, index], ...],
  * "pages_to_release": [index, ...]}, each with an optional "namespace".
@@ -197,7 +198,8 @@ static const yajl_callbacks write_cb = {
 	.yajl_end_array = on_end_array,
 };
 
-int flat_parse_write(char *text, size_t len, int confirm, size_t max_keys, struct flat_write *w)
+int flat_parse_write_copy(char *text, size_t len, int confirm, size_t max_keys,
+                          struct flat_write *w)
 {
 	struct copy c;
 	struct write_state st = {.root.copy = &c, .confirm = confirm, .max = max_keys, .out = w};

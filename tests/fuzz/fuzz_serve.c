@@ -19,12 +19,15 @@
  * path for key lists (serve/flat.h): the replies must be the same. The
  * body of every reserve and confirm is read both ways too
  * (flat_write_check.h): what the fast path for writes takes, body_parse
- * must read alike.
+ * must read alike. And every body is read by both tiers of the fast
+ * paths as each kind of body (flat_scan_check.h): what the scan takes,
+ * the copy must take and read alike.
  */
 #define FUZZ_NAME "fuzz_serve"
 #include "tests/fuzz/fuzz_index.h"
 
 #include "serve/serve.h"
+#include "tests/fuzz/flat_scan_check.h"
 #include "tests/fuzz/flat_write_check.h"
 
 #include <jansson.h>
@@ -165,6 +168,16 @@ static void one_request(const char *req, size_t len)
 		CHECK(flat_write_check(body, blen, confirm, SERVE_MAX_KEYS, &taken, why,
 		                       sizeof(why)) == 0,
 		      "%s: %s", url, why);
+	}
+	/* the scan reads every body as the copy does, whatever the route */
+	if (body) {
+		static const enum fsc_kind kinds[] = {FSC_KEYS, FSC_RESERVE, FSC_CONFIRM};
+		char why[256];
+		int taken;
+		for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
+			CHECK(flat_scan_check(body, blen, kinds[k], SERVE_MAX_KEYS, &taken, why,
+			                      sizeof(why)) == 0,
+			      "%s, as body kind %d: %s", url, (int)kinds[k], why);
 	}
 	/* exists and get_page_indices change nothing their replies show: the
 	 * general parse must answer them as the fast path did */

@@ -10,12 +10,14 @@
 #include "serve/body.h"
 #include "serve/flat.h"
 #include "serve/serve.h"
+#include "tests/fuzz/flat_scan_check.h"
 #include "tests/fuzz/flat_write_check.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
 
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -148,6 +150,18 @@ Test(serve, batch_replies_carry_slots_of_several_digits)
 
 /* ---- the fast path for key-list bodies (serve/flat.h) ---- */
 
+/* The scan and the copy read body alike (flat_scan_check.h); whether the
+ * scan took it. */
+static int scan_agrees(const char *body, size_t len, enum fsc_kind kind, size_t max_keys)
+{
+	char why[256];
+	int taken;
+
+	cr_assert_eq(flat_scan_check(body, len, kind, max_keys, &taken, why, sizeof(why)), 0,
+	             "%.*s: %s", (int)len, body, why);
+	return taken;
+}
+
 /* flat_parse on a copy of body: 0 (taken) or 1 (left to body_parse). */
 static int flat_of(const char *body, size_t len, struct flat *f, char **copy)
 {
@@ -247,6 +261,7 @@ Test(serve, flat_parse_leaves_every_other_body_to_the_general_parse_untouched)
 		cr_assert_eq(memcmp(copy, other[i], strlen(other[i])), 0, "changed: %s", other[i]);
 		cr_assert_null(f.keys);
 		free(copy);
+		scan_agrees(other[i], strlen(other[i]), FSC_KEYS, 4);
 	}
 	/* a NUL inside a key, as sent */
 	static const char nul[] = "{\"keys\": [\"a\0b\"]}";
@@ -265,10 +280,10 @@ Test(serve, flat_parse_finds_each_key_at_any_length_alignment_and_byte)
 {
 	static const struct {
 		const char *bytes;
-		int ok;
-	} odd[] = {{"\x01", 0},     {"\x1f", 0}, {"\t", 0},   {"\x80", 0},
-	           {"\xff", 0},     {" ", 1},    {"~", 1},    {"\x7f", 1},
-	           {"\xc3\xa9", 1}, {"\\", 0},   {"\\\"", 0}, {"\\\\", 0}};
+		int ok, plain; /* taken; taken by the scan too (printable ASCII) */
+	} odd[] = {{"\x01", 0, 0},     {"\x1f", 0, 0}, {"\t", 0, 0},   {"\x80", 0, 0},
+	           {"\xff", 0, 0},     {" ", 1, 1},    {"~", 1, 1},    {"\x7f", 1, 1},
+	           {"\xc3\xa9", 1, 0}, {"\\", 0, 0},   {"\\\"", 0, 0}, {"\\\\", 0, 0}};
 	char key[64], body[128];
 
 	for (int shift = 0; shift < 8; shift++)
@@ -291,6 +306,10 @@ Test(serve, flat_parse_finds_each_key_at_any_length_alignment_and_byte)
 					struct flat f;
 					char *copy;
 					int rc = flat_of(body, (size_t)len, &f, &copy);
+					int scanned = scan_agrees(body, (size_t)len, FSC_KEYS, 4);
+					cr_assert_eq(scanned, at == n || odd[o].plain,
+					             "scan: shift %d, key %zu bytes, byte %zu",
+					             shift, n, at);
 					cr_assert_eq(rc, ok ? 0 : 1,
 					             "shift %d, key %zu bytes, byte %zu = %02x",
 					             shift, n, at, (unsigned char)odd[o].bytes[0]);
@@ -463,6 +482,134 @@ Test(serve, flat_parse_write_reads_keys_indices_releases_and_namespace)
 	free(copy);
 }
 
+/* Appends to the body being built in b (cap bytes, *at used). */
+static void body_add(char *b, size_t cap, size_t *at, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	int n = vsnprintf(b + *at, cap - *at, fmt, ap);
+	va_end(ap);
+	cr_assert(n >= 0 && (size_t)n < cap - *at, "a test body over %zu bytes", cap);
+	*at += (size_t)n;
+}
+
+/* Bodies as SGLang's clients send them (Python's json.dumps: ", " and ": "
+ * between items) are taken by the scan, read field for field; bodies in
+ * other JSON the scan leaves to the copy, which takes them. */
+Test(serve, the_scan_takes_sglang_bodies_and_the_copy_the_rest)
+{
+	enum { N = 128, CAP = 32768 };
+	static char keys_body[CAP], reserve[CAP], confirm[CAP];
+	char key[N][72];
+	size_t k = 0, r = 0, c = 0;
+
+	body_add(keys_body, CAP, &k, "{\"keys\": [");
+	body_add(reserve, CAP, &r, "{\"keys\": [");
+	body_add(confirm, CAP, &c, "{\"written_keys_to_confirm\": [");
+	for (int i = 0; i < N; i++) {
+		snprintf(key[i], sizeof(key[i]), "%016x%016x_Qwen-Qwen3-32B_%d_k", i * 2654435761u,
+		         ~(unsigned)i, i % 8);
+		const char *sep = i ? ", " : "";
+		body_add(keys_body, CAP, &k, "%s\"%s\"", sep, key[i]);
+		body_add(reserve, CAP, &r, "%s[\"%s\", \"%s\"]", sep, key[i], i ? key[i - 1] : "");
+		body_add(confirm, CAP, &c, "%s[\"%s\", %d]", sep, key[i], 100000 - i);
+	}
+	body_add(keys_body, CAP, &k, "]}");
+	body_add(reserve, CAP, &r, "], \"namespace\": \"kv\"}");
+	body_add(confirm, CAP, &c, "], \"pages_to_release\": [0, 7, 123456789012345678]}");
+	cr_assert(scan_agrees(keys_body, k, FSC_KEYS, SERVE_MAX_KEYS), "an exists body");
+	cr_assert(scan_agrees(reserve, r, FSC_RESERVE, SERVE_MAX_KEYS), "a reserve body");
+	cr_assert(scan_agrees(confirm, c, FSC_CONFIRM, SERVE_MAX_KEYS), "a confirm body");
+
+	struct flat f;
+	cr_assert_eq(flat_scan(keys_body, k, SERVE_MAX_KEYS, &f), 0);
+	cr_assert_eq(f.n, N);
+	for (int i = 0; i < N; i++)
+		cr_assert_str_eq(f.keys[i], key[i]);
+	cr_assert_null(f.ns);
+	flat_free(&f);
+	struct flat_write w;
+	cr_assert_eq(flat_scan_write(reserve, r, 0, SERVE_MAX_KEYS, &w), 0);
+	cr_assert_eq(w.n, N);
+	for (int i = 0; i < N; i++)
+		cr_assert_str_eq(w.keys[i], key[i]);
+	cr_assert_str_eq(w.ns, "kv");
+	flat_write_free(&w);
+	cr_assert_eq(flat_scan_write(confirm, c, 1, SERVE_MAX_KEYS, &w), 0);
+	cr_assert_eq(w.n, N);
+	for (int i = 0; i < N; i++) {
+		cr_assert_str_eq(w.keys[i], key[i]);
+		cr_assert_eq(w.slots[i], 100000 - i);
+	}
+	cr_assert_eq(w.nrel, 3);
+	cr_assert_eq(w.release[2], 123456789012345678LL);
+	cr_assert_null(w.ns);
+	flat_write_free(&w);
+
+	/* indices: JSON's integers of at most 18 digits, nothing else */
+	static const struct {
+		const char *index;
+		int scanned;
+	} idx[] = {{"0", 1},
+	           {"-0", 1},
+	           {"-5", 1},
+	           {"999999999999999999", 1},
+	           {"-999999999999999999", 1},
+	           {"1000000000000000000", 0},
+	           {"01", 0},
+	           {"-01", 0},
+	           {"00", 0},
+	           {"-", 0},
+	           {"1.5", 0},
+	           {"1e3", 0},
+	           {"1E3", 0},
+	           {"+1", 0},
+	           {"0x10", 0},
+	           {"1 2", 0},
+	           {"\"1\"", 0},
+	           {"", 0},
+	           {"true", 0}};
+	for (size_t i = 0; i < sizeof(idx) / sizeof(idx[0]); i++) {
+		char body[128];
+		int len = snprintf(body, sizeof(body),
+		                   "{\"written_keys_to_confirm\": [[\"k\", %s]], "
+		                   "\"pages_to_release\": [%s]}",
+		                   idx[i].index, idx[i].index);
+		cr_assert_eq(scan_agrees(body, (size_t)len, FSC_CONFIRM, SERVE_MAX_KEYS),
+		             idx[i].scanned, "index %s", idx[i].index);
+	}
+
+	/* JSON the copy reads and the scan leaves to it */
+	static const struct {
+		enum fsc_kind kind;
+		const char *body;
+	} copied[] = {
+		{FSC_KEYS, "{\"keys\": [\"caf\xc3\xa9\"]}"},
+		{FSC_KEYS, "{\"namespace\": \"\xc3\xa9\", \"keys\": [\"k\"]}"},
+		{FSC_RESERVE, "{\"keys\": [[\"k\", \"caf\xc3\xa9\"]]}"},
+		{FSC_CONFIRM, "{\"written_keys_to_confirm\": [[\"\xe2\x82\xac\", 3]]}"},
+	};
+	for (size_t i = 0; i < sizeof(copied) / sizeof(copied[0]); i++) {
+		const char *b = copied[i].body;
+		cr_assert_not(scan_agrees(b, strlen(b), copied[i].kind, SERVE_MAX_KEYS), "%s", b);
+		char *t = strdup(b);
+		int rc;
+		if (copied[i].kind == FSC_KEYS) {
+			rc = flat_parse(t, strlen(b), SERVE_MAX_KEYS, &f);
+			if (rc == 0)
+				flat_free(&f);
+		} else {
+			rc = flat_parse_write(t, strlen(b), copied[i].kind == FSC_CONFIRM,
+			                      SERVE_MAX_KEYS, &w);
+			if (rc == 0)
+				flat_write_free(&w);
+		}
+		cr_assert_eq(rc, 0, "not taken by the copy: %s", b);
+		free(t);
+	}
+}
+
 /* Every body of a write is read alike by both ways; the plainest forms are
  * taken by the fast path, the rest left untouched to body_parse. */
 Test(serve, write_bodies_are_read_alike_on_both_paths)
@@ -484,6 +631,7 @@ Test(serve, write_bodies_are_read_alike_on_both_paths)
 		{0, 0, "{\"keys\": [[\"k\", 5]]}"},
 		{0, 0, "{\"keys\": [[\"k\"]]}"},
 		{0, 0, "{\"keys\": [[\"k\", \"\", \"\"]]}"},
+		{0, 0, "{\"keys\": [[\"k\", \"\", [\"x\", \"\"]]}"}, /* a pair not closed */
 		{0, 0, "{\"keys\": [[]]}"},
 		{0, 0, "{\"keys\": [\"k\"]}"},
 		{0, 0, "{\"keys\": [[[\"k\", \"\"]]]}"},
@@ -513,6 +661,7 @@ Test(serve, write_bodies_are_read_alike_on_both_paths)
 		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", \"7\"]]}"},
 		{1, 0, "{\"written_keys_to_confirm\": [[7, \"k\"]]}"},
 		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", 7, 8]]}"},
+		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", 7, [\"x\", 8]]}"},
 		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", 7]], \"pages_to_release\": [1.5]}"},
 		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", 7]], \"pages_to_release\": [[1]]}"},
 		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", 7]], \"pages_to_release\": 1}"},
@@ -542,7 +691,12 @@ Test(serve, write_bodies_are_read_alike_on_both_paths)
 		cr_assert_eq(rc, 0, "%s: %s", cases[i].body, why);
 		cr_assert_eq(taken, cases[i].taken, "%s: taken %d, want %d", cases[i].body, taken,
 		             cases[i].taken);
+		int scanned =
+			scan_agrees(cases[i].body, strlen(cases[i].body),
+		                    cases[i].confirm ? FSC_CONFIRM : FSC_RESERVE, SERVE_MAX_KEYS);
+		cr_assert(taken || !scanned, "%s: taken by the scan only", cases[i].body);
 	}
+	scan_agrees(nul, sizeof(nul) - 1, FSC_CONFIRM, SERVE_MAX_KEYS);
 }
 
 /* Replies that do not depend on what an earlier reserve left: keys already
