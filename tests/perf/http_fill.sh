@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# http_fill.sh - what a write costs serve-meta as its pool fills: one
+# serve-meta (SQLite index, durable confirms, a pool of 2^23 4 KiB pages
+# as tests/perf/http_bench.sh initializes it) and RUNS write runs of
+# build/http_load one after another, each with new keys, each printing
+# the pool's pages after it, keys per server CPU second, and the server's
+# user and system CPU in microseconds per batch of 128 keys. The runs
+# stop before the pool is full (a full pool answers -1 and stores
+# nothing).
+#
+# Usage: tests/perf/http_fill.sh [BUILD_DIR] [RUNS] [SECONDS] [CLIENTS]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${1:-build}
+RUNS=${2:-4}
+SECS=${3:-2}
+CLIENTS=${4:-4}
+PAGES=$((1 << 23))
+DIR=$(mktemp -d /tmp/pagefs-httpfill.XXXXXX)
+PID=''
+cleanup() {
+	[[ -n $PID ]] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
+	rm -rf "$DIR"
+}
+trap cleanup EXIT
+mkdir "$DIR/backing"
+"$BUILD/pagefs" serve-meta --backing "$DIR/backing" --meta "sqlite:$DIR/index.db" \
+	--listen 127.0.0.1:0 --page-size 4K --threads 2 --log-level warn >"$DIR/out" 2>"$DIR/err" &
+PID=$!
+for _ in $(seq 100); do
+	grep -q listening "$DIR/out" && break
+	sleep 0.1
+done
+PORT=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\).*/\1/p' "$DIR/out" | head -n 1)
+[[ -n $PORT ]] || {
+	echo "http_fill.sh: serve-meta did not start:" >&2
+	cat "$DIR/err" >&2
+	exit 1
+}
+/usr/bin/python3 -c "import requests; requests.post('http://127.0.0.1:$PORT/0/initialize', json={'num_pages': $PAGES}).raise_for_status()"
+ticks() { awk '{ print $14, $15 }' "/proc/$PID/stat"; } # user, system
+hz=$(getconf CLK_TCK)
+total=0
+for ((r = 0; r < RUNS; r++)); do
+	read -r u0 s0 < <(ticks)
+	line=$(HTTP_LOAD_RUN=$r "$BUILD/http_load" "$PORT" write "$CLIENTS" "$SECS" "$PID")
+	read -r u1 s1 < <(ticks)
+	keys=$(sed -n 's/.* keys=\([0-9]*\).*/\1/p' <<<"$line")
+	total=$((total + keys))
+	awk -v t="$total" -v p="$PAGES" -v k="$keys" -v l="$line" -v u=$((u1 - u0)) -v s=$((s1 - s0)) -v hz="$hz" \
+		'BEGIN { split(l, f, "keys/cpu_s="); printf "pool %5.1f %% full (%d pages)  keys/cpu_s=%s  user_us/128=%.0f  sys_us/128=%.0f\n",
+			100 * t / p, t, f[2], u / hz * 1e6 / k * 128, s / hz * 1e6 / k * 128 }'
+	if ((total + keys > PAGES)); then break; fi # the next run would fill it
+done
