@@ -620,12 +620,15 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 				index_page_free(pages[i]);
 		}
 		/* Committed or given back: the slots are no writer's any more,
-		 * their chunks may be handed over (pages[] may be gone: done[]). */
-		index_lock(m);
-		if (shared && (pool = index_pool_by_id(m, pool_id)))
-			for (size_t i = 0; i < bulk.n; i++)
-				index_chunk_done(pool, done[i]);
-		index_unlock(m);
+		 * their chunks may be handed over (pages[] may be gone: done[]).
+		 * (Only a shared index hands chunks over.) */
+		if (shared) {
+			index_lock(m);
+			if ((pool = index_pool_by_id(m, pool_id)))
+				for (size_t i = 0; i < bulk.n; i++)
+					index_chunk_done(pool, done[i]);
+			index_unlock(m);
+		}
 	} else {
 		free(r);
 	}
