@@ -1,9 +1,10 @@
 /*
- * keys.h - what the protocol's four files share (private to them):
- * keys.c (pools, lookups, reserve, confirm, delete, clear), keys_slots.c
- * (the protocol's state, which starts the evictor thread; where reserved
+ * keys.h - what the protocol's files share (private to them): keys.c
+ * (pools, lookups, reserve, confirm, delete, clear), keys_slots.c (the
+ * protocol's state, which starts the evictor thread; where reserved
  * slots come from and go back to: reservations, the quarantine),
- * keys_want.c (the keys refused a slot and owed one) and keys_evict.c
+ * keys_resv.c (the reservations outstanding, by slot), keys_want.c (the
+ * keys refused a slot and owed one) and keys_evict.c
  * (drops, and what the evictor thread does). keys.c's header describes
  * the protocol's state. All of it under meta.lock.
  */
@@ -63,14 +64,21 @@ struct fifo {
 	size_t head, len, cap;
 };
 
-#define RESV_CHUNK 4096ULL /* slots per chunk of reservation deadlines */
-
-/* A reservation: its deadline (0: none) and its key's index_name_hash, which a
- * confirm must name (a late confirm of an expired reservation whose slot
- * another key reserved since was taken for it). */
+/* A reservation (keys_resv.c): its deadline (0: an empty entry), its key's
+ * index_name_hash, which a confirm must name (a late confirm of an expired
+ * reservation whose slot another key reserved since was taken for it),
+ * and its slot (< META_SLOTS_MAX). */
 struct resv {
 	int64_t at;
 	uint32_t key;
+	uint32_t slot;
+};
+
+/* The reservations outstanding in a pool, by slot. */
+struct resv_tab {
+	struct resv *v; /* mask + 1 entries, NULL until a slot is reserved */
+	size_t mask;
+	size_t n;
 };
 
 /* A key refused a slot (keys_want.c): its index_name_hash and when it last
@@ -90,10 +98,9 @@ struct want_tab {
 struct kpool {
 	struct kpool *next;
 	uint32_t pool_id;
-	uint64_t capacity;  /* slots covered by resv */
-	struct resv **resv; /* chunks of RESV_CHUNK deadlines of the reservation
-	                    * on a slot (0 = none); a NULL chunk holds none */
-	uint64_t top;       /* where the downward search for a free slot starts */
+	uint64_t capacity;    /* the pool's slots, as last seen */
+	struct resv_tab resv; /* reservations outstanding */
+	uint64_t top;         /* where the downward search for a free slot starts */
 	uint64_t quarantined;
 	struct want_tab want; /* keys refused a slot and owed one */
 	struct fifo resv_q, quar_q;
@@ -149,11 +156,8 @@ static inline const struct fifo_ent *fifo_at(const struct fifo *f, size_t i)
 /* keys_slots.c */
 int keys_fifo_push(struct fifo *f, uint64_t slot, int64_t at, int page_slot);
 struct kpool *keys_pool_get(struct meta *m, struct pool *pool); /* NULL: out of memory */
-int64_t keys_resv_get(const struct kpool *kp, uint64_t s);      /* deadline, 0: none */
-uint32_t keys_resv_key(const struct kpool *kp, uint64_t s);
-int keys_resv_set(struct kpool *kp, uint64_t s, int64_t at, uint32_t key); /* at 0 clears */
-int keys_slot_used(const struct pool *p, uint64_t i);                      /* its bit is set */
-uint64_t keys_held_at(const struct pool *p, size_t i); /* shared: i-th held chunk */
+int keys_slot_used(const struct pool *p, uint64_t i);           /* its bit is set */
+uint64_t keys_held_at(const struct pool *p, size_t i);          /* shared: i-th held chunk */
 uint64_t keys_held_free_bits(const struct pool *p, size_t i, uint64_t c);
 /* Shared index: leases a chunk (meta.lock dropped while waiting). */
 int keys_lease(struct meta *m, uint32_t pool_id, struct kpool *kp);
@@ -163,6 +167,14 @@ void keys_resv_free(struct pool *p, struct kpool *kp, uint64_t slot); /* never n
 void keys_quarantine(struct keys *k, struct kpool *kp, uint64_t slot, int page_slot);
 /* Ends the quarantines due by now (monotonic ns): their slots are free. */
 void keys_quarantine_release(struct pool *p, struct kpool *kp, int64_t now);
+
+/* keys_resv.c: the reservation on slot s (< capacity, else none): its
+ * deadline (0: none) and its key's hash; set (0, or -ENOMEM) or, with at
+ * 0, cleared (never fails); the table freed. */
+int64_t keys_resv_get(const struct kpool *kp, uint64_t s);
+uint32_t keys_resv_key(const struct kpool *kp, uint64_t s);
+int keys_resv_set(struct kpool *kp, uint64_t s, int64_t at, uint32_t key);
+void keys_resv_tab_free(struct resv_tab *t);
 
 /* fence.c (index of one daemon): records in the index, before a
  * reservation is handed out, until when its slot may be written; at a

@@ -1,8 +1,8 @@
 /*
  * keys_slots.c - the protocol's state and where its slots come from and
  * go back to: the state itself (made on first use, which starts the
- * evictor thread; its tuning; keys_stop), the per-pool state (reservation
- * deadlines by slot, the reservation and quarantine queues), the highest
+ * evictor thread; its tuning; keys_stop), the per-pool state (the
+ * reservation and quarantine queues; the reservations are keys_resv.c's), the highest
  * free slot for a reservation (on a shared index, from the chunks this
  * node holds, leasing more), and the quarantine a freed slot passes
  * before it is free again (keys.c's header says why). Callers hold
@@ -90,42 +90,6 @@ void meta_keys_tune(struct meta *m, const struct meta_keys_tuning *t)
 	index_unlock(m);
 }
 
-/* Chunks of reservation deadlines that cover `slots` slots. */
-static uint64_t resv_chunks(uint64_t slots)
-{
-	return (slots + RESV_CHUNK - 1) / RESV_CHUNK;
-}
-
-/* The deadline of the reservation on slot s, 0 if none. */
-int64_t keys_resv_get(const struct kpool *kp, uint64_t s)
-{
-	const struct resv *c = s < kp->capacity ? kp->resv[s / RESV_CHUNK] : NULL;
-
-	return c ? c[s % RESV_CHUNK].at : 0;
-}
-
-/* The index_name_hash of the key that reserved slot s (valid while reserved). */
-uint32_t keys_resv_key(const struct kpool *kp, uint64_t s)
-{
-	const struct resv *c = s < kp->capacity ? kp->resv[s / RESV_CHUNK] : NULL;
-
-	return c ? c[s % RESV_CHUNK].key : 0;
-}
-
-/* Sets (at != 0) or clears the reservation deadline of slot s < capacity.
- * 0, or -ENOMEM when a chunk cannot be made (clearing never fails). */
-int keys_resv_set(struct kpool *kp, uint64_t s, int64_t at, uint32_t key)
-{
-	struct resv **c = &kp->resv[s / RESV_CHUNK];
-
-	if (!*c && !at)
-		return 0;
-	if (!*c && !(*c = calloc(RESV_CHUNK, sizeof(**c))))
-		return -ENOMEM;
-	(*c)[s % RESV_CHUNK] = (struct resv){at, at ? key : 0};
-	return 0;
-}
-
 /* The protocol's view of pool if it has one (never made here). */
 static struct kpool *kpool_find(struct meta *m, const struct pool *pool)
 {
@@ -136,8 +100,8 @@ static struct kpool *kpool_find(struct meta *m, const struct pool *pool)
 	return kp;
 }
 
-/* The protocol's view of a pool (registered on first use; its deadlines
- * grow with the pool's capacity). NULL: out of memory. */
+/* The protocol's view of a pool (registered on first use; its capacity
+ * follows the pool's). NULL: out of memory. */
 struct kpool *keys_pool_get(struct meta *m, struct pool *pool)
 {
 	struct keys *k = keys_get(m);
@@ -146,26 +110,12 @@ struct kpool *keys_pool_get(struct meta *m, struct pool *pool)
 	if (!k)
 		return NULL;
 	kp = kpool_find(m, pool);
-	if (kp && kp->capacity < pool->capacity) {
-		uint64_t had = resv_chunks(kp->capacity), need = resv_chunks(pool->capacity);
-		// NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers, sizeof(*p) meant
-		struct resv **r = realloc(kp->resv, need * sizeof(*r));
-		if (!r)
-			return NULL;
-		// NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers, sizeof(*p) meant
-		memset(r + had, 0, (need - had) * sizeof(*r));
-		kp->resv = r;
+	if (kp && kp->capacity < pool->capacity)
 		kp->capacity = pool->capacity;
-	}
 	if (kp)
 		return kp;
 	if (!(kp = calloc(1, sizeof(*kp))))
 		return NULL;
-	// NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers, sizeof(*p) meant
-	if (!(kp->resv = calloc(resv_chunks(pool->capacity), sizeof(*kp->resv)))) {
-		free(kp);
-		return NULL;
-	}
 	kp->pool_id = pool->id;
 	kp->capacity = pool->capacity;
 	kp->top = pool->capacity - 1;
@@ -176,9 +126,7 @@ struct kpool *keys_pool_get(struct meta *m, struct pool *pool)
 
 static void kpool_free(struct kpool *kp)
 {
-	for (uint64_t c = 0; c < resv_chunks(kp->capacity); c++)
-		free(kp->resv[c]);
-	free(kp->resv);
+	keys_resv_tab_free(&kp->resv);
 	free(kp->resv_q.v);
 	free(kp->quar_q.v);
 	free(kp->want.v);
