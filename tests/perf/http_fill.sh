@@ -3,8 +3,9 @@
 # serve-meta (SQLite index, durable confirms, a pool of 2^23 4 KiB pages
 # as tests/perf/http_bench.sh initializes it) and RUNS write runs of
 # build/http_load one after another, each with new keys, each printing
-# the pool's pages after it, keys per server CPU second, and the server's
-# user and system CPU in microseconds per batch of 128 keys. The runs
+# the pool's pages after it, keys per server CPU second, the server's
+# user and system CPU in microseconds per batch of 128 keys, and how much
+# its resident memory grew in the run per key written. The runs
 # stop before the pool is full (a full pool answers -1 and stores
 # nothing).
 #
@@ -39,16 +40,20 @@ PORT=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\).*/\1/p' "$DIR/out" | head -n 1)
 }
 /usr/bin/python3 -c "import requests; requests.post('http://127.0.0.1:$PORT/0/initialize', json={'num_pages': $PAGES}).raise_for_status()"
 ticks() { awk '{ print $14, $15 }' "/proc/$PID/stat"; } # user, system
+rss() { awk '/^VmRSS:/ { print $2 }' "/proc/$PID/status"; } # KiB
 hz=$(getconf CLK_TCK)
 total=0
 for ((r = 0; r < RUNS; r++)); do
 	read -r u0 s0 < <(ticks)
+	m0=$(rss)
 	line=$(HTTP_LOAD_RUN=$r "$BUILD/http_load" "$PORT" write "$CLIENTS" "$SECS" "$PID")
 	read -r u1 s1 < <(ticks)
+	m1=$(rss)
 	keys=$(sed -n 's/.* keys=\([0-9]*\).*/\1/p' <<<"$line")
 	total=$((total + keys))
 	awk -v t="$total" -v p="$PAGES" -v k="$keys" -v l="$line" -v u=$((u1 - u0)) -v s=$((s1 - s0)) -v hz="$hz" \
-		'BEGIN { split(l, f, "keys/cpu_s="); printf "pool %5.1f %% full (%d pages)  keys/cpu_s=%s  user_us/128=%.0f  sys_us/128=%.0f\n",
-			100 * t / p, t, f[2], u / hz * 1e6 / k * 128, s / hz * 1e6 / k * 128 }'
+		-v m=$((m1 - m0)) \
+		'BEGIN { split(l, f, "keys/cpu_s="); printf "pool %5.1f %% full (%d pages)  keys/cpu_s=%s  user_us/128=%.0f  sys_us/128=%.0f  rss_bytes/key=%.0f\n",
+			100 * t / p, t, f[2], u / hz * 1e6 / k * 128, s / hz * 1e6 / k * 128, m * 1024 / k }'
 	if ((total + keys > PAGES)); then break; fi # the next run would fill it
 done
