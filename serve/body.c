@@ -80,7 +80,7 @@ static int utf8_strict(const unsigned char *s, size_t n)
 		              : c >= 0xf0 && c <= 0xf4 ? 3
 		                                       : 4;
 		if (more == 4 || n - i <= more)
-			return 0; /* not a lead byte, or cut short */
+			return 0;              /* not a lead byte, or cut short */
 		unsigned lo = 0x80, hi = 0xbf; /* the second byte's range */
 		if (c == 0xe0)
 			lo = 0xa0; /* overlong */
