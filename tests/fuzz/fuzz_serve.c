@@ -180,21 +180,30 @@ static void one_request(const char *req, size_t len)
 			      "%s, as body kind %d: %s", url, (int)kinds[k], why);
 	}
 	/* exists and get_page_indices change nothing their replies show: the
-	 * general parse must answer them as the fast path did */
+	 * general parse must answer them as the fast path did. The evictor
+	 * thread may change the pool between the two (a reservation expired,
+	 * a page evicted): then the fast path, asked once more after the
+	 * general parse, answers as it did. */
 	const char *route = strrchr(url, '/');
 	if (route && (strcmp(route, "/exists") == 0 || strcmp(route, "/get_page_indices") == 0)) {
-		unsigned slow_status = 0;
-		char *slow = NULL;
-		size_t slow_len = 0;
+		unsigned slow_status = 0, again_status = 0;
+		char *slow = NULL, *again = NULL;
+		size_t slow_len = 0, again_len = 0;
 		serve_set_fast_path(0);
 		int rc = serve_request(fi.m, url, method, body, blen, &slow_status, &slow,
 		                       &slow_len);
 		serve_set_fast_path(1);
-		CHECK(rc < 0 || (slow_status == status && slow_len == rlen &&
-		                 (!rlen || memcmp(slow, reply, rlen) == 0)),
-		      "%s: fast path %u %.*s, general parse %u %.*s", url, status, (int)rlen,
-		      reply ? reply : "", slow_status, (int)slow_len, slow ? slow : "");
+		int same = rc < 0 || (slow_status == status && slow_len == rlen &&
+		                      (!rlen || memcmp(slow, reply, rlen) == 0));
+		if (!same && serve_request(fi.m, url, method, body, blen, &again_status, &again,
+		                           &again_len) == 0)
+			same = again_status == slow_status && again_len == slow_len &&
+			       (!slow_len || memcmp(again, slow, slow_len) == 0);
+		CHECK(same, "%s: fast path %u %.*s, general parse %u %.*s, fast path again %u %.*s",
+		      url, status, (int)rlen, reply ? reply : "", slow_status, (int)slow_len,
+		      slow ? slow : "", again_status, (int)again_len, again ? again : "");
 		free(slow);
+		free(again);
 	}
 	free(reply);
 }
