@@ -24,21 +24,9 @@ cleanup() {
 	rm -rf "$DIR"
 }
 trap cleanup EXIT
-mkdir "$DIR/backing"
-"$BUILD/pagefs" serve-meta --backing "$DIR/backing" --meta "sqlite:$DIR/index.db" \
-	--listen 127.0.0.1:0 --page-size 4K --threads 2 --log-level warn >"$DIR/out" 2>"$DIR/err" &
-PID=$!
-for _ in $(seq 100); do
-	grep -q listening "$DIR/out" && break
-	sleep 0.1
-done
-PORT=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\).*/\1/p' "$DIR/out" | head -n 1)
-[[ -n $PORT ]] || {
-	echo "http_fill.sh: serve-meta did not start:" >&2
-	cat "$DIR/err" >&2
-	exit 1
-}
-/usr/bin/python3 -c "import requests; requests.post('http://127.0.0.1:$PORT/0/initialize', json={'num_pages': $PAGES}).raise_for_status()"
+# shellcheck source=tests/perf/serve_meta.sh
+. tests/perf/serve_meta.sh
+serve_meta_start http_fill.sh "$BUILD" "$DIR" "$PAGES"
 ticks() { awk '{ print $14, $15 }' "/proc/$PID/stat"; } # user, system
 rss() { awk '/^VmRSS:/ { print $2 }' "/proc/$PID/status"; } # KiB
 hz=$(getconf CLK_TCK)

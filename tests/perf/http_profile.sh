@@ -33,21 +33,9 @@ cleanup() {
 	rm -rf "$DIR"
 }
 trap cleanup EXIT
-mkdir "$DIR/backing"
-"$BUILD/pagefs" serve-meta --backing "$DIR/backing" --meta "sqlite:$DIR/index.db" \
-	--listen 127.0.0.1:0 --page-size 4K --threads "${THREADS:-2}" --log-level warn >"$DIR/out" 2>"$DIR/err" &
-PID=$!
-for _ in $(seq 100); do
-	grep -q listening "$DIR/out" && break
-	sleep 0.1
-done
-PORT=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\).*/\1/p' "$DIR/out" | head -n 1)
-[[ -n $PORT ]] || {
-	echo "http_profile.sh: serve-meta did not start:" >&2
-	cat "$DIR/err" >&2
-	exit 1
-}
-/usr/bin/python3 -c "import requests; requests.post('http://127.0.0.1:$PORT/0/initialize', json={'num_pages': 1 << 23}).raise_for_status()"
+# shellcheck source=tests/perf/serve_meta.sh
+. tests/perf/serve_meta.sh
+serve_meta_start http_profile.sh "$BUILD" "$DIR" $((1 << 23)) "${THREADS:-2}"
 if [[ $OP != write ]]; then
 	HTTP_LOAD_RUN=0 "$BUILD/http_load" "$PORT" write 1 1 "$PID" >/dev/null
 fi
