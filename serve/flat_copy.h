@@ -2,7 +2,8 @@
  * flat_copy.h - what the fast paths for request bodies share (flat.c for
  * key lists, flat_write.c for reserve and confirm): the body with its
  * printable strings emptied, for yajl to parse quickly, and where each
- * string of the body lies. flat_copy.c says how.
+ * string of the body lies. flat_copy.c says how. The scan for a string's
+ * end (flat_string_len) serves the first tier, flat_scan.c, too.
  */
 #ifndef PAGEFS_SERVE_FLAT_COPY_H
 #define PAGEFS_SERVE_FLAT_COPY_H
