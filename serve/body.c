@@ -98,10 +98,10 @@ static int utf8_strict(const unsigned char *s, size_t n)
 	return 1;
 }
 
-/* A string as JSON; one that is not UTF-8 (a path segment echoed back)
- * goes out with '?' for every byte over 0x7f: the generator would refuse
- * it whole, which would leave the reply without a value, or let an
- * overlong form through. */
+/* A string as JSON, a value or an object's key; one that is not UTF-8 (a
+ * path segment or a body's field name echoed back) goes out with '?' for
+ * every byte over 0x7f: the generator would refuse it whole, which would
+ * leave the reply without a value, or let an overlong form through. */
 static void gen_string(yajl_gen g, const char *s)
 {
 	size_t n = strlen(s);
@@ -111,7 +111,7 @@ static void gen_string(yajl_gen g, const char *s)
 		return;
 	char *ascii = malloc(n + 1);
 	if (!ascii) {
-		yajl_gen_null(g);
+		yajl_gen_string(g, (const unsigned char *)"", 0); /* (a key or a value) */
 		return;
 	}
 	for (size_t i = 0; i <= n; i++)
@@ -130,7 +130,7 @@ static void gen_value(yajl_gen g, yajl_val v)
 		yajl_gen_map_open(g);
 		for (size_t i = 0; i < v->u.object.len; i++) {
 			const char *k = v->u.object.keys[i];
-			yajl_gen_string(g, (const unsigned char *)k, strlen(k));
+			gen_string(g, k);
 			gen_value(g, v->u.object.values[i]);
 		}
 		yajl_gen_map_close(g);

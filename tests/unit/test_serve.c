@@ -85,6 +85,12 @@ Test(serve, a_rank_that_is_not_strict_utf8_comes_back_in_a_422_as_question_marks
 		cr_assert_not_null(strstr(r.body, cases[i].input), "%s: %s", cases[i].url, r.body);
 		free(r.body);
 	}
+	/* a body's field name, echoed in the "input" of a missing field */
+	expect("/1/initialize", "{\"num_pages\": 4}", 204, NULL);
+	struct reply r = post("/1/get_page_indices", "{\"keys\xc0\xbc\": 64}");
+	cr_assert_eq(r.status, 422, "%u", r.status);
+	cr_assert_not_null(strstr(r.body, "\"input\":{\"keys??\":64}"), "%s", r.body);
+	free(r.body);
 }
 
 /* fuzz_serve: a data file larger than the backing filesystem allows made
