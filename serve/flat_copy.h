@@ -40,6 +40,11 @@ enum string_kind {
  */
 size_t flat_string_len(const char *s, size_t room, enum string_kind *kind);
 
+/* The digits of an index the fast paths take: any value of at most 18
+ * digits fits an int64_t; longer ones go to body_parse, which knows the
+ * limits. */
+#define FLAT_INDEX_DIGITS_MAX 18
+
 /* How deep arrays and objects may nest in a body taken here. */
 #define COPY_DEPTH 64
 

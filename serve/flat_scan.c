@@ -25,9 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Digits of an index read here (any 18 fit an int64_t), as the copy's. */
-#define INDEX_DIGITS_MAX 18
-
 /* Where the scan is in the body. */
 struct scan {
 	char *p, *end;
@@ -79,8 +76,9 @@ static int is(const struct str *a, const char *name)
 }
 
 /* An integer in JSON's form, without fraction or exponent, of at most
- * INDEX_DIGITS_MAX digits: 0 (in *out, passed), or 1. What follows it is
- * the caller's to check: a '.' or an 'e' is then not what it expects. */
+ * FLAT_INDEX_DIGITS_MAX digits: 0 (in *out, passed), or 1. What follows
+ * it is the caller's to check: a '.' or an 'e' is then not what it
+ * expects. */
 static int index_of(struct scan *s, int64_t *out)
 {
 	skip_space(s);
@@ -90,7 +88,7 @@ static int index_of(struct scan *s, int64_t *out)
 	int64_t v = 0;
 
 	while (q < s->end && *q >= '0' && *q <= '9') {
-		if (q - digits == INDEX_DIGITS_MAX)
+		if (q - digits == FLAT_INDEX_DIGITS_MAX)
 			return 1;
 		v = v * 10 + (*q++ - '0');
 	}
@@ -135,82 +133,56 @@ static void fields_free(struct fields *f)
 	free(f->release);
 }
 
-/* Room for one more key (and its index). 0, or 1 with oom noted. */
-static int room_for_key(struct fields *f, int slots)
+/* Room for one more item in v (*cap of size bytes, n used). 0, or 1
+ * with oom noted. */
+static int room(struct fields *f, void **v, size_t *cap, size_t n, size_t size)
 {
-	if (body_grow((void **)&f->keys, &f->cap_keys, f->nkeys + 1, sizeof(*f->keys)) < 0 ||
-	    (slots &&
-	     body_grow((void **)&f->slots, &f->cap_slots, f->nkeys + 1, sizeof(*f->slots)) < 0)) {
+	if (body_grow(v, cap, n + 1, size) < 0) {
 		f->oom = 1;
 		return 1;
 	}
 	return 0;
 }
 
-/* A key list's array: ["k", ...], at most max keys. 0 or 1. */
-static int key_list(struct scan *s, size_t max, struct fields *f)
-{
-	if (!eat(s, '['))
-		return 1;
-	if (eat(s, ']'))
-		return 0;
-	do {
-		if (f->nkeys == max || room_for_key(f, 0) || string(s, &f->keys[f->nkeys]))
-			return 1;
-		f->nkeys++;
-	} while (eat(s, ','));
-	return eat(s, ']') ? 0 : 1;
-}
+/* What a list of the body holds. */
+enum item { ITEM_KEY, ITEM_RESERVE_PAIR, ITEM_CONFIRM_PAIR, ITEM_INDEX };
 
-/* One pair of a write's list: [key, prefix] (a reserve) or [key, index]
- * (a confirm). 0 or 1. */
-static int pair(struct scan *s, int confirm, struct fields *f)
+/* One item of a list, stored at f's next key (and index) or index to
+ * release: a key "k"; a reserve's pair [key, prefix]; a confirm's pair
+ * [key, index]; an index to release. 0 or 1. */
+static int item(struct scan *s, enum item it, struct fields *f)
 {
 	struct str prefix;
 
-	if (!eat(s, '[') || room_for_key(f, confirm) || string(s, &f->keys[f->nkeys]) ||
-	    !eat(s, ','))
+	if (it == ITEM_INDEX)
+		return room(f, (void **)&f->release, &f->cap_release, f->nrel,
+		            sizeof(*f->release)) ||
+		       index_of(s, &f->release[f->nrel]);
+	if (room(f, (void **)&f->keys, &f->cap_keys, f->nkeys, sizeof(*f->keys)))
 		return 1;
-	if (confirm ? index_of(s, &f->slots[f->nkeys]) : string(s, &prefix))
+	if (it == ITEM_KEY)
+		return string(s, &f->keys[f->nkeys]);
+	if (it == ITEM_CONFIRM_PAIR &&
+	    room(f, (void **)&f->slots, &f->cap_slots, f->nkeys, sizeof(*f->slots)))
 		return 1;
-	if (!eat(s, ']'))
-		return 1;
-	f->nkeys++;
-	return 0;
+	return !eat(s, '[') || string(s, &f->keys[f->nkeys]) || !eat(s, ',') ||
+	       (it == ITEM_CONFIRM_PAIR ? index_of(s, &f->slots[f->nkeys]) : string(s, &prefix)) ||
+	       !eat(s, ']');
 }
 
-/* A write's list of pairs, at most max. 0 or 1. */
-static int pair_list(struct scan *s, int confirm, size_t max, struct fields *f)
+/* A list of at most max items: [item, ...]. 0 or 1. */
+static int scan_list(struct scan *s, enum item it, size_t max, struct fields *f)
 {
+	size_t *n = it == ITEM_INDEX ? &f->nrel : &f->nkeys;
+
 	if (!eat(s, '['))
 		return 1;
 	if (eat(s, ']'))
 		return 0;
 	do {
-		if (f->nkeys == max || pair(s, confirm, f))
+		if (*n == max || item(s, it, f))
 			return 1;
-	} while (eat(s, ','));
-	return eat(s, ']') ? 0 : 1;
-}
-
-/* pages_to_release: [index, ...], at most max. 0 or 1. */
-static int release_list(struct scan *s, size_t max, struct fields *f)
-{
-	if (!eat(s, '['))
-		return 1;
-	if (eat(s, ']'))
-		return 0;
-	do {
-		if (f->nrel == max)
-			return 1;
-		if (body_grow((void **)&f->release, &f->cap_release, f->nrel + 1,
-		              sizeof(*f->release)) < 0) {
-			f->oom = 1;
-			return 1;
-		}
-		if (index_of(s, &f->release[f->nrel]))
-			return 1;
-		f->nrel++;
+		(*n)++;
 	} while (eat(s, ','));
 	return eat(s, ']') ? 0 : 1;
 }
@@ -234,11 +206,14 @@ static int scan_body(char *text, size_t len, enum body_kind kind, size_t max, st
 			return 1;
 		if (is(&name, list) && !f->has_keys) {
 			f->has_keys = 1;
-			rc = kind == KEY_LIST ? key_list(&s, max, f)
-			                      : pair_list(&s, kind == CONFIRM, max, f);
+			rc = scan_list(&s,
+			               kind == KEY_LIST  ? ITEM_KEY
+			               : kind == CONFIRM ? ITEM_CONFIRM_PAIR
+			                                 : ITEM_RESERVE_PAIR,
+			               max, f);
 		} else if (kind == CONFIRM && is(&name, "pages_to_release") && !f->has_release) {
 			f->has_release = 1;
-			rc = release_list(&s, max, f);
+			rc = scan_list(&s, ITEM_INDEX, max, f);
 		} else if (is(&name, "namespace") && !f->has_ns) {
 			f->has_ns = 1;
 			rc = string(&s, &f->ns);

@@ -25,10 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The digits of an index taken here: any value of at most 18 digits fits
- * an int64_t; longer ones go to body_parse, which knows the limits. */
-#define INDEX_DIGITS_MAX 18
-
 /* What the root object's next value is. */
 enum field { FIELD_NONE, FIELD_PAIRS, FIELD_RELEASE, FIELD_NS };
 
@@ -70,7 +66,7 @@ static int read_index(const char *s, size_t len, int64_t *out)
 	size_t i = len && s[0] == '-' ? 1 : 0;
 	int64_t v = 0;
 
-	if (len == i || len - i > INDEX_DIGITS_MAX)
+	if (len == i || len - i > FLAT_INDEX_DIGITS_MAX)
 		return 1;
 	for (; i < len; i++) {
 		if (s[i] < '0' || s[i] > '9')

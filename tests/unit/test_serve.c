@@ -638,6 +638,7 @@ Test(serve, write_bodies_are_read_alike_on_both_paths)
 		{0, 0, "{\"keys\": [[\"k\"]]}"},
 		{0, 0, "{\"keys\": [[\"k\", \"\", \"\"]]}"},
 		{0, 0, "{\"keys\": [[\"k\", \"\", [\"x\", \"\"]]}"}, /* a pair not closed */
+		{0, 0, "{\"keys\": [[\"k\", ]]}"},                   /* a pair missing its prefix */
 		{0, 0, "{\"keys\": [[]]}"},
 		{0, 0, "{\"keys\": [\"k\"]}"},
 		{0, 0, "{\"keys\": [[[\"k\", \"\"]]]}"},
@@ -668,6 +669,7 @@ Test(serve, write_bodies_are_read_alike_on_both_paths)
 		{1, 0, "{\"written_keys_to_confirm\": [[7, \"k\"]]}"},
 		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", 7, 8]]}"},
 		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", 7, [\"x\", 8]]}"},
+		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", ]]}"},
 		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", 7]], \"pages_to_release\": [1.5]}"},
 		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", 7]], \"pages_to_release\": [[1]]}"},
 		{1, 0, "{\"written_keys_to_confirm\": [[\"k\", 7]], \"pages_to_release\": 1}"},
