@@ -169,10 +169,10 @@ void keys_quarantine(struct keys *k, struct kpool *kp, uint64_t slot, int page_s
 void keys_quarantine_release(struct pool *p, struct kpool *kp, int64_t now);
 
 /* keys_resv.c: the reservation on slot s (< capacity, else none): its
- * deadline (0: none) and its key's hash; set (0, or -ENOMEM) or, with at
- * 0, cleared (never fails); the table freed. */
+ * deadline (0: none); whether it is one for the key of hash key; set (0,
+ * or -ENOMEM) or, with at 0, cleared (never fails); the table freed. */
 int64_t keys_resv_get(const struct kpool *kp, uint64_t s);
-uint32_t keys_resv_key(const struct kpool *kp, uint64_t s);
+int keys_resv_for(const struct kpool *kp, uint64_t s, uint32_t key);
 int keys_resv_set(struct kpool *kp, uint64_t s, int64_t at, uint32_t key);
 void keys_resv_tab_free(struct resv_tab *t);
 

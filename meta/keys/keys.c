@@ -541,8 +541,8 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 			keys_touch(m, old, index_now_ns()); /* confirmed again: nothing changes */
 			continue;
 		}
-		if (s < 0 || !ka.valid[i % KEYS_CHUNK] || !keys_resv_get(kp, (uint64_t)s) ||
-		    keys_resv_key(kp, (uint64_t)s) != ka.h[i % KEYS_CHUNK]) {
+		if (s < 0 || !ka.valid[i % KEYS_CHUNK] ||
+		    !keys_resv_for(kp, (uint64_t)s, ka.h[i % KEYS_CHUNK])) {
 			log_warn("pool %u/%s: confirm of key '%.64s' at page %lld ignored: that "
 			         "page is not reserved for it (expired, never reserved, or "
 			         "reserved for another key)",

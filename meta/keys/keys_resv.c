@@ -65,18 +65,24 @@ static int rebuild(struct resv_tab *t, size_t size)
 	return 0;
 }
 
+/* The reservation on slot s of kp, or NULL (none, or past the pool). */
+static const struct resv *lookup(const struct kpool *kp, uint64_t s)
+{
+	return s < kp->capacity ? find(&kp->resv, s) : NULL;
+}
+
 int64_t keys_resv_get(const struct kpool *kp, uint64_t s)
 {
-	const struct resv *e = s < kp->capacity ? find(&kp->resv, s) : NULL;
+	const struct resv *e = lookup(kp, s);
 
 	return e ? e->at : 0;
 }
 
-uint32_t keys_resv_key(const struct kpool *kp, uint64_t s)
+int keys_resv_for(const struct kpool *kp, uint64_t s, uint32_t key)
 {
-	const struct resv *e = s < kp->capacity ? find(&kp->resv, s) : NULL;
+	const struct resv *e = lookup(kp, s);
 
-	return e ? e->key : 0;
+	return e && e->key == key;
 }
 
 /* Removes entry i, shifting back the entries after it that may not stay
@@ -100,10 +106,10 @@ static void remove_at(struct resv_tab *t, size_t i)
 int keys_resv_set(struct kpool *kp, uint64_t s, int64_t at, uint32_t key)
 {
 	struct resv_tab *t = &kp->resv;
-	struct resv *e = find(t, s);
 
 	if (s >= kp->capacity)
 		return at ? -EINVAL : 0; /* (callers check: a bug) */
+	struct resv *e = find(t, s);
 	if (!at) {
 		if (e) {
 			remove_at(t, (size_t)(e - t->v));

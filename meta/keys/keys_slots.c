@@ -2,10 +2,10 @@
  * keys_slots.c - the protocol's state and where its slots come from and
  * go back to: the state itself (made on first use, which starts the
  * evictor thread; its tuning; keys_stop), the per-pool state (the
- * reservation and quarantine queues; the reservations are keys_resv.c's), the highest
- * free slot for a reservation (on a shared index, from the chunks this
- * node holds, leasing more), and the quarantine a freed slot passes
- * before it is free again (keys.c's header says why). Callers hold
+ * reservation and quarantine queues; the reservations are keys_resv.c's),
+ * the highest free slot for a reservation (on a shared index, from the
+ * chunks this node holds, leasing more), and the quarantine a freed slot
+ * passes before it is free again (keys.c's header says why). Callers hold
  * meta.lock but for meta_keys_tune and keys_stop, which take it;
  * keys_lease and keys_take drop it while a lease is waited for.
  */
