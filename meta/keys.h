@@ -91,8 +91,9 @@ struct want {
 struct want_tab {
 	struct want *v; /* mask + 1 entries, NULL until a key is refused */
 	size_t mask;
-	uint64_t live; /* keys owed a slot: the evictor's demand */
-	uint64_t used; /* entries live or served (tombstones) */
+	uint64_t live;  /* keys owed a slot: the evictor's demand */
+	uint64_t used;  /* entries live or served (tombstones) */
+	int64_t oldest; /* at most the earliest `at` of a live entry */
 };
 
 struct kpool {
@@ -113,6 +114,10 @@ struct kpool {
 	int cur_ok, full;
 	int64_t lease_after;
 	int64_t fence_until; /* wall-clock ns the index records (fence.c) */
+	/* Confirms and releases ignored since the last line that said so
+	 * (keys.c logs at most one a second), and when that line was. */
+	uint64_t ignored_confirms, ignored_releases;
+	int64_t ignored_logged_at;
 };
 
 struct keys {

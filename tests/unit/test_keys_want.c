@@ -3,7 +3,9 @@
  * the evictor's demand: a key refused again adds nothing, a key served
  * leaves and counts again when refused again, keys that stopped asking
  * expire and the others stay findable, demand stops at the pool's
- * capacity, and the table grows through thousands of keys.
+ * capacity, the table grows through thousands of keys, and expiry finds
+ * a key due behind a bound made exact and drops tombstones that
+ * outnumber the live keys.
  */
 #include "meta/keys.h"
 
@@ -97,5 +99,51 @@ Test(keys_want, thousands_of_keys_are_each_counted_once)
 	for (uint32_t k = 0; k < n; k++)
 		keys_want_served(kp, k * 7919u);
 	cr_assert_eq(kp->want.live, 0);
+	kpool_done(kp);
+}
+
+Test(keys_want, a_key_due_is_found_after_the_bound_was_made_exact)
+{
+	struct kpool *kp = kpool_of(100);
+
+	keys_want_add(kp, 1, 100);
+	keys_want_add(kp, 2, 200);
+	keys_want_add(kp, 1, 300); /* asked again: the bound stays 100 */
+	cr_assert_eq(kp->want.oldest, 100);
+	keys_want_expire(kp, 150); /* none due: the bound becomes 200 */
+	cr_assert_eq(kp->want.live, 2);
+	cr_assert_eq(kp->want.oldest, 200);
+	keys_want_expire(kp, 200); /* (not before 200) */
+	cr_assert_eq(kp->want.live, 2);
+	keys_want_expire(kp, 250); /* key 2 stopped asking */
+	cr_assert_eq(kp->want.live, 1);
+	cr_assert_eq(kp->want.oldest, 300);
+	keys_want_add(kp, 2, 400); /* counts again */
+	cr_assert_eq(kp->want.live, 2);
+	keys_want_add(kp, 3, 50); /* (a clock read before another's) */
+	cr_assert_eq(kp->want.oldest, 50);
+	keys_want_expire(kp, 350);
+	cr_assert_eq(kp->want.live, 1, "keys 1 and 3 asked before 350");
+	kpool_done(kp);
+}
+
+Test(keys_want, tombstones_that_outnumber_the_live_keys_are_dropped)
+{
+	struct kpool *kp = kpool_of(100);
+
+	for (uint32_t k = 1; k <= 10; k++)
+		keys_want_add(kp, k, 1000);
+	for (uint32_t k = 1; k <= 5; k++)
+		keys_want_served(kp, k);
+	keys_want_expire(kp, 10); /* nothing due, 5 tombstones for 5 keys */
+	cr_assert_eq(kp->want.used, 10, "as many tombstones as keys are kept");
+	keys_want_served(kp, 6);
+	keys_want_expire(kp, 10);
+	cr_assert_eq(kp->want.used, 4, "6 tombstones for 4 keys are dropped");
+	cr_assert_eq(kp->want.live, 4);
+	for (uint32_t k = 7; k <= 10; k++) {
+		keys_want_add(kp, k, 2000); /* still there: no new demand */
+		cr_assert_eq(kp->want.live, 4, "key %u", k);
+	}
 	kpool_done(kp);
 }
