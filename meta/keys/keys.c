@@ -489,6 +489,45 @@ static int ids_wait(struct meta *m)
 	return 0;
 }
 
+/* What one confirm ignored: how many confirms and releases, and the
+ * first of each. */
+struct ignored {
+	size_t confirms, releases;
+	const char *key;
+	int64_t slot, rel;
+};
+
+/* Logs what a confirm ignored, at most one line of each kind a second per
+ * pool, with how many since the last line: a client that confirms the
+ * keys it was refused (at -1) while a pool is full would otherwise write a
+ * line per key, hundreds of thousands a second. meta.lock held. */
+static void log_ignored(const struct pool *pool, struct kpool *kp, const struct ignored *ig)
+{
+	int64_t now = mono_ns();
+
+	kp->ignored_confirms += ig->confirms;
+	kp->ignored_releases += ig->releases;
+	if ((!ig->confirms && !ig->releases) ||
+	    (kp->ignored_logged_at && now - kp->ignored_logged_at < SEC))
+		return;
+	if (ig->confirms)
+		log_warn("pool %u/%s: confirm of key '%.64s' at page %lld ignored: that page is "
+		         "not reserved for it (expired, never reserved, or reserved for another "
+		         "key); %llu confirm(s) ignored since the last such line",
+		         pool->rank, pool->ns, ig->key, (long long)ig->slot,
+		         (unsigned long long)kp->ignored_confirms);
+	if (ig->releases)
+		log_warn("pool %u/%s: release of page %lld ignored: it is in use; %llu "
+		         "release(s) ignored since the last such line",
+		         pool->rank, pool->ns, (long long)ig->rel,
+		         (unsigned long long)kp->ignored_releases);
+	if (ig->confirms)
+		kp->ignored_confirms = 0;
+	if (ig->releases)
+		kp->ignored_releases = 0;
+	kp->ignored_logged_at = now;
+}
+
 int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
                       const int64_t *slots, size_t n, const int64_t *release, size_t nrel,
                       size_t *ignored)
@@ -504,6 +543,7 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 	struct bulk bulk = {.pages = pages, .hash = hash};
 	int64_t now = index_now_ns();
 	int rc = 0, shared = m->shared;
+	struct ignored ig = {0};
 
 	*ignored = 0;
 	if (!pages || !done || !hash || !r) {
@@ -543,11 +583,10 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 		}
 		if (s < 0 || !ka.valid[i % KEYS_CHUNK] ||
 		    !keys_resv_for(kp, (uint64_t)s, ka.h[i % KEYS_CHUNK])) {
-			log_warn("pool %u/%s: confirm of key '%.64s' at page %lld ignored: that "
-			         "page is not reserved for it (expired, never reserved, or "
-			         "reserved for another key)",
-			         pool->rank, pool->ns, keys[i], (long long)s);
-			(*ignored)++;
+			if (!ig.confirms++) {
+				ig.key = keys[i];
+				ig.slot = s;
+			}
 			continue;
 		}
 		if (index_id_left(&m->page_ids) == 0) {
@@ -584,10 +623,13 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 			keys_resv_free(pool, kp, (uint64_t)s);
 		} else if (s >= 0 && (uint64_t)s < kp->capacity &&
 		           keys_slot_used(pool, (uint64_t)s)) {
-			log_warn("pool %u/%s: release of page %lld ignored: it is in use",
-			         pool->rank, pool->ns, (long long)s);
-			(*ignored)++;
+			if (!ig.releases++)
+				ig.rel = s;
 		}
+	}
+	if (pool) {
+		log_ignored(pool, kp, &ig);
+		*ignored = ig.confirms + ig.releases;
 	}
 	/* All confirmed keys in one record: one savepoint, one apply. */
 	if (bulk.n) {

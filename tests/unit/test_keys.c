@@ -2,10 +2,17 @@
  * test_keys.c - the mini_3fs_metadata_server protocol on the index
  * (meta/keys.c) and bulk adoption (meta/adopt.c): slots from the top
  * down, one slot per key, no leaks when the pool runs out, confirms that
- * publish only reserved slots, quarantined deletes, durable confirms.
+ * publish only reserved slots (and are logged a line a second at most),
+ * quarantined deletes, durable confirms.
  */
 #include "fixture.h"
 #include "meta/index.h"
+#include "meta/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 TestSuite(keys, .init = fx_setup, .fini = fx_teardown, .timeout = 30);
 
@@ -86,6 +93,43 @@ Test(keys, confirm_publishes_a_durable_page_of_slot_size_without_checksum)
 	fx_reopen();
 	pi = lookup_ok(p, "k");
 	cr_assert(pi.has_checksum && pi.checksum == 0x1234, "the first checksum is recorded");
+}
+
+Test(keys, ignored_confirms_are_logged_at_most_once_a_second_with_their_count)
+{
+	char path[] = "/tmp/pagefs-test-keys-log.XXXXXX";
+	int fd = mkstemp(path);
+	uint32_t p = init_pool(0, "http", 8);
+	static char names[1000][8];
+	const char *keys[1000];
+	int64_t s[1000];
+	size_t ignored;
+
+	cr_assert(fd >= 0);
+	close(fd);
+	cr_assert_eq(log_open_file(path), 0);
+	for (int i = 0; i < 1000; i++) {
+		snprintf(names[i], sizeof(names[i]), "k%d", i);
+		keys[i] = names[i];
+		s[i] = -1; /* refused, and confirmed all the same */
+	}
+	for (int round = 0; round < 5; round++) {
+		cr_assert_eq(meta_keys_confirm(fx.m, p, keys, s, 1000, NULL, 0, &ignored), 0);
+		cr_assert_eq(ignored, 1000);
+	}
+	FILE *f = fopen(path, "r");
+	char line[1024];
+	int lines = 0;
+	cr_assert(f);
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, "ignored")) {
+			lines++;
+			cr_assert(strstr(line, "key 'k0' at page -1"), "%s", line);
+			cr_assert(strstr(line, "1000 confirm(s) ignored"), "%s", line);
+		}
+	fclose(f);
+	unlink(path);
+	cr_assert_eq(lines, 1, "5000 confirms ignored within a second make one line");
 }
 
 Test(keys, confirm_of_an_unreserved_slot_and_release_of_a_mapped_one_are_ignored)
