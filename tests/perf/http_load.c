@@ -12,6 +12,10 @@
  * SERVER_PID, the server's CPU seconds (utime + stime from /proc) and keys
  * per CPU second. A minimal HTTP/1.1 client: it only needs
  * Content-Length replies, which both servers send.
+ *
+ * A write confirms only the keys its reserve gave a slot to and did not
+ * find written, as SGLang's client does; `written` counts them (fewer
+ * than `keys` when a full pool answers -1).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* strcasestr */
@@ -41,6 +45,7 @@ static int port, op_write, op_get, seconds;
  * new keys; exists/get ask for keys of run 0, client 0. */
 static unsigned long run;
 static atomic_ullong total_keys;
+static atomic_ullong total_written; /* write: keys confirmed */
 static atomic_int stop;
 
 static double now_s(void)
@@ -134,17 +139,23 @@ static void *client_main(void *arg)
 			if (post(fd, "reserve_and_allocate_page_indices", body, n, resp, 1 << 20) !=
 			    200)
 				break;
-			/* [[false,N],...] -> written_keys_to_confirm */
+			/* [[false,N],...] -> written_keys_to_confirm, as SGLang's
+			 * client: a key already written or refused (-1) is not */
 			size_t m = (size_t)sprintf(conf, "{\"written_keys_to_confirm\":[");
 			char *p = resp;
+			int w = 0;
 			for (int k = 0; k < BATCH; k++) {
 				p = strchr(p + 1, '[');
+				int had = p && strncmp(p + 1, "true", 4) == 0;
 				p = strchr(p ? p : resp, ',');
 				long slot = p ? strtol(p + 1, NULL, 10) : -1;
-				m += (size_t)sprintf(conf + m, "%s[", k ? "," : "");
+				if (had || slot < 0)
+					continue;
+				m += (size_t)sprintf(conf + m, "%s[", w++ ? "," : "");
 				m += key(conf + m, c, i + (unsigned long)k);
 				m += (size_t)sprintf(conf + m, ",%ld]", slot);
 			}
+			atomic_fetch_add(&total_written, (unsigned long long)w);
 			m += (size_t)sprintf(conf + m, "],\"pages_to_release\":[]}");
 			if (post(fd, "confirm_write", conf, m, resp, 1 << 20) != 204)
 				break;
@@ -215,6 +226,8 @@ int main(int argc, char **argv)
 	double t = now_s() - t0, cpu = cpu_s(pid) - c0;
 	unsigned long long k = atomic_load(&total_keys);
 	printf("%s clients=%d keys=%llu keys/s=%.0f", argv[2], clients, k, (double)k / t);
+	if (strcmp(argv[2], "write") == 0)
+		printf(" written=%llu", (unsigned long long)atomic_load(&total_written));
 	if (pid > 0)
 		printf(" server_cpu_s=%.2f keys/cpu_s=%.0f", cpu, cpu > 0 ? (double)k / cpu : 0);
 	printf("\n");
