@@ -22,6 +22,10 @@
 # Writes are measured once per client count, each run on keys no run
 # wrote before (HTTP_LOAD_RUN), so that none rewrites existing keys.
 #
+# A write line also gives how much each server's resident memory grew per
+# key written in the run: first touches of memory that cost this virtual
+# machine 50 times what reused memory costs (build/fresh_memory).
+#
 # With FLOOR=1 (and SGLANG_SRC) every measurement is also taken on
 # BUILD_DIR/http_floor (tests/perf/http_floor.c): a libmicrohttpd server set
 # up as serve-meta's that answers the same requests with canned bytes. Its
@@ -106,12 +110,13 @@ for op in write exists get; do
 		fi
 		# rounds measurements of each server, alternated; medians, and
 		# the median of each round's ratio
-		ka=() kb=() ra=() rb=() ratios=() kf=() ceilings=()
+		ka=() kb=() ra=() rb=() ratios=() kf=() ceilings=() ma=() mb=()
 		for ((r = 0; r < rounds; r++)); do
 			a=$(HTTP_LOAD_RUN=$writes "$BUILD/http_load" "$PORT" "$op" "$c" "$SECS" "$PID")
 			b=$(HTTP_LOAD_RUN=$writes "$BUILD/http_load" "$PYPORT" "$op" "$c" "$SECS" "$PYPID")
 			ka+=("$(field keys/cpu_s <<<"$a")") kb+=("$(field keys/cpu_s <<<"$b")")
 			ra+=("$(field keys/s <<<"$a")") rb+=("$(field keys/s <<<"$b")")
+			ma+=("$(field rss_bytes/written <<<"$a")") mb+=("$(field rss_bytes/written <<<"$b")")
 			ratios+=("$(awk -v a="${ka[-1]}" -v b="${kb[-1]}" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')")
 			if [[ -n $FLPID ]]; then
 				f=$("$BUILD/http_load" "$FLPORT" "$op" "$c" "$SECS" "$FLPID")
@@ -126,6 +131,9 @@ for op in write exists get; do
 		if [[ -n $FLPID ]]; then
 			printf ' floor keys/cpu_s=%-8s ceiling/cpu_s=%.1f' "$(printf '%s\n' "${kf[@]}" | median)" \
 				"$(printf '%s\n' "${ceilings[@]}" | median)"
+		fi
+		if [[ $op == write ]]; then
+			printf ' rss_bytes/key pagefs=%s python=%s' "${ma[0]:-?}" "${mb[0]:-?}"
 		fi
 		if ((rounds > 1)); then printf " (rounds: %s)" "${ratios[*]}"; fi
 		printf '\n'

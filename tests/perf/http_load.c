@@ -15,7 +15,8 @@
  *
  * A write confirms only the keys its reserve gave a slot to and did not
  * find written, as SGLang's client does; `written` counts them (fewer
- * than `keys` when a full pool answers -1).
+ * than `keys` when a full pool answers -1) and, with SERVER_PID, how much
+ * the server's resident memory grew per key written.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* strcasestr */
@@ -200,6 +201,23 @@ static double cpu_s(int pid)
 	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
+/* The server's resident memory in bytes (VmRSS), 0 if unknown. */
+static double rss_bytes(int pid)
+{
+	char path[64], line[256];
+	double kib = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	if (pid <= 0 || !(f = fopen(path, "r")))
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %lf", &kib) == 1)
+			break;
+	fclose(f);
+	return kib * 1024;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 5) {
@@ -216,7 +234,7 @@ int main(int argc, char **argv)
 	int clients = atoi(argv[3]), pid = argc > 5 ? atoi(argv[5]) : 0;
 	seconds = atoi(argv[4]);
 	pthread_t th[256];
-	double c0 = cpu_s(pid), t0 = now_s();
+	double c0 = cpu_s(pid), m0 = rss_bytes(pid), t0 = now_s();
 	for (int i = 0; i < clients && i < 256; i++)
 		pthread_create(&th[i], NULL, client_main, (void *)(long)i);
 	sleep((unsigned)seconds);
@@ -226,8 +244,12 @@ int main(int argc, char **argv)
 	double t = now_s() - t0, cpu = cpu_s(pid) - c0;
 	unsigned long long k = atomic_load(&total_keys);
 	printf("%s clients=%d keys=%llu keys/s=%.0f", argv[2], clients, k, (double)k / t);
-	if (strcmp(argv[2], "write") == 0)
-		printf(" written=%llu", (unsigned long long)atomic_load(&total_written));
+	if (op_write) {
+		unsigned long long w = atomic_load(&total_written);
+		printf(" written=%llu", w);
+		if (pid > 0 && w)
+			printf(" rss_bytes/written=%.0f", (rss_bytes(pid) - m0) / (double)w);
+	}
 	if (pid > 0)
 		printf(" server_cpu_s=%.2f keys/cpu_s=%.0f", cpu, cpu > 0 ? (double)k / cpu : 0);
 	printf("\n");
