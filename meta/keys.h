@@ -115,9 +115,10 @@ struct kpool {
 	int64_t lease_after;
 	int64_t fence_until; /* wall-clock ns the index records (fence.c) */
 	/* Confirms and releases ignored since the last line that said so
-	 * (keys.c logs at most one a second), and when that line was. */
+	 * (keys.c logs at most one of each a second), and when those lines
+	 * were (monotonic ns; 0: never). */
 	uint64_t ignored_confirms, ignored_releases;
-	int64_t ignored_logged_at;
+	int64_t confirms_logged_at, releases_logged_at;
 };
 
 struct keys {

@@ -498,34 +498,33 @@ struct ignored {
 };
 
 /* Logs what a confirm ignored, at most one line of each kind a second per
- * pool, with how many since the last line: a client that confirms the
- * keys it was refused (at -1) while a pool is full would otherwise write a
- * line per key, hundreds of thousands a second. meta.lock held. */
+ * pool, with how many since the last line of that kind: a client that
+ * confirms the keys it was refused (at -1) while a pool is full would
+ * otherwise write a line per key, hundreds of thousands a second.
+ * meta.lock held. */
 static void log_ignored(const struct pool *pool, struct kpool *kp, const struct ignored *ig)
 {
 	int64_t now = mono_ns();
 
 	kp->ignored_confirms += ig->confirms;
 	kp->ignored_releases += ig->releases;
-	if ((!ig->confirms && !ig->releases) ||
-	    (kp->ignored_logged_at && now - kp->ignored_logged_at < SEC))
-		return;
-	if (ig->confirms)
+	if (ig->confirms && (!kp->confirms_logged_at || now - kp->confirms_logged_at >= SEC)) {
 		log_warn("pool %u/%s: confirm of key '%.64s' at page %lld ignored: that page is "
 		         "not reserved for it (expired, never reserved, or reserved for another "
 		         "key); %llu confirm(s) ignored since the last such line",
 		         pool->rank, pool->ns, ig->key, (long long)ig->slot,
 		         (unsigned long long)kp->ignored_confirms);
-	if (ig->releases)
+		kp->ignored_confirms = 0;
+		kp->confirms_logged_at = now;
+	}
+	if (ig->releases && (!kp->releases_logged_at || now - kp->releases_logged_at >= SEC)) {
 		log_warn("pool %u/%s: release of page %lld ignored: it is in use; %llu "
 		         "release(s) ignored since the last such line",
 		         pool->rank, pool->ns, (long long)ig->rel,
 		         (unsigned long long)kp->ignored_releases);
-	if (ig->confirms)
-		kp->ignored_confirms = 0;
-	if (ig->releases)
 		kp->ignored_releases = 0;
-	kp->ignored_logged_at = now;
+		kp->releases_logged_at = now;
+	}
 }
 
 int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
@@ -570,7 +569,8 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 		if (index_id_left(&m->page_ids) == 0 && shared) {
 			/* (Reserved slots keep the pool from being removed meanwhile.) */
 			rc = ids_wait(m);
-			if (rc == 0 && !(pool = index_pool_by_id(m, pool_id)))
+			pool = index_pool_by_id(m, pool_id); /* (may be gone, whatever rc) */
+			if (rc == 0 && !pool)
 				rc = -ENOENT;
 			if (rc < 0)
 				break;
@@ -627,10 +627,9 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 				ig.rel = s;
 		}
 	}
-	if (pool) {
+	if (pool)
 		log_ignored(pool, kp, &ig);
-		*ignored = ig.confirms + ig.releases;
-	}
+	*ignored = ig.confirms + ig.releases;
 	/* All confirmed keys in one record: one savepoint, one apply. */
 	if (bulk.n) {
 		r->bulk = &bulk;

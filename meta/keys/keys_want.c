@@ -83,6 +83,8 @@ void keys_want_add(struct kpool *kp, uint32_t key, int64_t now)
 
 	if (e && e->at > 0) {
 		e->at = now; /* asked again: no more demand */
+		if (now < kp->want.oldest)
+			kp->want.oldest = now;
 		return;
 	}
 	if (e) { /* served before, refused again: demand again */
@@ -125,7 +127,8 @@ void keys_want_expire(struct kpool *kp, int64_t before)
 
 	if (!w->used)
 		return;
-	int look = w->live && w->oldest<before, stale = w->used - w->live> w->live;
+	int look = w->live && w->oldest < before;
+	int stale = (w->used - w->live) > w->live; /* tombstones outnumber keys */
 	int64_t oldest = INT64_MAX;
 	for (size_t i = 0; look && !stale && i <= w->mask; i++) {
 		int64_t at = w->v[i].at;
