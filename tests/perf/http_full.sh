@@ -20,7 +20,7 @@ PAGES=${PAGES:-$((1 << 20))}
 DIR=$(mktemp -d /tmp/pagefs-httpfull.XXXXXX)
 PID=''
 cleanup() {
-	[[ -n $PID ]] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
+	[[ -n $PID ]] && kill "$PID" 2>/dev/null && { wait "$PID" 2>/dev/null || true; }
 	rm -rf "$DIR"
 }
 trap cleanup EXIT
@@ -39,6 +39,10 @@ for ((r = 0; r < RUNS; r++)); do
 	l1=$(wc -l <"$DIR/err")
 	keys=$(sed -n 's/.* keys=\([0-9]*\).*/\1/p' <<<"$line")
 	written=$(sed -n 's/.* written=\([0-9]*\).*/\1/p' <<<"$line")
+	if [[ -z $keys || $keys == 0 ]]; then
+		echo "http_full.sh: no key asked in run $r: $line" >&2
+		exit 1
+	fi
 	awk -v k="$keys" -v w="$written" -v u=$((u1 - u0)) -v s=$((s1 - s0)) -v hz="$hz" -v l=$((l1 - l0)) \
 		'BEGIN { printf "asked=%d  written=%d  user_us/128=%.0f  sys_us/128=%.0f  log_lines=%d\n",
 			k, w, u / hz * 1e6 / k * 128, s / hz * 1e6 / k * 128, l }'

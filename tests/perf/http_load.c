@@ -146,10 +146,10 @@ static void *client_main(void *arg)
 			char *p = resp;
 			int w = 0;
 			for (int k = 0; k < BATCH; k++) {
-				p = strchr(p + 1, '[');
-				int had = p && strncmp(p + 1, "true", 4) == 0;
-				p = strchr(p ? p : resp, ',');
-				long slot = p ? strtol(p + 1, NULL, 10) : -1;
+				if (!(p = strchr(p + 1, '[')) || !(p = strchr(p, ',')))
+					break; /* (a shorter answer: the rest got no slot) */
+				int had = strncmp(p - 4, "true", 4) == 0;
+				long slot = strtol(p + 1, NULL, 10);
 				if (had || slot < 0)
 					continue;
 				m += (size_t)sprintf(conf + m, "%s[", w++ ? "," : "");
