@@ -389,7 +389,7 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 	struct batch_set bs = {0};
 	struct keys_ahead ka;
 	size_t sz = 16;
-	int rc = meta_lease_hold(m), short_of_slots = 0; /* the client writes them */
+	int rc = meta_lease_hold(m), newly_owed = 0; /* the client writes them */
 
 	if (rc < 0)
 		return rc;
@@ -447,8 +447,9 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 				break;
 		}
 		if (trc < 0) {
-			short_of_slots = 1;
+			uint64_t owed = kp->want.live;
 			keys_want_add(kp, ka.h[i % KEYS_CHUNK], mono_ns());
+			newly_owed |= kp->want.live > owed;
 			continue;
 		}
 		if (kp->want.live)
@@ -465,8 +466,12 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 		rc = -ENOENT; /* its reservations expire */
 		goto out;
 	}
-	if (short_of_slots || pool->capacity - pool_used(pool) + kp->quarantined <
-	                              pool->capacity * m->keys->t.headroom_pct / 100)
+	/* The evictor hears of a key newly owed a slot, or of a supply below
+	 * the headroom; a key refused again adds no demand, and waking the
+	 * evictor for each refused batch of a pool under a storm cost more
+	 * context switches than the refusals (its 100 ms pass comes anyway). */
+	if (newly_owed || pool->capacity - pool_used(pool) + kp->quarantined <
+	                          pool->capacity * m->keys->t.headroom_pct / 100)
 		pthread_cond_signal(&m->keys->wake);
 out:
 	index_unlock(m);
