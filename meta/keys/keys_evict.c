@@ -178,31 +178,43 @@ static void headroom_shared(struct meta *m, struct keys *k, struct pool *pool, s
 	}
 }
 
-/* The reservations of run e whose deadline passed unconfirmed go to the
- * quarantine, logged as one line. meta.lock held. */
-static void expire_run(struct keys *k, struct kpool *kp, const struct pool *pool,
-                       const struct fifo_ent *e)
-{
-	uint64_t expired = 0, first = 0, last = 0;
+/* Reservations a pass found never confirmed: how many, and the lowest and
+ * highest of their slots. */
+struct expired {
+	uint64_t n, lo, hi;
+};
 
+/* The reservations of run e whose deadline passed unconfirmed go to the
+ * quarantine, counted in x. meta.lock held. */
+static void expire_run(struct keys *k, struct kpool *kp, const struct fifo_ent *e,
+                       struct expired *x)
+{
 	for (uint64_t s = e->lo; s < e->lo + e->n; s++) {
 		if (keys_resv_get(kp, s) != e->at)
 			continue; /* confirmed, or reserved again since */
-		if (!expired++)
-			first = s;
-		last = s;
+		if (!x->n++ || s < x->lo)
+			x->lo = s;
+		if (x->n == 1 || s > x->hi)
+			x->hi = s;
 		keys_resv_set(kp, s, 0, 0);
 		keys_quarantine(k, kp, s, 0);
 	}
-	if (expired == 1)
+}
+
+/* One line for the reservations a pass expired in a pool (a pass every
+ * 100 ms, or sooner when woken): a client that reserves batch after batch
+ * and never confirms made a line per batch. */
+static void log_expired(const struct pool *pool, const struct expired *x)
+{
+	if (x->n == 1)
 		log_warn("pool %u/%s: reservation of slot %llu was never confirmed; it returns "
 		         "to the pool after the quarantine",
-		         pool->rank, pool->ns, (unsigned long long)first);
-	else if (expired)
+		         pool->rank, pool->ns, (unsigned long long)x->lo);
+	else if (x->n)
 		log_warn("pool %u/%s: %llu reservations of slots %llu..%llu were never "
 		         "confirmed; they return to the pool after the quarantine",
-		         pool->rank, pool->ns, (unsigned long long)expired,
-		         (unsigned long long)first, (unsigned long long)last);
+		         pool->rank, pool->ns, (unsigned long long)x->n, (unsigned long long)x->lo,
+		         (unsigned long long)x->hi);
 }
 
 /* Expires reservations, quarantines and the keys owed a slot, evicts for
@@ -220,10 +232,12 @@ static void housekeep(struct meta *m, struct keys *k, struct drop_list *dl, stru
 		if (!pool)
 			continue;
 		keys_quarantine_release(pool, kp, now);
+		struct expired x = {0};
 		while ((e = fifo_peek(&kp->resv_q)) && e->at <= now) {
-			expire_run(k, kp, pool, e);
+			expire_run(k, kp, e, &x);
 			fifo_pop(&kp->resv_q);
 		}
+		log_expired(pool, &x);
 		/* (A key's writer that stopped asking has given up.) */
 		keys_want_expire(kp, now - k->t.quarantine_ns - SEC);
 		if (pool->shared) {

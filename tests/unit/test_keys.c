@@ -437,6 +437,31 @@ Test(keys, a_long_batch_is_reserved_and_confirmed_key_by_key)
  * evictor expires the unconfirmed slots of a run and leaves its confirmed
  * ones, and the expired ones come back after the quarantine (5 s at
  * least), each once. */
+Test(keys, reservations_a_pass_expires_are_logged_as_one_line, .timeout = 30)
+{
+	char path[] = "/tmp/pagefs-test-keys-log.XXXXXX";
+	int fd = mkstemp(path);
+	uint32_t p = init_pool(0, "http", 8);
+	const char *b1[] = {"a", "b"}, *b2[] = {"c", "d"}, *b3[] = {"e", "f"};
+	int64_t s[2];
+	struct meta_keys_tuning tune = {.reserve_timeout_ns = 200 * 1000 * 1000};
+
+	cr_assert(fd >= 0);
+	close(fd);
+	cr_assert_eq(log_open_file(path), 0);
+	meta_keys_tune(fx.m, &tune);
+	reserve(p, b1, 2, s); /* three batches: three runs, never confirmed */
+	reserve(p, b2, 2, s);
+	reserve(p, b3, 2, s);
+	usleep(1500 * 1000); /* past the deadline and an evictor pass */
+	int lines = lines_with(path, "never confirmed");
+	int all = lines_with(path, "6 reservations of slots 2..7 were never confirmed");
+	cr_assert(lines >= 1 && lines <= 2, "%d lines for 3 runs expired within microseconds",
+	          lines);
+	cr_assert(lines == 2 || all == 1, "one pass, one line of all 6");
+	unlink(path);
+}
+
 Test(keys, a_batch_partly_confirmed_expires_only_its_unconfirmed_slots, .timeout = 40)
 {
 	uint32_t p = init_pool(0, "http", 8);
