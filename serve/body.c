@@ -67,20 +67,24 @@ static void gen_print(void *ctx, const char *s, size_t n)
 	out_add(ctx, s, n);
 }
 
-/* Whether s[0..n) is UTF-8 as RFC 3629 has it: yajl's check takes an
- * overlong form (C0 BC for '<'), a surrogate or a code point past
- * U+10FFFF, which JSON parsers such as Python's and jansson refuse. */
-static int utf8_strict(const unsigned char *s, size_t n)
+/* Where s[0..n) stops being UTF-8 as RFC 3629 has it (n: nowhere): yajl's
+ * check takes an overlong form (C0 BC for '<'), a surrogate or a code
+ * point past U+10FFFF, which JSON parsers such as Python's and jansson
+ * refuse. */
+static size_t utf8_end(const unsigned char *s, size_t n)
 {
 	for (size_t i = 0; i < n;) {
 		unsigned c = s[i];
-		size_t more = c < 0x80                 ? 0
-		              : c >= 0xc2 && c <= 0xdf ? 1
+		if (c < 0x80) {
+			i++;
+			continue;
+		}
+		size_t more = c >= 0xc2 && c <= 0xdf   ? 1
 		              : (c & 0xf0) == 0xe0     ? 2
 		              : c >= 0xf0 && c <= 0xf4 ? 3
 		                                       : 4;
 		if (more == 4 || n - i <= more)
-			return 0;              /* not a lead byte, or cut short */
+			return i;              /* not a lead byte, or cut short */
 		unsigned lo = 0x80, hi = 0xbf; /* the second byte's range */
 		if (c == 0xe0)
 			lo = 0xa0; /* overlong */
@@ -92,10 +96,15 @@ static int utf8_strict(const unsigned char *s, size_t n)
 			hi = 0x8f; /* past U+10FFFF */
 		for (size_t k = 1; k <= more; k++)
 			if (s[i + k] < (k == 1 ? lo : 0x80) || s[i + k] > (k == 1 ? hi : 0xbf))
-				return 0;
+				return i;
 		i += more + 1;
 	}
-	return 1;
+	return n;
+}
+
+static int utf8_strict(const unsigned char *s, size_t n)
+{
+	return utf8_end(s, n) == n;
 }
 
 /* A string as JSON, a value or an object's key; one that is not UTF-8 (a
@@ -225,13 +234,16 @@ static int has_nul(const struct tree *t, const unsigned char *s, size_t len)
 	return !body_slice(t->text, t->len, s, len) && memchr(s, 0, len) != NULL;
 }
 
-size_t body_odd_space(const char *text, size_t len)
+size_t body_not_json(const char *text, size_t len)
 {
 	const char *vt = memchr(text, '\v', len), *ff = memchr(text, '\f', len);
+	size_t at = utf8_end((const unsigned char *)text, len);
 
-	if (!vt && !ff)
-		return len;
-	return (size_t)((vt && (!ff || vt < ff) ? vt : ff) - text);
+	if (vt && (size_t)(vt - text) < at)
+		at = (size_t)(vt - text);
+	if (ff && (size_t)(ff - text) < at)
+		at = (size_t)(ff - text);
+	return at;
 }
 
 size_t body_trailing(const char *text, size_t from, size_t len)
@@ -460,8 +472,11 @@ struct body_tree {
 
 yajl_val body_parse(const char *text, size_t len, char *err, size_t errlen, size_t *pos)
 {
-	if ((*pos = body_odd_space(text, len)) < len) {
-		snprintf(err, errlen, "lexical error: invalid char in json text");
+	if ((*pos = body_not_json(text, len)) < len) {
+		snprintf(err, errlen, "%s",
+		         text[*pos] == '\v' || text[*pos] == '\f'
+		                 ? "lexical error: invalid char in json text"
+		                 : "lexical error: invalid bytes in UTF8 string.");
 		return NULL;
 	}
 

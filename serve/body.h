@@ -50,10 +50,13 @@ void out_jstr(struct out *o, const char *s);
 
 /* The checks strict JSON needs beyond yajl's: the offset of the first \v
  * or \f in text[0..len) (yajl's white space, not JSON's; inside a string
- * yajl refuses them), or len; and the offset of the first byte from
- * `from` on that is not JSON white space (what may follow the root value:
- * yajl leaves an unfinished token such as a lone '"' unread), or len. */
-size_t body_odd_space(const char *text, size_t len);
+ * yajl refuses them) or of the first byte that does not begin UTF-8 as
+ * RFC 3629 has it (yajl takes overlong forms, surrogates and code points
+ * past U+10FFFF, which Python's parser and SGLang's server refuse), or
+ * len; and the offset of the first byte from `from` on that is not JSON
+ * white space (what may follow the root value: yajl leaves an unfinished
+ * token such as a lone '"' unread), or len. */
+size_t body_not_json(const char *text, size_t len);
 size_t body_trailing(const char *text, size_t from, size_t len);
 
 /* Makes *v (an array of *cap elements of size bytes, malloc'd or NULL)

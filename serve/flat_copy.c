@@ -221,7 +221,7 @@ int copy_parse(struct copy *c, const char *text, size_t len, const yajl_callback
 	 * what body_parse accepts (what follows the root is white space in
 	 * the copy if and only if it is in the body: a string is not) */
 	if (!(yajl_parse(c->h, (const unsigned char *)c->text, c->len) == yajl_status_ok &&
-	      yajl_complete_parse(c->h) == yajl_status_ok && body_odd_space(text, len) == len &&
+	      yajl_complete_parse(c->h) == yajl_status_ok && body_not_json(text, len) == len &&
 	      body_trailing(c->text, c->root_end, c->len) == c->len))
 		rc = 1;
 	yajl_free(c->h);
