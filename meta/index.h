@@ -222,6 +222,9 @@ struct pool {
 
 	uint64_t pages, bytes, pending;
 	uint64_t hits, misses, evictions, checksum_failures;
+	/* New pages refused a slot (a protocol key answered -1, a FUSE write
+	 * ENOSPC), and protocol confirms and releases ignored (keys.c). */
+	uint64_t refused, ignored;
 	/* The directory's mtime and ctime: the last time a page joined or
 	 * left its names or was replaced (dirtime.c); what a clean unmount
 	 * last recorded of it. */

@@ -448,6 +448,7 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 		}
 		if (trc < 0) {
 			uint64_t owed = kp->want.live;
+			pool->refused++;
 			keys_want_add(kp, ka.h[i % KEYS_CHUNK], mono_ns());
 			newly_owed |= kp->want.live > owed;
 			continue;
@@ -632,8 +633,10 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 				ig.rel = s;
 		}
 	}
-	if (pool)
+	if (pool) {
+		pool->ignored += ig.confirms + ig.releases;
 		log_ignored(pool, kp, &ig);
+	}
 	*ignored = ig.confirms + ig.releases;
 	/* All confirmed keys in one record: one savepoint, one apply. */
 	if (bulk.n) {

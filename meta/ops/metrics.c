@@ -27,7 +27,7 @@
 struct pool_row {
 	uint16_t rank;
 	char ns[META_NS_MAX + 1];
-	uint64_t v[17];
+	uint64_t v[19];
 };
 
 /* The per-pool families, in the order of pool_row.v. */
@@ -51,6 +51,12 @@ static const struct {
 	{"pagefs_pool_evictions_total", "counter", "Pages evicted to make room."},
 	{"pagefs_pool_checksum_failures_total", "counter",
          "Pages dropped because their bytes failed the checksum."},
+	{"pagefs_pool_refused_total", "counter",
+         "New pages refused a slot while the pool was full: 3FS protocol keys answered -1, "
+         "FUSE writes ENOSPC."},
+	{"pagefs_pool_ignored_confirms_total", "counter",
+         "3FS protocol confirms of a slot not reserved for the key, and releases of a slot in "
+         "use, ignored."},
 	{"pagefs_pool_read_bytes_total", "counter", "Page bytes read."},
 	{"pagefs_pool_written_bytes_total", "counter", "Page bytes written."},
 	{"pagefs_pool_data_file_missing", "gauge",
@@ -98,6 +104,8 @@ static size_t pool_rows(struct meta *m, struct pool_row **out)
 		                p->misses,
 		                p->evictions,
 		                p->checksum_failures,
+		                p->refused,
+		                p->ignored,
 		                p->bytes_read,
 		                p->bytes_written,
 		                p->data_missing};

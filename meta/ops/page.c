@@ -414,6 +414,9 @@ static int reserve(struct meta *m, uint32_t pool_id, const char *name, uint64_t 
 			rc = 0;
 		}
 	}
+	struct pool *full = rc == -ENOSPC ? index_pool_live(m, pool_id) : NULL;
+	if (full)
+		full->refused++;
 	if (rc < 0)
 		goto out;
 	if (!replace_id) {

@@ -134,6 +134,28 @@ def test_serve_meta_serves_metrics_health_and_ready(tmp_path):
         srv.stop()
 
 
+def test_refused_keys_and_ignored_confirms_are_counted_per_pool(tmp_path):
+    """A full pool's refusals (-1) and a client's confirms of slots it was
+    not given are what an operator watches under pressure: both counted."""
+    srv = MC.Server(str(tmp_path))
+    try:
+        c = srv.client
+        c.initialize(0, 4)
+        got = c.reserve_and_allocate_page_indices(0, [[f"k{i}", ""] for i in range(6)])
+        refused = sum(1 for _, s in got if s < 0)
+        assert refused >= 2, got
+        c.confirm_write(0, [["k0", -1], ["nobody", 3]], [])
+        s = samples(requests.get(f"{srv.url}/metrics", timeout=30).text)
+        assert s["pagefs_pool_refused_total" + pool(0, "kv")] == refused
+        assert s["pagefs_pool_ignored_confirms_total" + pool(0, "kv")] == 2
+        # every slot is reserved for 60 s: a key asked again is refused again
+        assert c.reserve_and_allocate_page_indices(0, [["k5", ""]]) == [(False, -1)]
+        s = samples(requests.get(f"{srv.url}/metrics", timeout=30).text)
+        assert s["pagefs_pool_refused_total" + pool(0, "kv")] == refused + 1
+    finally:
+        srv.stop()
+
+
 def test_a_metrics_port_in_use_fails_the_second_mount_and_leaves_the_first_serving(mount):
     port = MC.free_port()
     first = mount("--page-size", "64K", "--capacity", "1M", "--metrics", f"127.0.0.1:{port}")
@@ -296,7 +318,7 @@ def test_the_alert_rules_of_the_operations_guide_pass_promtool_and_use_exported_
     r = subprocess.run([PROMTOOL, "check", "rules", str(rules)], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "SUCCESS: 10 rules found" in r.stdout, r.stdout
+    assert "SUCCESS: 11 rules found" in r.stdout, r.stdout
     exported = open(os.path.join(root, "meta", "ops", "metrics.c")).read() + \
         open(os.path.join(root, "fs", "fs_metrics.c")).read()
     for name in set(re.findall(r"\bpagefs_[a-z_]+", rules.read_text())):
