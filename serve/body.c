@@ -107,8 +107,52 @@ static int utf8_strict(const unsigned char *s, size_t n)
 	return utf8_end(s, n) == n;
 }
 
+/* The value of the 4 hex digits at s, or -1. */
+static long hex4(const char *s)
+{
+	long v = 0;
+
+	for (int k = 0; k < 4; k++) {
+		int c = (unsigned char)s[k], d = c >= '0' && c <= '9'   ? c - '0'
+		                                 : c >= 'a' && c <= 'f' ? c - 'a' + 10
+		                                 : c >= 'A' && c <= 'F' ? c - 'A' + 10
+		                                                        : -1;
+		if (d < 0)
+			return -1;
+		v = v * 16 + d;
+	}
+	return v;
+}
+
+/* Where text[0..len) has a \u escape of a surrogate that is not a high
+ * one followed by a low one (len: nowhere). yajl turns a lone high
+ * surrogate into '?' and drops the character after it, so "\ud800ab" and
+ * "\ud800cb" were one page name, a lone low one into the bytes of a
+ * surrogate, and pairs a high one with any escape after it. Backslashes
+ * stand only in strings (elsewhere yajl refuses the body). */
+static size_t surrogate_end(const char *text, size_t len)
+{
+	const char *s = memchr(text, '\\', len), *end = text + len;
+
+	while (s && end - s >= 2) {
+		long v = s[1] == 'u' && end - s >= 6 ? hex4(s + 2) : -1;
+		if (v >= 0xdc00 && v <= 0xdfff)
+			return (size_t)(s - text); /* a low one alone */
+		if (v >= 0xd800 && v <= 0xdbff) {
+			long lo = end - s >= 12 && s[6] == '\\' && s[7] == 'u' ? hex4(s + 8) : -1;
+			if (lo < 0xdc00 || lo > 0xdfff)
+				return (size_t)(s - text);
+			s += 12;
+		} else {
+			s += s[1] == 'u' && v >= 0 ? 6 : 2; /* (a bad escape: yajl's to refuse) */
+		}
+		s = s < end ? memchr(s, '\\', (size_t)(end - s)) : NULL;
+	}
+	return len;
+}
+
 /* A string as JSON, a value or an object's key; one that is not UTF-8 (a
- * path segment or a body's field name echoed back) goes out with '?' for
+ * path segment echoed back) goes out with '?' for
  * every byte over 0x7f: the generator would refuse it whole, which would
  * leave the reply without a value, or let an overlong form through. */
 static void gen_string(yajl_gen g, const char *s)
@@ -237,8 +281,10 @@ static int has_nul(const struct tree *t, const unsigned char *s, size_t len)
 size_t body_not_json(const char *text, size_t len)
 {
 	const char *vt = memchr(text, '\v', len), *ff = memchr(text, '\f', len);
-	size_t at = utf8_end((const unsigned char *)text, len);
+	size_t at = utf8_end((const unsigned char *)text, len), sur = surrogate_end(text, len);
 
+	if (sur < at)
+		at = sur;
 	if (vt && (size_t)(vt - text) < at)
 		at = (size_t)(vt - text);
 	if (ff && (size_t)(ff - text) < at)
@@ -476,6 +522,8 @@ yajl_val body_parse(const char *text, size_t len, char *err, size_t errlen, size
 		snprintf(err, errlen, "%s",
 		         text[*pos] == '\v' || text[*pos] == '\f'
 		                 ? "lexical error: invalid char in json text"
+		         : text[*pos] == '\\'
+		                 ? "lexical error: a \\u escape of a surrogate not in a pair"
 		                 : "lexical error: invalid bytes in UTF8 string.");
 		return NULL;
 	}

@@ -759,9 +759,11 @@ Test(serve, write_routes_answer_alike_on_both_paths)
 }
 
 /* fuzz_serve: a key holding an overlong UTF-8 form (C1 A9 for 'i') was
- * stored as a page name: yajl takes it, Python's parser and SGLang's
- * server refuse the body. Such a body is now a 422 where it stops being
- * UTF-8, on both paths, and stores nothing; UTF-8 keys are taken. */
+ * stored as a page name: yajl takes it, Python's parser and jansson
+ * refuse the body. Such a body is now a 422 where it stops being UTF-8,
+ * on both paths, and stores nothing; so is a surrogate, raw or as a \u
+ * escape not in a pair (yajl made "\ud800ab" and "\ud800cb" one name);
+ * UTF-8 keys and escaped pairs are taken. */
 Test(serve, a_body_that_is_not_strict_utf8_is_refused_and_stores_nothing)
 {
 	static const char *bad[] = {
@@ -771,6 +773,13 @@ Test(serve, a_body_that_is_not_strict_utf8_is_refused_and_stores_nothing)
 		"k\xe2\x82",         /* cut short */
 		"k\x80",             /* a lone continuation byte */
 		"k\xff",             /* never in UTF-8 */
+		"k\xe0\x80\xaf",     /* overlong, 3 bytes */
+		"k\xf0\x80\x80\xaf", /* overlong, 4 bytes */
+		"k\xf5\x80\x80\x80", /* past U+10FFFF */
+		"k\\ud800ab",        /* a high surrogate alone */
+		"k\\udc80",          /* a low surrogate alone */
+		"k\\ud800\\u0041",   /* a high surrogate, no low one after */
+		"k\\ud800",          /* a high surrogate at the end */
 	};
 	char body[128];
 
@@ -781,8 +790,9 @@ Test(serve, a_body_that_is_not_strict_utf8_is_refused_and_stores_nothing)
 			struct reply r = post_path("reserve_and_allocate_page_indices", body,
 			                           (size_t)n, fast);
 			cr_assert_eq(r.status, 422, "%s: %u %s", body, r.status, r.body);
-			cr_assert(strstr(r.body, "json_invalid") && strstr(r.body, "UTF8"), "%s",
-			          r.body);
+			cr_assert(strstr(r.body, "json_invalid") &&
+			                  (strstr(r.body, "UTF8") || strstr(r.body, "surrogate")),
+			          "%s", r.body);
 			free(r.body);
 		}
 		n = snprintf(body, sizeof(body), "{\"keys\": [\"%s\"]}", bad[i]);
@@ -792,4 +802,11 @@ Test(serve, a_body_that_is_not_strict_utf8_is_refused_and_stores_nothing)
 	       "{\"indices\":[[false,7]]}");
 	expect("/1/reserve_and_allocate_page_indices", "{\"keys\": [[\"k\", \"\"]]}", 200,
 	       "{\"indices\":[[false,6]]}");
+	expect("/1/reserve_and_allocate_page_indices",
+	       "{\"keys\": [[\"\\ud83d\\ude00\", \"\"], [\"\\\\ud800\", \"\"]]}", 200,
+	       "{\"indices\":[[false,5],[false,4]]}"); /* a pair; a backslash, then "ud800" */
+	struct reply r = post("/1/exists", "{\"keys\": [\"ab\\udc80\"]}");
+	cr_assert(r.status == 422 && strstr(r.body, "\"loc\":[\"body\",13]"), "%u %s", r.status,
+	          r.body);
+	free(r.body);
 }
