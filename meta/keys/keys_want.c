@@ -12,8 +12,8 @@
  * second (keys_want_expire: its writer gave up, and the slot freed for it
  * is free by then).
  *
- * The evictor expires at every pass, and under pressure a pass follows
- * every refused batch: expiry looks at the entries only when one may be
+ * The evictor expires at every pass, and passes are many under pressure:
+ * expiry looks at the entries only when one may be
  * due (`oldest`, a bound kept on add and made exact by a look) or the
  * tombstones outnumber the live entries. (A look at each pass over a
  * table of 65536 keys took a third of the server's CPU while a full pool

@@ -52,7 +52,7 @@ static const struct {
 	{"pagefs_pool_checksum_failures_total", "counter",
          "Pages dropped because their bytes failed the checksum."},
 	{"pagefs_pool_refused_total", "counter",
-         "New pages refused a slot while the pool was full: 3FS protocol keys answered -1, "
+         "Writes refused a slot while the pool was full: 3FS protocol keys answered -1, "
          "FUSE writes ENOSPC."},
 	{"pagefs_pool_ignored_confirms_total", "counter",
          "3FS protocol confirms of a slot not reserved for the key, and releases of a slot in "
