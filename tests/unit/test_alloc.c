@@ -7,8 +7,10 @@
  * which page a full pool gives up.
  */
 #include "fixture.h"
+#include "meta/metrics.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <time.h>
 
 TestSuite(alloc, .init = fx_setup, .fini = fx_teardown, .timeout = 30);
@@ -253,12 +255,35 @@ Test(alloc, eviction_reports_the_evicted_page_to_the_drop_callback)
 	                 p[0].name);
 }
 
+/* The value /metrics gives family name (the fixture has one pool), or -1. */
+static long long metric(const char *name)
+{
+	char *text = NULL, *at;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	long long v = -1;
+
+	cr_assert(f);
+	meta_metrics_write(fx.m, f);
+	fclose(f);
+	for (at = text; (at = strstr(at, name)) != NULL; at++)
+		if (at[strlen(name)] == '{' && (at == text || at[-1] == '\n')) {
+			v = strtoll(strchr(at, '}') + 1, NULL, 10);
+			break;
+		}
+	free(text);
+	return v;
+}
+
 Test(alloc_noevict, full_pool_fails_with_enospc_instead_of_evicting)
 {
 	struct meta_page_info p[FX_SLOTS];
 
 	put_pages(fx.pool, FX_SLOTS, p);
+	cr_assert_eq(metric("pagefs_pool_refused_total"), 0);
 	assert_reserve_fails(fx.pool, "new", -ENOSPC);
+	assert_reserve_fails(fx.pool, "new", -ENOSPC);
+	cr_assert_eq(metric("pagefs_pool_refused_total"), 2, "each refused write counts");
 	assert_only_gone(p, FX_SLOTS, -1);
 	struct meta_pool_info pi = pool_info(fx.pool);
 	cr_assert_eq(pi.evictions, 0, "evictions = %llu with --evict none",
