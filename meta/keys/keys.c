@@ -413,7 +413,8 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 		rc = !pool ? -ENOENT : -ENOMEM;
 		goto out;
 	}
-	int64_t deadline = mono_ns() + m->keys->t.reserve_timeout_ns;
+	int64_t asked = mono_ns(); /* (a refused key's time: one clock read a batch) */
+	int64_t deadline = asked + m->keys->t.reserve_timeout_ns;
 	for (size_t i = 0; i < n; i++) {
 		existed[i] = 0;
 		slot[i] = -1;
@@ -449,7 +450,7 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 		if (trc < 0) {
 			uint64_t owed = kp->want.live;
 			pool->refused++;
-			keys_want_add(kp, ka.h[i % KEYS_CHUNK], mono_ns());
+			keys_want_add(kp, ka.h[i % KEYS_CHUNK], asked);
 			newly_owed |= kp->want.live > owed;
 			continue;
 		}
