@@ -222,8 +222,8 @@ struct pool {
 
 	uint64_t pages, bytes, pending;
 	uint64_t hits, misses, evictions, checksum_failures;
-	/* New pages refused a slot (a protocol key answered -1, a FUSE write
-	 * ENOSPC), and protocol confirms and releases ignored (keys.c). */
+	/* Writes refused a slot in a full pool (a protocol key answered -1, a
+	 * FUSE write ENOSPC), and protocol confirms and releases ignored. */
 	uint64_t refused, ignored;
 	/* The directory's mtime and ctime: the last time a page joined or
 	 * left its names or was replaced (dirtime.c); what a clean unmount

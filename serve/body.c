@@ -152,9 +152,9 @@ static size_t surrogate_end(const char *text, size_t len)
 }
 
 /* A string as JSON, a value or an object's key; one that is not UTF-8 (a
- * path segment echoed back) goes out with '?' for
- * every byte over 0x7f: the generator would refuse it whole, which would
- * leave the reply without a value, or let an overlong form through. */
+ * path segment echoed back) goes out with '?' for every byte over 0x7f:
+ * the generator would refuse it whole, which would leave the reply
+ * without a value, or let an overlong form through. */
 static void gen_string(yajl_gen g, const char *s)
 {
 	size_t n = strlen(s);

@@ -48,14 +48,15 @@ void out_value(struct out *o, yajl_val v);
 /* Appends s as a JSON string. */
 void out_jstr(struct out *o, const char *s);
 
-/* The checks strict JSON needs beyond yajl's: the offset of the first \v
- * or \f in text[0..len) (yajl's white space, not JSON's; inside a string
- * yajl refuses them) or of the first byte that does not begin UTF-8 as
- * RFC 3629 has it (yajl takes overlong forms, surrogates and code points
- * past U+10FFFF; Python's parser refuses the first and the last) or of a
- * \u escape of a surrogate not in a pair (yajl mangles it), or len; and the offset of the first byte from `from` on that is not JSON
- * white space (what may follow the root value: yajl leaves an unfinished
- * token such as a lone '"' unread), or len. */
+/* The checks strict JSON needs beyond yajl's. body_not_json: the offset
+ * in text[0..len) of the first \v or \f (yajl's white space, not JSON's;
+ * inside a string yajl refuses them), of the first byte that does not
+ * begin UTF-8 as RFC 3629 has it (yajl takes overlong forms, surrogates
+ * and code points past U+10FFFF; Python's parser refuses the first and
+ * the last), or of a \u escape of a surrogate not in a pair (yajl mangles
+ * it); len if none. body_trailing: the offset of the first byte from
+ * `from` on that is not JSON white space (what may follow the root value:
+ * yajl leaves an unfinished token such as a lone '"' unread), or len. */
 size_t body_not_json(const char *text, size_t len);
 size_t body_trailing(const char *text, size_t from, size_t len);
 

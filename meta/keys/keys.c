@@ -509,28 +509,36 @@ struct ignored {
  * confirms the keys it was refused (at -1) while a pool is full would
  * otherwise write a line per key, hundreds of thousands a second.
  * meta.lock held. */
+/* Whether a line last written at *at (0: never) may be written now; if
+ * so, now is when it was. */
+static int line_due(int64_t *at, int64_t now)
+{
+	if (*at && now - *at < SEC)
+		return 0;
+	*at = now;
+	return 1;
+}
+
 static void log_ignored(const struct pool *pool, struct kpool *kp, const struct ignored *ig)
 {
 	int64_t now = mono_ns();
 
 	kp->ignored_confirms += ig->confirms;
 	kp->ignored_releases += ig->releases;
-	if (ig->confirms && (!kp->confirms_logged_at || now - kp->confirms_logged_at >= SEC)) {
+	if (ig->confirms && line_due(&kp->confirms_logged_at, now)) {
 		log_warn("pool %u/%s: confirm of key '%.64s' at page %lld ignored: that page is "
 		         "not reserved for it (expired, never reserved, or reserved for another "
 		         "key); %llu confirm(s) ignored since the last such line",
 		         pool->rank, pool->ns, ig->key, (long long)ig->slot,
 		         (unsigned long long)kp->ignored_confirms);
 		kp->ignored_confirms = 0;
-		kp->confirms_logged_at = now;
 	}
-	if (ig->releases && (!kp->releases_logged_at || now - kp->releases_logged_at >= SEC)) {
+	if (ig->releases && line_due(&kp->releases_logged_at, now)) {
 		log_warn("pool %u/%s: release of page %lld ignored: it is in use; %llu "
 		         "release(s) ignored since the last such line",
 		         pool->rank, pool->ns, (long long)ig->rel,
 		         (unsigned long long)kp->ignored_releases);
 		kp->ignored_releases = 0;
-		kp->releases_logged_at = now;
 	}
 }
 

@@ -13,11 +13,10 @@
  * is free by then).
  *
  * The evictor expires at every pass, and passes are many under pressure:
- * expiry looks at the entries only when one may be
- * due (`oldest`, a bound kept on add and made exact by a look) or the
- * tombstones outnumber the live entries. (A look at each pass over a
- * table of 65536 keys took a third of the server's CPU while a full pool
- * refused writers.)
+ * expiry looks at the entries only when one may be due (`oldest`, a bound
+ * kept on add and made exact by a look) or the tombstones outnumber the
+ * live entries. (A look at each pass over a table of 65536 keys took a
+ * third of the server's CPU while a full pool refused writers.)
  *
  * An open-addressing table by hash (linear probing, at most 3/4 full),
  * of at most KEYS_WANT_MAX keys or the pool's capacity when smaller (the

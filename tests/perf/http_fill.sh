@@ -19,23 +19,18 @@ CLIENTS=${4:-4}
 PAGES=$((1 << 23))
 DIR=$(mktemp -d /tmp/pagefs-httpfill.XXXXXX)
 PID=''
-cleanup() {
-	[[ -n $PID ]] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
-	rm -rf "$DIR"
-}
-trap cleanup EXIT
 # shellcheck source=tests/perf/serve_meta.sh
 . tests/perf/serve_meta.sh
+trap 'serve_meta_stop "$DIR"' EXIT
 serve_meta_start http_fill.sh "$BUILD" "$DIR" "$PAGES"
-ticks() { awk '{ print $14, $15 }' "/proc/$PID/stat"; } # user, system
 rss() { awk '/^VmRSS:/ { print $2 }' "/proc/$PID/status"; } # KiB
 hz=$(getconf CLK_TCK)
 total=0
 for ((r = 0; r < RUNS; r++)); do
-	read -r u0 s0 < <(ticks)
+	read -r u0 s0 < <(serve_meta_ticks)
 	m0=$(rss)
 	line=$(HTTP_LOAD_RUN=$r "$BUILD/http_load" "$PORT" write "$CLIENTS" "$SECS" "$PID")
-	read -r u1 s1 < <(ticks)
+	read -r u1 s1 < <(serve_meta_ticks)
 	m1=$(rss)
 	keys=$(sed -n 's/.* keys=\([0-9]*\).*/\1/p' <<<"$line")
 	total=$((total + keys))

@@ -19,23 +19,18 @@ CLIENTS=${4:-4}
 PAGES=${PAGES:-$((1 << 20))}
 DIR=$(mktemp -d /tmp/pagefs-httpfull.XXXXXX)
 PID=''
-cleanup() {
-	[[ -n $PID ]] && kill "$PID" 2>/dev/null && { wait "$PID" 2>/dev/null || true; }
-	rm -rf "$DIR"
-}
-trap cleanup EXIT
 # shellcheck source=tests/perf/serve_meta.sh
 . tests/perf/serve_meta.sh
+trap 'serve_meta_stop "$DIR"' EXIT
 serve_meta_start http_full.sh "$BUILD" "$DIR" "$PAGES"
-ticks() { awk '{ print $14, $15 }' "/proc/$PID/stat"; } # user, system
 hz=$(getconf CLK_TCK)
 fill=$(HTTP_LOAD_RUN=100 "$BUILD/http_load" "$PORT" write "$CLIENTS" "${FILL:-3}" "$PID")
 echo "fill: $fill"
 for ((r = 0; r < RUNS; r++)); do
-	read -r u0 s0 < <(ticks)
+	read -r u0 s0 < <(serve_meta_ticks)
 	l0=$(wc -l <"$DIR/err")
 	line=$(HTTP_LOAD_RUN=$r "$BUILD/http_load" "$PORT" write "$CLIENTS" "$SECS" "$PID")
-	read -r u1 s1 < <(ticks)
+	read -r u1 s1 < <(serve_meta_ticks)
 	l1=$(wc -l <"$DIR/err")
 	keys=$(sed -n 's/.* keys=\([0-9]*\).*/\1/p' <<<"$line")
 	written=$(sed -n 's/.* written=\([0-9]*\).*/\1/p' <<<"$line")

@@ -8,6 +8,11 @@
 #   NAME names the caller in errors; DIR holds the backing, the index and
 #   the server's output. Sets PID and PORT; exits 1 if the server does
 #   not start.
+# serve_meta_stop DIR
+#   Stops the server started (if any) and removes DIR: the callers' EXIT
+#   trap.
+# serve_meta_ticks
+#   Prints the server's user and system CPU so far, in clock ticks.
 serve_meta_start() {
 	local name=$1 build=$2 dir=$3 pages=$4 threads=${5:-2}
 	mkdir -p "$dir/backing"
@@ -28,3 +33,13 @@ serve_meta_start() {
 	fi
 	/usr/bin/python3 -c "import requests; requests.post('http://127.0.0.1:$PORT/0/initialize', json={'num_pages': $pages}).raise_for_status()"
 }
+
+serve_meta_stop() {
+	if [[ -n ${PID:-} ]]; then
+		kill "$PID" 2>/dev/null || true
+		wait "$PID" 2>/dev/null || true
+	fi
+	rm -rf "$1"
+}
+
+serve_meta_ticks() { awk '{ print $14, $15 }' "/proc/$PID/stat"; }
