@@ -32,6 +32,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* SQLite's page cache while the daemon runs. Lookups never read SQLite
+ * (the index is in memory): the cache holds what a transaction writes and
+ * the B-trees' inner pages, and a delete's leaf. At 64 MiB it filled a new
+ * daemon's first 1.6 million protocol keys with pages nobody read again,
+ * and where fresh memory is dear (a guest that hands freed memory back to
+ * its host) that cost a confirm 40 % more CPU until it was full
+ * (BENCHMARKS.md, "SQLite's page cache"). */
+#define RUN_CACHE "PRAGMA cache_size=-8192"
+
 enum stmt_id {
 	ST_REPLACED_DEL,
 	ST_HAS_PAGE,
@@ -384,7 +393,7 @@ static uint64_t sq_estimate(struct store *base)
 		    sqlite3_step(st) == SQLITE_ROW)
 			n += (uint64_t)sqlite3_column_int64(st, 0);
 		sqlite3_finalize(st);
-		exec(s, "PRAGMA cache_size=-65536");
+		exec(s, RUN_CACHE);
 		exec(s, "PRAGMA mmap_size=0");
 	}
 	return n;
@@ -472,7 +481,7 @@ static int sq_load(struct store *base, const struct store_load_cb *cb, char *err
 	if (ret == 0 && rc == SQLITE_DONE && s->log) {
 		exec(s, "PRAGMA cache_size=-1024");
 		ret = store_log_load(s->log, cb, cb->log_damaged, err, errlen);
-		exec(s, "PRAGMA cache_size=-65536");
+		exec(s, RUN_CACHE);
 	}
 	exec(s, "PRAGMA mmap_size=0");
 	if (ret)
@@ -646,7 +655,7 @@ static int apply_bulk(struct sqlite_store *s, const struct rec *r)
 			b->progress(b->arg, i + 1, b->n);
 	}
 	if (b->n > 100000)
-		exec(s, "PRAGMA cache_size=-65536");
+		exec(s, RUN_CACHE);
 	return rc;
 }
 
@@ -1007,7 +1016,7 @@ int store_sqlite_open(const char *path, int power, int read_only, struct store *
 			goto fail;
 		}
 		exec(s, power ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=OFF");
-		exec(s, "PRAGMA cache_size=-65536");
+		exec(s, RUN_CACHE);
 		exec(s, "PRAGMA temp_store=MEMORY");
 	}
 	rc = check_schema(s, err, errlen);
