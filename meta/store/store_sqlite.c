@@ -20,7 +20,9 @@
  * protocol's confirms, imports) on an index of schema 4: those are blobs
  * of the page log (sqlite_log.h) until anything but a delete changes them.
  */
+#include "meta/log.h"
 #include "meta/store.h"
+#include "meta/store/sqlite_gather.h"
 #include "meta/store/sqlite_log.h"
 
 #include <errno.h>
@@ -33,12 +35,11 @@
 #include <unistd.h>
 
 /* SQLite's page cache while the daemon runs. Lookups never read SQLite
- * (the index is in memory): the cache holds what a transaction writes and
- * the B-trees' inner pages, and a delete's leaf. At 64 MiB it filled a new
- * daemon's first 1.6 million protocol keys with pages nobody read again,
- * and where fresh memory is dear (a guest that hands freed memory back to
- * its host) that cost a confirm 40 % more CPU until it was full
- * (BENCHMARKS.md, "SQLite's page cache"). */
+ * (the index is in memory): the cache holds what a transaction writes,
+ * the B-trees' inner pages and a delete's leaf. At 64 MiB it took 16,000
+ * first touches of fresh memory in a new daemon's first 1.6 million
+ * protocol keys, for pages nobody read again (BENCHMARKS.md, "SQLite's
+ * page cache and the WAL's writes"). */
 #define RUN_CACHE "PRAGMA cache_size=-8192"
 
 enum stmt_id {
@@ -514,11 +515,18 @@ static int sq_commit(struct store *base)
 
 	if (rc == 0)
 		rc = run0(s, ST_END);
-	if (rc == 0) {
-		if (s->log)
-			store_log_done(s->log);
-		pthread_mutex_unlock(&s->db_lock);
+	if (rc == 0 && s->log)
+		store_log_done(s->log);
+	/* The commit's frames are written out inside COMMIT; should any be
+	 * left gathered, they are written now or the commit is not reported
+	 * (the caller's rollback then releases db_lock). */
+	if (rc == 0 && (rc = store_gather_flush(s->db)) != SQLITE_OK) {
+		log_error("index %s: the WAL could not be written: %s", s->path,
+		          sqlite3_errstr(rc));
+		return sql_errno(rc);
 	}
+	if (rc == 0)
+		pthread_mutex_unlock(&s->db_lock);
 	return rc;
 }
 
@@ -992,7 +1000,7 @@ int store_sqlite_open(const char *path, int power, int read_only, struct store *
 	if ((!read_only || access(path, F_OK) == 0) &&
 	    (rc = store_index_lock(path, &s->lock_fd, err, errlen)) < 0)
 		goto fail;
-	rc = sqlite3_open_v2(path, &s->db, flags, NULL);
+	rc = sqlite3_open_v2(path, &s->db, flags, store_gather_vfs());
 	if (rc != SQLITE_OK) {
 		snprintf(err, errlen, "cannot open index %s: %s", path,
 		         s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
