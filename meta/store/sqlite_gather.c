@@ -51,7 +51,7 @@ struct gfile {
 	sqlite3_file base;    /* pMethods: &gather_io */
 	sqlite3_file *real;   /* the default VFS's file, right after this */
 	unsigned char *buf;   /* gathered bytes */
-	size_t len, cap;      /* used and allocated bytes of buf */
+	size_t len;           /* used bytes of buf (GATHER_CAP allocated) */
 	sqlite3_int64 at;     /* file offset of buf[0] */
 	int commit_page_next; /* the last write was a commit frame's header */
 };
@@ -95,13 +95,13 @@ static int g_write(sqlite3_file *f, const void *p, int amt, sqlite3_int64 off)
 	struct gfile *g = gf(f);
 	int rc = SQLITE_OK, commit_page = g->commit_page_next;
 
-	if (g->len && (off != g->at + (sqlite3_int64)g->len || g->len + (size_t)amt > g->cap))
+	if (g->len && (off != g->at + (sqlite3_int64)g->len || g->len + (size_t)amt > GATHER_CAP))
 		rc = flush(g);
 	if (rc != SQLITE_OK)
 		return rc;
-	if ((size_t)amt > g->cap) /* (not a frame: straight through) */
+	if ((size_t)amt > GATHER_CAP) /* (not a frame: straight through) */
 		return g->real->pMethods->xWrite(g->real, p, amt, off);
-	if (!g->buf && !(g->buf = malloc(g->cap)))
+	if (!g->buf && !(g->buf = malloc(GATHER_CAP)))
 		return g->real->pMethods->xWrite(g->real, p, amt, off);
 	if (!g->len)
 		g->at = off;
@@ -259,7 +259,6 @@ static int v_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *f, int 
 	struct gfile *g = gf(f);
 	memset(g, 0, sizeof(*g));
 	g->real = (sqlite3_file *)(g + 1);
-	g->cap = GATHER_CAP;
 	int rc = base_vfs->xOpen(base_vfs, name, g->real, flags, out_flags);
 	g->base.pMethods = rc == SQLITE_OK ? &gather_io : NULL;
 	return rc;

@@ -10,11 +10,11 @@
  * (--durability process), automatic checkpoints off so that only the
  * WAL is written between commits.
  */
+#include "fixture.h"
 #include "meta/store/sqlite_gather.h"
 
 #include <criterion/criterion.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -26,25 +26,19 @@
 #define ROWS_A_COMMIT 3
 #define BLOB_BYTES 3000 /* a page a row: several frames a commit */
 
-static char dir[] = "/tmp/pagefs-gather.XXXXXX";
-static char db_path[512], copy_path[512];
+/* fixture.h's directory: its index path, opened here through SQLite
+ * alone, and a copy beside it. */
+static char copy_path[512];
 
 static void setup(void)
 {
-	cr_assert_not_null(mkdtemp(dir));
-	snprintf(db_path, sizeof(db_path), "%s/index.db", dir);
-	snprintf(copy_path, sizeof(copy_path), "%s/copy.db", dir);
-}
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st, (void)flag, (void)ftw;
-	return remove(path);
+	fx_init_dirs();
+	snprintf(copy_path, sizeof(copy_path), "%s/copy.db", fx.dir);
 }
 
 static void teardown(void)
 {
-	cr_expect_eq(nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
+	cr_expect_eq(nftw(fx.dir, fx_rm_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
 }
 
 TestSuite(gather, .init = setup, .fini = teardown, .timeout = 60);
@@ -64,8 +58,9 @@ static sqlite3 *open_gathered(void)
 	sqlite3 *db = NULL;
 
 	cr_assert_not_null(vfs, "the gathering VFS is not registered");
-	cr_assert_eq(sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, vfs),
-	             SQLITE_OK);
+	cr_assert_eq(
+		sqlite3_open_v2(fx.index, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, vfs),
+		SQLITE_OK);
 	exec_ok(db, "PRAGMA locking_mode=EXCLUSIVE");
 	exec_ok(db, "PRAGMA journal_mode=WAL");
 	exec_ok(db, "PRAGMA synchronous=OFF");
@@ -148,8 +143,8 @@ static int rows_in_kernel(void)
 {
 	char from[600], to[600];
 
-	copy_file(db_path, copy_path);
-	snprintf(from, sizeof(from), "%s-wal", db_path);
+	copy_file(fx.index, copy_path);
+	snprintf(from, sizeof(from), "%s-wal", fx.index);
 	snprintf(to, sizeof(to), "%s-wal", copy_path);
 	copy_file(from, to);
 	snprintf(to, sizeof(to), "%s-shm", copy_path);
@@ -178,7 +173,7 @@ Test(gather, every_commit_is_in_the_kernel_in_one_write)
 	cr_assert_eq(commit_rows(db, 40 * ROWS_A_COMMIT + 1), SQLITE_OK);
 	cr_assert_eq(rows_in_kernel(), 41 * ROWS_A_COMMIT);
 	cr_assert_eq(sqlite3_close(db), SQLITE_OK);
-	cr_assert_eq(rows_in(db_path), 41 * ROWS_A_COMMIT);
+	cr_assert_eq(rows_in(fx.index), 41 * ROWS_A_COMMIT);
 }
 
 Test(gather, a_commit_larger_than_the_buffer)
@@ -226,5 +221,5 @@ Test(gather, a_write_out_that_fails_fails_its_commit_alone)
 	cr_assert_eq(commit_rows(db, committed + 1), SQLITE_OK);
 	cr_assert_eq(rows_in_kernel(), committed + ROWS_A_COMMIT);
 	sqlite3_close(db);
-	cr_assert_eq(rows_in(db_path), committed + ROWS_A_COMMIT);
+	cr_assert_eq(rows_in(fx.index), committed + ROWS_A_COMMIT);
 }
