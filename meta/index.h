@@ -278,6 +278,9 @@ struct page_table {
 	uint32_t *buckets; /* page references */
 	uint64_t n;        /* buckets (table.c: any number) */
 	uint64_t count;
+	/* By name only: the pages batch lookups found lately, direct mapped
+	 * by name hash (table.c, "recent"); NULL when there is none. */
+	uint64_t *recent;
 };
 
 /* Renamed pages' ctimes by page id (dirtime.c); id 0: an empty entry. */
@@ -440,6 +443,12 @@ void index_ctime_del(struct ctimes *t, uint64_t id);
 void index_ctimes_free(struct ctimes *t);
 /* table.c */
 int index_table_init(struct page_table *t, uint64_t buckets);
+/* Gives t the cache of recent finds that index_table_find_names reads
+ * first: INDEX_RECENT_ENTRIES entries, entry h % INDEX_RECENT_ENTRIES
+ * holding hash h << 32 | the page's reference (0: none); 0 or -ENOMEM
+ * (t works without). */
+#define INDEX_RECENT_ENTRIES (1u << 17)
+int index_table_recent_init(struct page_table *t);
 void index_table_free(struct page_table *t);
 /* g: an empty table of n buckets (at most 2^32; 0: half as many again as
  * t) and t's count; 0, or -1 when that is no more than t has or there is

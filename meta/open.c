@@ -333,6 +333,7 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 	if (est > (1ULL << 30))
 		est = 1ULL << 30;
 	if ((rc = index_table_init(&m->by_name, est)) < 0 ||
+	    (rc = index_table_recent_init(&m->by_name)) < 0 ||
 	    (rc = index_idtable_init(&m->by_id, est)) < 0)
 		goto fail;
 	if (m->store->sync && (rc = shared_ids(m, err, errlen)) < 0)

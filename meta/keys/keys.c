@@ -232,16 +232,27 @@ int meta_keys_pool(struct meta *m, int rank, const char *ns, uint32_t *pool_id)
 	return rc;
 }
 
-/* Recency for a protocol lookup: memory at once, the store when the use
- * is in another minute than the one before (HTTP clients look keys up far
- * more often than FUSE): at most once a minute per page. */
-static void keys_touch(struct meta *m, struct page *p, int64_t now)
+/* Recency for a protocol lookup, to the second. A page's first use in a
+ * second moves it to the head of its pool's LRU; later uses in the same
+ * second leave it there, among the pages first used in that second (or
+ * later), which is the order a remount rebuilds (DECISIONS.md, "An HTTP
+ * lookup moves a page once a second"). The store hears of a use when it
+ * is in another minute than the one before (HTTP clients look keys up
+ * far more often than FUSE): at most once a minute per page. */
+static int keys_touch_due(const struct page *p, uint32_t now_s)
 {
-	if (page_secs(now) / 60 != p->atime_s / 60) {
+	return p->atime_s != now_s;
+}
+
+static void keys_touch(struct meta *m, struct page *p, uint32_t now_s)
+{
+	if (!keys_touch_due(p, now_s))
+		return;
+	if (now_s / 60 != p->atime_s / 60) {
 		ops_page_touch(m, p);
 		return;
 	}
-	p->atime_s = page_secs(now);
+	p->atime_s = now_s;
 	index_lru_touch(page_pool(p), p);
 }
 
@@ -325,7 +336,7 @@ int meta_keys_get(struct meta *m, uint32_t pool_id, const char *const *keys, siz
                   int64_t *slot)
 {
 	struct page *found[KEYS_CHUNK];
-	int64_t now = index_now_ns();
+	uint32_t now_s = page_secs(index_now_ns());
 	int held = meta_lease_hold(m); /* the client reads the slots we name */
 
 	if (held < 0)
@@ -340,18 +351,22 @@ int meta_keys_get(struct meta *m, uint32_t pool_id, const char *const *keys, siz
 	for (size_t base = 0; base < n; base += KEYS_CHUNK) {
 		size_t g = n - base < KEYS_CHUNK ? n - base : KEYS_CHUNK;
 		find_keys(m, pool_id, keys + base, g, found);
-		/* the LRU neighbours each touch relinks: their misses overlap too */
+		/* the LRU neighbours each due touch relinks: their misses
+		 * overlap too */
 		for (size_t i = 0; i < g; i++) {
-			if (found[i] && found[i]->lru_prev)
-				__builtin_prefetch(page_at(found[i]->lru_prev), 1);
-			if (found[i] && found[i]->lru_next)
-				__builtin_prefetch(page_at(found[i]->lru_next), 1);
+			struct page *p = found[i];
+			if (!p || !keys_touch_due(p, now_s))
+				continue;
+			if (p->lru_prev)
+				__builtin_prefetch(page_at(p->lru_prev), 1);
+			if (p->lru_next)
+				__builtin_prefetch(page_at(p->lru_next), 1);
 		}
 		for (size_t i = 0; i < g; i++) {
 			struct page *p = found[i];
 			slot[base + i] = p ? (int64_t)p->slot : -1;
 			if (p) {
-				keys_touch(m, p, now);
+				keys_touch(m, p, now_s);
 				pool->hits++;
 			} else {
 				pool->misses++;
@@ -426,7 +441,7 @@ int meta_keys_reserve(struct meta *m, uint32_t pool_id, const char *const *keys,
 		if (p) {
 			existed[i] = 1;
 			slot[i] = (int64_t)p->slot;
-			keys_touch(m, p, index_now_ns());
+			keys_touch(m, p, page_secs(index_now_ns()));
 			continue;
 		}
 		if ((prev = batch_seen(&bs, keys, i, ka.h[i % KEYS_CHUNK])) >= 0) {
@@ -593,7 +608,9 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 		keys_ahead(m, pool_id, keys, n, i, &ka); /* (ids_wait drops meta.lock) */
 		struct page *old = find_key_ahead(m, pool_id, &ka, i);
 		if (old && (int64_t)old->slot == s) {
-			keys_touch(m, old, index_now_ns()); /* confirmed again: nothing changes */
+			keys_touch(
+				m, old,
+				page_secs(index_now_ns())); /* confirmed again: nothing changes */
 			continue;
 		}
 		if (s < 0 || !ka.valid[i % KEYS_CHUNK] ||

@@ -3,7 +3,8 @@
  * (meta/keys.c) and bulk adoption (meta/adopt.c): slots from the top
  * down, one slot per key, no leaks when the pool runs out, confirms that
  * publish only reserved slots (and are logged a line a second at most),
- * quarantined deletes, durable confirms.
+ * quarantined deletes, durable confirms, lookups that move a page in the
+ * LRU at its first use in a second.
  */
 #include "fixture.h"
 #include "meta/index.h"
@@ -516,4 +517,66 @@ Test(keys, initialize_sizes_the_tables_for_the_pool)
 	              (unsigned long long)fx.m->by_name.n, (unsigned long long)before);
 	cr_assert_geq(fx.m->by_id.n * 4, 50000ull * 5, "by id: %llu buckets",
 	              (unsigned long long)fx.m->by_id.n);
+}
+
+/* Sleeps to just past the start of the next second of the realtime
+ * clock (the one recency is kept in); returns that second. */
+static time_t next_second(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	usleep((useconds_t)((1000000000L - ts.tv_nsec) / 1000 + 20000));
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ts.tv_sec;
+}
+
+/* The first page of pool_id's LRU (the most recent) is the one named
+ * key. */
+static int lru_head_is(uint32_t pool_id, const char *key)
+{
+	char text[META_NAME_MAX + 1];
+
+	index_lock(fx.m);
+	struct page *head = index_pool_by_id(fx.m, pool_id)->lru_head;
+	int is = head && strcmp(index_pname_text(head, text), key) == 0;
+	index_unlock(fx.m);
+	return is;
+}
+
+/* get_page_indices moves a page to the head of the LRU at its first use
+ * in a second and leaves it where it is at later uses in that second: the
+ * order within a second is the order of first uses, as a remount builds
+ * it (DECISIONS.md, "An HTTP lookup moves a page once a second"). */
+Test(keys, a_lookup_moves_a_page_at_its_first_use_in_a_second)
+{
+	uint32_t p = init_pool(0, "http", 8);
+	const char *keys[] = {"a", "b"};
+	int64_t s[2], got[1];
+	size_t ignored;
+
+	reserve(p, keys, 2, s);
+	cr_assert_eq(meta_keys_confirm(fx.m, p, keys, s, 2, NULL, 0, &ignored), 0);
+	cr_assert(lru_head_is(p, "b"), "the last confirmed is the most recent");
+	int tries = 0;
+	for (;; tries++) {
+		cr_assert_lt(tries, 5, "no second held the three lookups");
+		time_t second = next_second();
+		cr_assert_eq(meta_keys_get(fx.m, p, &keys[0], 1, got), 0);
+		cr_assert_eq(got[0], s[0]);
+		int a_first = lru_head_is(p, "a");
+		cr_assert_eq(meta_keys_get(fx.m, p, &keys[1], 1, got), 0);
+		int b_next = lru_head_is(p, "b");
+		cr_assert_eq(meta_keys_get(fx.m, p, &keys[0], 1, got), 0);
+		int b_stays = lru_head_is(p, "b");
+		if (time(NULL) != second)
+			continue; /* the second turned between: not the case tested */
+		cr_assert(a_first, "the first use in a new second moves the page");
+		cr_assert(b_next, "so does another page's");
+		cr_assert(b_stays, "a's second use in the second leaves the order");
+		break;
+	}
+	next_second();
+	cr_assert_eq(meta_keys_get(fx.m, p, &keys[0], 1, got), 0);
+	cr_assert(lru_head_is(p, "a"), "in the next second a's use moves it again");
 }

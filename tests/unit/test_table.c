@@ -7,8 +7,10 @@
  * factor between 2/3 and 1 once grown, by id between 7/12 and 7/8), ids
  * spread over the buckets whatever their stride, a run of pages that
  * wraps past the last bucket survives removals in any order, a mount
- * sizes both from the store's estimate, for short and long names, and a
- * reservation for more pages rehashes once.
+ * sizes both from the store's estimate, for short and long names, a
+ * reservation for more pages rehashes once, and the recent entries batch
+ * lookups read first are hints checked against the page, which leave
+ * with their page.
  */
 #include "fixture.h"
 #include "meta/cluster.h"
@@ -345,4 +347,115 @@ Test(table, removals_shift_pages_back_across_the_end)
 			             (unsigned long long)b);
 		index_table_free(&t);
 	}
+}
+
+/* Looks pages[idx[0..n)] up by name in one batch (n <= 128). */
+static void find_batch(const struct page_table *t, const unsigned *idx, size_t n, struct page **out)
+{
+	static char buf[128][96];
+	const char *names[128];
+	size_t lens[128];
+
+	for (size_t i = 0; i < n; i++) {
+		name_of(idx[i], buf[i], sizeof(buf[i]));
+		names[i] = buf[i];
+		lens[i] = strlen(buf[i]);
+	}
+	index_table_find_names(t, pool->id, names, lens, n, out);
+}
+
+/* Each of pages[from, to) is found by a batch lookup, the rest not. */
+static void check_batches(const struct page_table *t, unsigned from, unsigned to)
+{
+	for (unsigned base = 0; base < PAGES; base += 128) {
+		unsigned idx[128];
+		struct page *out[128];
+		size_t n = PAGES - base < 128 ? PAGES - base : 128;
+		for (size_t i = 0; i < n; i++)
+			idx[i] = base + (unsigned)i;
+		find_batch(t, idx, n, out);
+		for (size_t i = 0; i < n; i++) {
+			unsigned k = base + (unsigned)i;
+			cr_assert_eq(out[i], k >= from && k < to ? pages[k] : NULL,
+			             "batch lookup of %u", k);
+		}
+	}
+}
+
+static uint64_t *entry_of(const struct page_table *t, unsigned i)
+{
+	return &t->recent[hashes[i] % INDEX_RECENT_ENTRIES];
+}
+
+static int names(const struct page_table *t, unsigned i)
+{
+	return *entry_of(t, i) == ((uint64_t)hashes[i] << 32 | page_ref(pages[i]));
+}
+
+/* The recent entries batch lookups read first: filled by the lookups,
+ * kept through growth, checked against the page's name (an entry that
+ * names another page is passed over and mended), and a page leaves its
+ * entry when it leaves the table, not another page's. */
+Test(table, recent_finds_are_checked_hints_that_leave_with_their_page)
+{
+	struct page_table t;
+	unsigned half = PAGES / 2;
+
+	cr_assert_eq(index_table_init(&t, 1), 0);
+	cr_assert_eq(index_table_recent_init(&t), 0);
+	uint64_t *recent = t.recent;
+	for (unsigned i = 0; i < half; i++)
+		index_table_add_name(&t, pages[i], hashes[i]);
+	check_batches(&t, 0, half);
+	unsigned named = 0;
+	for (unsigned i = 0; i < half; i++)
+		named += names(&t, i);
+	cr_assert_geq(named, half * 9 / 10, "%u of %u found pages in their entries", named, half);
+	for (unsigned i = half; i < PAGES; i++)
+		index_table_add_name(&t, pages[i], hashes[i]);
+	cr_assert_eq(t.recent, recent, "growth keeps the entries");
+	check_batches(&t, 0, PAGES);
+	check_batches(&t, 0, PAGES); /* now mostly from the entries */
+
+	/* an entry of page 2's hash naming page 1: page 2 is found, and the
+	 * entry mended */
+	*entry_of(&t, 2) = (uint64_t)hashes[2] << 32 | page_ref(pages[1]);
+	unsigned two = 2;
+	struct page *out[1];
+	find_batch(&t, &two, 1, out);
+	cr_assert_eq(out[0], pages[2]);
+	cr_assert(names(&t, 2), "the entry names page 2 again");
+
+	/* two pages of one entry: each found, whichever the entry names */
+	unsigned a = PAGES, b = PAGES;
+	for (unsigned i = 0; i < PAGES && a == PAGES; i++)
+		for (unsigned j = i + 1; j < PAGES; j++)
+			if (entry_of(&t, i) == entry_of(&t, j)) {
+				a = i;
+				b = j;
+				break;
+			}
+	cr_assert_lt(a, PAGES, "20000 names share some entry");
+	unsigned ab[] = {a, b, a};
+	struct page *got[3];
+	find_batch(&t, ab, 3, got);
+	cr_assert(got[0] == pages[a] && got[1] == pages[b] && got[2] == pages[a]);
+	cr_assert(names(&t, a));
+	index_table_del_name(&t, pages[b]);
+	cr_assert(names(&t, a), "a removal leaves another page's entry");
+	index_table_del_name(&t, pages[a]);
+	cr_assert_eq(*entry_of(&t, a), 0, "a removal empties its page's entry");
+	find_batch(&t, ab, 2, got);
+	cr_assert(got[0] == NULL && got[1] == NULL);
+	index_table_add_name(&t, pages[a], hashes[a]);
+	index_table_add_name(&t, pages[b], hashes[b]);
+
+	/* the first half removed: no entry names any of them */
+	for (unsigned i = 0; i < half; i++)
+		index_table_del_name(&t, pages[i]);
+	for (unsigned i = 0; i < half; i++)
+		cr_assert_neq((uint32_t)*entry_of(&t, i), page_ref(pages[i]), "page %u's entry", i);
+	check_batches(&t, half, PAGES);
+	index_table_free(&t);
+	cr_assert_null(t.recent);
 }
