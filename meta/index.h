@@ -447,7 +447,7 @@ int index_table_init(struct page_table *t, uint64_t buckets);
  * first: INDEX_RECENT_ENTRIES entries, entry h % INDEX_RECENT_ENTRIES
  * holding hash h << 32 | the page's reference (0: none); 0 or -ENOMEM
  * (t works without). */
-#define INDEX_RECENT_ENTRIES (1u << 17)
+#define INDEX_RECENT_ENTRIES (1u << 19)
 int index_table_recent_init(struct page_table *t);
 void index_table_free(struct page_table *t);
 /* g: an empty table of n buckets (at most 2^32; 0: half as many again as

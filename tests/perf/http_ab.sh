@@ -2,15 +2,15 @@
 # http_ab.sh - two builds of pagefs serve-meta side by side on one
 # operation of the metadata protocol: ROUNDS alternated pairs of fresh
 # servers (tests/perf/serve_meta.sh: an SQLite index, durable confirms, a
-# pool of 2^23 pages), each first written to by 1 client for 1 second,
-# then measured by http_load. Prints each pair's keys per server CPU
+# pool of 2^23 pages), each first written to by 1 client for FILL seconds
+# (default 1; 8 fill about half the pool), then measured by http_load. Prints each pair's keys per server CPU
 # second and B/A, then the median ratio.
 #
 # A fresh server per measurement, because on this kind of virtual machine
 # a run's speed depends much on whether its memory is new to the process
 # (build/fresh_memory); alternation spreads that over both builds.
 #
-# Usage: tests/perf/http_ab.sh BUILD_A BUILD_B [exists|get|write] [CLIENTS] [SECONDS] [ROUNDS]
+# Usage: [FILL=SECONDS] tests/perf/http_ab.sh BUILD_A BUILD_B [exists|get|write] [CLIENTS] [SECONDS] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if (($# < 2)); then
@@ -27,7 +27,7 @@ trap 'serve_meta_stop "$DIR"' EXIT
 measure() { # BUILD -> keys per server CPU second
 	local build=$1 line
 	serve_meta_start http_ab.sh "$build" "$DIR/run" $((1 << 23)) 2
-	HTTP_LOAD_RUN=0 "$build/http_load" "$PORT" write 1 1 "$PID" >/dev/null
+	HTTP_LOAD_RUN=0 "$build/http_load" "$PORT" write 1 "${FILL:-1}" "$PID" >/dev/null
 	line=$(HTTP_LOAD_RUN=1 "$build/http_load" "$PORT" "$OP" "$CLIENTS" "$SECS" "$PID")
 	kill "$PID"
 	wait "$PID" 2>/dev/null || true
