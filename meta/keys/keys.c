@@ -232,16 +232,19 @@ int meta_keys_pool(struct meta *m, int rank, const char *ns, uint32_t *pool_id)
 	return rc;
 }
 
-/* Recency for a protocol lookup, to the second. A page's first use in a
- * second moves it to the head of its pool's LRU; later uses in the same
- * second leave it there, among the pages first used in that second (or
- * later), which is the order a remount rebuilds (DECISIONS.md, "An HTTP
- * lookup moves a page once a second"). The store hears of a use when it
- * is in another minute than the one before (HTTP clients look keys up
- * far more often than FUSE): at most once a minute per page. */
+/* Recency for a protocol lookup, to the second. A page's first lookup in
+ * a second moves it to the head of its pool's LRU; later ones in the same
+ * second leave it there, among the pages used in that second, which is
+ * the order a remount rebuilds (DECISIONS.md, "An HTTP lookup moves a page
+ * once a second"). A page committed in this second has this second's
+ * atime from its commit, not from a lookup: each lookup moves it, so that
+ * a key looked up just after it was written outlives pages written after
+ * it. The store hears of a use when it is in another minute than the one
+ * before (HTTP clients look keys up far more often than FUSE): at most
+ * once a minute per page. */
 static int keys_touch_due(const struct page *p, uint32_t now_s)
 {
-	return p->atime_s != now_s;
+	return p->atime_s != now_s || (uint32_t)(p->mtime_q >> 16) == now_s;
 }
 
 static void keys_touch(struct meta *m, struct page *p, uint32_t now_s)

@@ -580,3 +580,34 @@ Test(keys, a_lookup_moves_a_page_at_its_first_use_in_a_second)
 	cr_assert_eq(meta_keys_get(fx.m, p, &keys[0], 1, got), 0);
 	cr_assert(lru_head_is(p, "a"), "in the next second a's use moves it again");
 }
+
+/* A page committed in this second has this second's atime from its
+ * commit: every lookup in the second moves it, so a key looked up right
+ * after it was written outlives the pages written after it. */
+Test(keys, a_lookup_in_the_second_of_the_commit_moves_the_page)
+{
+	uint32_t p = init_pool(0, "http", 8);
+	int64_t s[4], got[1];
+	size_t ignored;
+
+	for (int tries = 0;; tries++) {
+		cr_assert_lt(tries, 5, "no second held the commits and the lookups");
+		char a[16], b[16];
+		snprintf(a, sizeof(a), "a%d", tries);
+		snprintf(b, sizeof(b), "b%d", tries);
+		const char *keys[] = {a, b};
+		time_t second = next_second();
+		reserve(p, keys, 2, s);
+		cr_assert_eq(meta_keys_confirm(fx.m, p, keys, s, 2, NULL, 0, &ignored), 0);
+		cr_assert_eq(meta_keys_get(fx.m, p, &keys[0], 1, got), 0);
+		int a_first = lru_head_is(p, a);
+		cr_assert_eq(meta_keys_get(fx.m, p, &keys[1], 1, got), 0);
+		cr_assert_eq(meta_keys_get(fx.m, p, &keys[0], 1, got), 0);
+		int a_again = lru_head_is(p, a);
+		if (time(NULL) != second)
+			continue;
+		cr_assert(a_first, "a lookup moves a page committed in its second");
+		cr_assert(a_again, "and so does the next one in that second");
+		break;
+	}
+}
