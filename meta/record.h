@@ -56,7 +56,10 @@ int record_wait(struct meta *m, struct rec *r);
  * background (no record, no wait). Caller may hold meta.lock. */
 void record_touch(struct meta *m, uint64_t page_id, int64_t atime_ns);
 void record_counters(struct meta *m, uint64_t *batches, uint64_t *records);
-/* Tests only: hold every batch back / let them go; records queued. */
+/* Holds every batch back (after the one being written) / lets them go:
+ * records queued meanwhile go in one batch (meta_page_commit_many, and
+ * tests). Release before waiting for any record; never with meta.lock
+ * held at the hold. */
 void record_hold(struct meta *m);
 void record_release(struct meta *m);
 size_t record_queued(struct meta *m);

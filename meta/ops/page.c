@@ -617,17 +617,24 @@ void meta_page_commit_many(struct meta *m, const struct meta_resv *r, const uint
 	struct rec **recs = calloc(n ? n : 1, sizeof(struct rec *));
 
 	/* All queued first, so that one journal batch (one transaction)
-	 * takes them, then each waited for. */
+	 * takes them, then each waited for. The hold keeps the journal's
+	 * timed flush from starting a batch with only some of them
+	 * (commit_submit waits for no record). */
 	for (size_t i = 0; i < n; i++) {
 		if (length[i] > r[i].slot_size) {
 			meta_page_abort(m, &r[i]);
 			err[i] = -EFBIG;
 		} else if (!recs) {
 			err[i] = meta_page_commit(m, &r[i], length[i], checksum[i]);
-		} else {
-			err[i] = commit_submit(m, &r[i], length[i], checksum[i], &recs[i]);
 		}
 	}
+	if (recs)
+		record_hold(m);
+	for (size_t i = 0; recs && i < n; i++)
+		if (length[i] <= r[i].slot_size)
+			err[i] = commit_submit(m, &r[i], length[i], checksum[i], &recs[i]);
+	if (recs)
+		record_release(m);
 	for (size_t i = 0; recs && i < n; i++) {
 		if (length[i] > r[i].slot_size)
 			continue;

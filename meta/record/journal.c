@@ -447,9 +447,9 @@ int record_start(struct meta *m, char *err, size_t errlen)
 	return 0;
 }
 
-/* Tests only (tests/unit/test_race.c): while held, no batch starts, as
- * if one were being written, so records queue in the order a test
- * chooses; release lets them go. */
+/* While held, no batch starts, as if one were being written, so records
+ * queue together (meta_page_commit_many) or in the order a test chooses
+ * (tests/unit/test_race.c); release lets them go. */
 void record_hold(struct meta *m)
 {
 	struct journal *j = m->journal;
