@@ -264,46 +264,18 @@ struct page *index_table_find_same(const struct page_table *t, const struct page
  * its chain head's lookup fields and name loaded; the second page of the
  * chain loaded, if there is one (pages hold no hash that would tell
  * whether the head is the one; at load factor up to 1 a third of lookups
- * reach the second); the walk. LEAD was
- * chosen with tests/perf/lookup_bench.c (2, 4, 8, 12, 16 keys: 8 and 12
- * best, 2 a quarter slower). Loading past the end of a shorter name is
- * harmless. */
+ * reach the second); the walk. With recent entries, lookups take a stage
+ * more in front: the entry loaded, then read, and a name it holds skips
+ * the bucket. LEAD was chosen with tests/perf/lookup_bench.c (2, 4, 8,
+ * 12, 16 keys: 8 and 12 best, 2 a quarter slower). Loading past the end
+ * of a shorter name is harmless. */
 #define LEAD ((size_t)8)
 #define FIND_BLOCK 128
 
-/* The stages for names[0..n), n <= FIND_BLOCK, as above; with out, the
- * walks too; h: their hashes. */
-static void find_block(const struct page_table *t, uint32_t pool_id, const char *const *names,
-                       const size_t *lens, size_t n, struct page **out, uint32_t *h)
-{
-	struct page *head[FIND_BLOCK];
-	size_t stages = out ? 4 : 2;
-
-	for (size_t i = 0; i < n + (stages - 1) * LEAD; i++) {
-		size_t k = i;
-		if (k < n) {
-			h[k] = names[k] ? index_name_hash(pool_id, names[k], lens[k]) : 0;
-			__builtin_prefetch(&t->buckets[slot_of(t, h[k])]);
-		}
-		if ((k = i - LEAD) < n) { /* wraps below 0: out of range */
-			head[k] = names[k] ? page_at(t->buckets[slot_of(t, h[k])]) : NULL;
-			if (head[k])
-				page_prefetch_lookup(head[k], lens[k]);
-		}
-		if (stages < 4)
-			continue;
-		if ((k = i - 2 * LEAD) < n && head[k] && head[k]->name_next)
-			page_prefetch_lookup(page_at(head[k]->name_next), lens[k]);
-		if ((k = i - 3 * LEAD) < n)
-			out[k] = head[k] ? chain_find(head[k], pool_id, names[k], lens[k], NULL)
-			                 : NULL;
-	}
-}
-
-/* The walk of find_recent for one name of hash h: head is the page its
- * recent entry named (hit) or its chain's first page. */
-static struct page *walk_recent(const struct page_table *t, uint32_t pool_id, const char *name,
-                                size_t len, uint32_t h, struct page *head, int hit)
+/* The walk for one name of hash h: head is the page its recent entry
+ * named (hit) or its chain's first page. */
+static struct page *walk(const struct page_table *t, uint32_t pool_id, const char *name, size_t len,
+                         uint32_t h, struct page *head, int hit)
 {
 	if (hit) {
 		if (head->committed && index_pname_eq(head, name, len) &&
@@ -312,44 +284,50 @@ static struct page *walk_recent(const struct page_table *t, uint32_t pool_id, co
 		head = page_at(t->buckets[slot_of(t, h)]); /* another name's entry */
 	}
 	struct page *p = head ? chain_find(head, pool_id, name, len, NULL) : NULL;
-	if (p)
+	if (p && t->recent)
 		recent_put(t, h, p);
 	return p;
 }
 
-/* find_block's lookups for a table with recent entries: a stage more
- * in front, the recent entry loaded, then read; a name it holds skips
- * the bucket. */
-static void find_recent(const struct page_table *t, uint32_t pool_id, const char *const *names,
-                        const size_t *lens, size_t n, struct page **out, uint32_t *h)
+/* The stages for names[0..n), n <= FIND_BLOCK, as above; with out, the
+ * walks too (and the recent entries, if t has them); h: their hashes. */
+static void find_block(const struct page_table *t, uint32_t pool_id, const char *const *names,
+                       const size_t *lens, size_t n, struct page **out, uint32_t *h)
 {
 	struct page *head[FIND_BLOCK] = {0};
 	unsigned char hit[FIND_BLOCK] = {0};
+	int recent = out && t->recent;
+	size_t bucket = recent ? 2 : 1; /* the stage that reads the bucket */
+	size_t last = out ? bucket + 2 : bucket;
 
-	for (size_t i = 0; i < n + 4 * LEAD; i++) {
+	for (size_t i = 0; i < n + last * LEAD; i++) {
 		size_t k = i;
 		if (k < n) {
 			h[k] = names[k] ? index_name_hash(pool_id, names[k], lens[k]) : 0;
-			__builtin_prefetch(recent_at(t, h[k]));
+			__builtin_prefetch(recent ? (const void *)recent_at(t, h[k])
+			                          : (const void *)&t->buckets[slot_of(t, h[k])]);
 		}
-		if ((k = i - LEAD) < n) { /* wraps below 0: out of range */
-			head[k] = names[k] ? recent_get(t, h[k]) : NULL;
+		/* (k wraps below 0: out of range) */
+		if (recent && (k = i - LEAD) < n && names[k]) {
+			head[k] = recent_get(t, h[k]);
 			hit[k] = head[k] != NULL;
 			if (hit[k])
 				page_prefetch_lookup(head[k], lens[k]);
-			else if (names[k])
+			else
 				__builtin_prefetch(&t->buckets[slot_of(t, h[k])]);
 		}
-		if ((k = i - 2 * LEAD) < n && names[k] && !hit[k]) {
+		if ((k = i - bucket * LEAD) < n && names[k] && !hit[k]) {
 			head[k] = page_at(t->buckets[slot_of(t, h[k])]);
 			if (head[k])
 				page_prefetch_lookup(head[k], lens[k]);
 		}
-		if ((k = i - 3 * LEAD) < n && !hit[k] && head[k] && head[k]->name_next)
+		if (!out)
+			continue;
+		if ((k = i - (bucket + 1) * LEAD) < n && !hit[k] && head[k] && head[k]->name_next)
 			page_prefetch_lookup(page_at(head[k]->name_next), lens[k]);
-		if ((k = i - 4 * LEAD) < n)
-			out[k] = names[k] ? walk_recent(t, pool_id, names[k], lens[k], h[k],
-			                                head[k], hit[k])
+		if ((k = i - last * LEAD) < n)
+			out[k] = names[k] ? walk(t, pool_id, names[k], lens[k], h[k], head[k],
+			                         hit[k])
 			                  : NULL;
 	}
 }
@@ -363,11 +341,7 @@ static void find_names(const struct page_table *t, uint32_t pool_id, const char 
 
 	for (size_t base = 0; base < n; base += FIND_BLOCK) {
 		size_t g = n - base < FIND_BLOCK ? n - base : FIND_BLOCK;
-		if (out && t->recent)
-			find_recent(t, pool_id, names + base, lens + base, g, out + base, h);
-		else
-			find_block(t, pool_id, names + base, lens + base, g,
-			           out ? out + base : NULL, h);
+		find_block(t, pool_id, names + base, lens + base, g, out ? out + base : NULL, h);
 		if (hs)
 			memcpy(hs + base, h, g * sizeof(*h));
 	}

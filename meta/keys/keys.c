@@ -611,9 +611,8 @@ int meta_keys_confirm(struct meta *m, uint32_t pool_id, const char *const *keys,
 		keys_ahead(m, pool_id, keys, n, i, &ka); /* (ids_wait drops meta.lock) */
 		struct page *old = find_key_ahead(m, pool_id, &ka, i);
 		if (old && (int64_t)old->slot == s) {
-			keys_touch(
-				m, old,
-				page_secs(index_now_ns())); /* confirmed again: nothing changes */
+			/* confirmed again: nothing changes */
+			keys_touch(m, old, page_secs(index_now_ns()));
 			continue;
 		}
 		if (s < 0 || !ka.valid[i % KEYS_CHUNK] ||

@@ -628,14 +628,14 @@ void meta_page_commit_many(struct meta *m, const struct meta_resv *r, const uint
 			err[i] = meta_page_commit(m, &r[i], length[i], checksum[i]);
 		}
 	}
-	if (recs)
-		record_hold(m);
-	for (size_t i = 0; recs && i < n; i++)
+	if (!recs)
+		return;
+	record_hold(m);
+	for (size_t i = 0; i < n; i++)
 		if (length[i] <= r[i].slot_size)
 			err[i] = commit_submit(m, &r[i], length[i], checksum[i], &recs[i]);
-	if (recs)
-		record_release(m);
-	for (size_t i = 0; recs && i < n; i++) {
+	record_release(m);
+	for (size_t i = 0; i < n; i++) {
 		if (length[i] > r[i].slot_size)
 			continue;
 		if (recs[i])

@@ -387,7 +387,7 @@ static uint64_t *entry_of(const struct page_table *t, unsigned i)
 	return &t->recent[hashes[i] % INDEX_RECENT_ENTRIES];
 }
 
-static int names(const struct page_table *t, unsigned i)
+static int entry_names(const struct page_table *t, unsigned i)
 {
 	return *entry_of(t, i) == ((uint64_t)hashes[i] << 32 | page_ref(pages[i]));
 }
@@ -409,7 +409,7 @@ Test(table, recent_finds_are_checked_hints_that_leave_with_their_page)
 	check_batches(&t, 0, half);
 	unsigned named = 0;
 	for (unsigned i = 0; i < half; i++)
-		named += names(&t, i);
+		named += entry_names(&t, i);
 	cr_assert_geq(named, half * 9 / 10, "%u of %u found pages in their entries", named, half);
 	for (unsigned i = half; i < PAGES; i++)
 		index_table_add_name(&t, pages[i], hashes[i]);
@@ -424,7 +424,7 @@ Test(table, recent_finds_are_checked_hints_that_leave_with_their_page)
 	struct page *out[1];
 	find_batch(&t, &two, 1, out);
 	cr_assert_eq(out[0], pages[2]);
-	cr_assert(names(&t, 2), "the entry names page 2 again");
+	cr_assert(entry_names(&t, 2), "the entry names page 2 again");
 
 	/* two pages of one entry: each found, whichever the entry names */
 	unsigned a = PAGES, b = PAGES;
@@ -440,9 +440,9 @@ Test(table, recent_finds_are_checked_hints_that_leave_with_their_page)
 	struct page *got[3];
 	find_batch(&t, ab, 3, got);
 	cr_assert(got[0] == pages[a] && got[1] == pages[b] && got[2] == pages[a]);
-	cr_assert(names(&t, a));
+	cr_assert(entry_names(&t, a));
 	index_table_del_name(&t, pages[b]);
-	cr_assert(names(&t, a), "a removal leaves another page's entry");
+	cr_assert(entry_names(&t, a), "a removal leaves another page's entry");
 	index_table_del_name(&t, pages[a]);
 	cr_assert_eq(*entry_of(&t, a), 0, "a removal empties its page's entry");
 	find_batch(&t, ab, 2, got);
