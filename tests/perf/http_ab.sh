@@ -10,7 +10,10 @@
 # a run's speed depends much on whether its memory is new to the process
 # (build/fresh_memory); alternation spreads that over both builds.
 #
-# Usage: [FILL=SECONDS] tests/perf/http_ab.sh BUILD_A BUILD_B [exists|get|write] [CLIENTS] [SECONDS] [ROUNDS]
+# THREADS_A and THREADS_B give each build's worker threads (default 2), so
+# that one build can be compared with itself at two thread counts.
+#
+# Usage: [FILL=SECONDS] [THREADS_A=N] [THREADS_B=N] tests/perf/http_ab.sh BUILD_A BUILD_B [exists|get|write] [CLIENTS] [SECONDS] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if (($# < 2)); then
@@ -24,9 +27,9 @@ trap 'serve_meta_stop "$DIR"' EXIT
 # shellcheck source=tests/perf/serve_meta.sh
 . tests/perf/serve_meta.sh
 
-measure() { # BUILD -> keys per server CPU second
-	local build=$1 line
-	serve_meta_start http_ab.sh "$build" "$DIR/run" $((1 << 23)) 2
+measure() { # BUILD THREADS -> keys per server CPU second
+	local build=$1 threads=$2 line
+	serve_meta_start http_ab.sh "$build" "$DIR/run" $((1 << 23)) "$threads"
 	HTTP_LOAD_RUN=0 "$build/http_load" "$PORT" write 1 "${FILL:-1}" "$PID" >/dev/null
 	line=$(HTTP_LOAD_RUN=1 "$build/http_load" "$PORT" "$OP" "$CLIENTS" "$SECS" "$PID")
 	kill "$PID"
@@ -38,8 +41,8 @@ measure() { # BUILD -> keys per server CPU second
 
 ratios=()
 for ((r = 1; r <= ROUNDS; r++)); do
-	a=$(measure "$A")
-	b=$(measure "$B")
+	a=$(measure "$A" "${THREADS_A:-2}")
+	b=$(measure "$B" "${THREADS_B:-2}")
 	ratios+=("$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", b / a }')")
 	echo "$OP clients=$CLIENTS round=$r a keys/cpu_s=$a b keys/cpu_s=$b b/a=${ratios[-1]}"
 done
