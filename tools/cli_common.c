@@ -224,3 +224,8 @@ int cli_is_pagefs_mount(const char *path)
 	endmntent(f);
 	return found;
 }
+
+int cli_http_workers(const char *uri)
+{
+	return strstr(uri, "://") ? 2 : 1;
+}

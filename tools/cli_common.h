@@ -79,6 +79,16 @@ void cli_human_bytes(double bytes, char *buf, size_t len);
 /* The directory part of path into out (len bytes): "." when path has no
  * slash, "/" for a name at the root. */
 void cli_dirname(const char *path, char *out, size_t len);
+/*
+ * How many HTTP worker threads serve the metadata protocol (serve-meta,
+ * mount --http) on index uri when --threads does not say: 1 on SQLite,
+ * whose commits are tens of microseconds of this process's CPU and whose
+ * every request holds meta.lock, so a second worker only waits for the
+ * first; 2 on PostgreSQL, whose commits and lease waits are network round
+ * trips that a lookup must not queue behind (DECISIONS.md, "The
+ * protocol's worker threads").
+ */
+int cli_http_workers(const char *uri);
 
 /*
  * Reads an xattr into a new NUL-terminated buffer (the caller frees it)

@@ -728,8 +728,8 @@ static int cli_ops_ready(void *arg, char *why, size_t len)
 	return fs_metrics_ready(why, len);
 }
 
-static int cli_listener_start(struct meta *m, const char *listen, int ops_only, struct serve **out,
-                              char *msg, size_t msglen)
+static int cli_listener_start(struct meta *m, const char *listen, const char *uri, int ops_only,
+                              struct serve **out, char *msg, size_t msglen)
 {
 	struct serve_ops ops = {cli_ops_metrics, cli_ops_ready, NULL, ops_only};
 	char addr[64];
@@ -739,7 +739,8 @@ static int cli_listener_start(struct meta *m, const char *listen, int ops_only, 
 		snprintf(msg, msglen, "'%s' is not IPV4ADDR:PORT", listen);
 		return -EINVAL;
 	}
-	int rc = serve_start_ops(m, addr, port, 2, &ops, out, &bound, msg, msglen);
+	int rc = serve_start_ops(m, addr, port, ops_only ? 2 : cli_http_workers(uri), &ops, out,
+	                         &bound, msg, msglen);
 	if (rc == 0 && ops_only)
 		log_info("serving /metrics, /health and /ready on http://%s:%d", addr, bound);
 	else if (rc == 0)
@@ -754,9 +755,11 @@ static int cli_http_start(void *arg, struct meta *m, char *msg, size_t msglen)
 	int rc = 0;
 
 	if (cfg->http)
-		rc = cli_listener_start(m, cfg->http, 0, &cli_http_server, msg, msglen);
+		rc = cli_listener_start(m, cfg->http, cfg->meta_uri, 0, &cli_http_server, msg,
+		                        msglen);
 	if (rc == 0 && cfg->metrics[0])
-		rc = cli_listener_start(m, cfg->metrics, 1, &cli_metrics_server, msg, msglen);
+		rc = cli_listener_start(m, cfg->metrics, cfg->meta_uri, 1, &cli_metrics_server, msg,
+		                        msglen);
 	if (rc < 0) {
 		serve_stop(cli_http_server);
 		cli_http_server = NULL;

@@ -62,7 +62,7 @@ int cli_serve_main(int argc, char **argv)
 	struct meta_keys_tuning tune = {0};
 	const char *listen = "127.0.0.1", *log_file = NULL;
 	char addr[64], err[1024];
-	long threads = 2, v;
+	long threads = 0, v; /* 0: cli_http_workers */
 	int c, r, port, bound, sig, log_level = LOG_INFO;
 	struct serve *sv;
 	struct meta *m;
@@ -127,6 +127,8 @@ int cli_serve_main(int argc, char **argv)
 		return r;
 	log_set_level((enum log_level)log_level); /* (cli_index_open set warn) */
 	meta_keys_tune(m, &tune);
+	if (!threads)
+		threads = cli_http_workers(io.uri);
 	if (serve_start(m, addr, port, (int)threads, &sv, &bound, err, sizeof(err)) < 0) {
 		meta_close(m);
 		return cli_fail(CMD, "%s", err);

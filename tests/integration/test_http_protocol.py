@@ -261,6 +261,37 @@ def test_confirm_of_an_unreserved_slot_is_ignored(server):
     assert c.get_page_indices(0, ["a", "b"]) == [a, None]
 
 
+def http_workers(pid):
+    """The threads of process pid that serve HTTP requests (libmicrohttpd
+    names its one polling thread MHD-single, those of a pool MHD-worker)."""
+    names = []
+    for t in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{t}/comm") as f:
+            names.append(f.read().strip())
+    return sum(n in ("MHD-single", "MHD-worker") for n in names)
+
+
+def settled_workers(pid, expected):
+    """http_workers once it has reached expected and stayed there for
+    0.3 s: each thread names itself after it starts."""
+    H.wait_until(lambda: http_workers(pid) == expected, timeout=5)
+    time.sleep(0.3)
+    return http_workers(pid)
+
+
+@pytest.mark.engines
+@pytest.mark.skipif(bool(H.WRAPPER), reason="valgrind runs the threads under its own names")
+def test_one_worker_thread_on_sqlite_two_on_postgresql_unless_threads_says(server, engine):
+    s = server()
+    want = 2 if engine == "postgres" else 1
+    assert settled_workers(s.proc.pid, want) == want
+    s.client.initialize(0, 8)
+    (_, a), = s.client.reserve_and_allocate_page_indices(0, [["a", ""]])
+    s.client.confirm_write(0, [["a", a]], [])
+    assert s.client.get_page_indices(0, ["a"]) == [a]
+    assert settled_workers(server("--threads", "3").proc.pid, 3) == 3
+
+
 FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"  # Debian's faketime
 
 
