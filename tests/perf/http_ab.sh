@@ -10,8 +10,11 @@
 # a run's speed depends much on whether its memory is new to the process
 # (build/fresh_memory); alternation spreads that over both builds.
 #
-# THREADS_A and THREADS_B give each build's worker threads (default 2), so
-# that one build can be compared with itself at two thread counts.
+# THREADS_A and THREADS_B give each build's worker threads (default:
+# serve-meta's own), so that one build can be compared with itself at two
+# thread counts.
+#
+# Each round's line also gives both servers' keys/s.
 #
 # Usage: [FILL=SECONDS] [THREADS_A=N] [THREADS_B=N] tests/perf/http_ab.sh BUILD_A BUILD_B [exists|get|write] [CLIENTS] [SECONDS] [ROUNDS]
 set -euo pipefail
@@ -27,7 +30,7 @@ trap 'serve_meta_stop "$DIR"' EXIT
 # shellcheck source=tests/perf/serve_meta.sh
 . tests/perf/serve_meta.sh
 
-measure() { # BUILD THREADS -> keys per server CPU second
+measure() { # BUILD THREADS -> "KEYS_PER_CPU_S KEYS_PER_S"
 	local build=$1 threads=$2 line
 	serve_meta_start http_ab.sh "$build" "$DIR/run" $((1 << 23)) "$threads"
 	HTTP_LOAD_RUN=0 "$build/http_load" "$PORT" write 1 "${FILL:-1}" "$PID" >/dev/null
@@ -36,15 +39,15 @@ measure() { # BUILD THREADS -> keys per server CPU second
 	wait "$PID" 2>/dev/null || true
 	PID=''
 	rm -rf "$DIR/run"
-	sed -n 's/.*keys\/cpu_s=\([0-9.]*\).*/\1/p' <<<"$line"
+	sed -n 's/.* keys\/s=\([0-9.]*\).*keys\/cpu_s=\([0-9.]*\).*/\2 \1/p' <<<"$line"
 }
 
 ratios=()
 for ((r = 1; r <= ROUNDS; r++)); do
-	a=$(measure "$A" "${THREADS_A:-2}")
-	b=$(measure "$B" "${THREADS_B:-2}")
+	read -r a ar < <(measure "$A" "${THREADS_A:-}")
+	read -r b br < <(measure "$B" "${THREADS_B:-}")
 	ratios+=("$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", b / a }')")
-	echo "$OP clients=$CLIENTS round=$r a keys/cpu_s=$a b keys/cpu_s=$b b/a=${ratios[-1]}"
+	echo "$OP clients=$CLIENTS round=$r a keys/cpu_s=$a keys/s=$ar b keys/cpu_s=$b keys/s=$br b/a=${ratios[-1]}"
 done
 printf '%s\n' "${ratios[@]}" | sort -g |
 	awk -v op="$OP" -v c="$CLIENTS" '{ v[NR] = $1 } END {

@@ -77,7 +77,7 @@ start_pagefs() {
 	[[ -n ${META_URI:-} ]] && backing=$DIR/pg-backing
 	mkdir -p "$d" "$backing"
 	"$BUILD/pagefs" serve-meta --backing "$backing" --meta "${META_URI:-sqlite:$d/index.db}" \
-		--listen 127.0.0.1:0 --page-size 4K --threads 2 --log-level warn >"$d/out" 2>"$d/err" &
+		--listen 127.0.0.1:0 --page-size 4K --log-level warn >"$d/out" 2>"$d/err" &
 	SPID=$!
 	PIDS+=("$SPID")
 	SPORT=$(wait_port "$d/out")

@@ -1,11 +1,12 @@
 /*
  * http_floor.c - the floor of the 3FS metadata protocol over HTTP here: a
  * libmicrohttpd server set up as pagefs serve-meta's (an internal polling
- * thread per worker, epoll, 2 workers) that reads every request body and
+ * thread per worker, epoll, THREADS workers: 1 by default, as serve-meta
+ * on an SQLite index) that reads every request body and
  * answers with canned bytes of the shape serve-meta answers, without
  * parsing a request or keeping a key.
  *
- *   http_floor [PORT]
+ *   http_floor [PORT] [THREADS]
  *
  * Prints "listening on 127.0.0.1:PORT" and serves until SIGINT or SIGTERM.
  * tests/perf/http_load measures it as it measures serve-meta and SGLang's
@@ -109,12 +110,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 int main(int argc, char **argv)
 {
-	int port = argc > 1 ? atoi(argv[1]) : 0;
+	int port = argc > 1 ? atoi(argv[1]) : 0, threads = argc > 2 ? atoi(argv[2]) : 1;
 	sigset_t set;
 	int sig;
 
-	if (argc > 2 || port < 0 || port > 65535) {
-		fprintf(stderr, "usage: http_floor [PORT]\n");
+	if (argc > 3 || port < 0 || port > 65535 || threads < 1 || threads > 64) {
+		fprintf(stderr, "usage: http_floor [PORT] [THREADS]\n");
 		return 2;
 	}
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
@@ -126,8 +127,8 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &set, NULL); /* the workers inherit it */
 	struct MHD_Daemon *d = MHD_start_daemon(
 		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, (uint16_t)port, NULL, NULL,
-		on_request, NULL, MHD_OPTION_THREAD_POOL_SIZE, 2u, MHD_OPTION_NOTIFY_COMPLETED,
-		on_completed, NULL, MHD_OPTION_CONNECTION_LIMIT, 1024u,
+		on_request, NULL, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads,
+		MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_CONNECTION_LIMIT, 1024u,
 		MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_END);
 	if (!d) {
 		fprintf(stderr, "http_floor: cannot listen on port %d\n", port);

@@ -35,7 +35,7 @@ cleanup() {
 trap cleanup EXIT
 # shellcheck source=tests/perf/serve_meta.sh
 . tests/perf/serve_meta.sh
-serve_meta_start http_profile.sh "$BUILD" "$DIR" $((1 << 23)) "${THREADS:-2}"
+serve_meta_start http_profile.sh "$BUILD" "$DIR" $((1 << 23)) "${THREADS:-}"
 if [[ $OP != write ]]; then
 	HTTP_LOAD_RUN=0 "$BUILD/http_load" "$PORT" write 1 1 "$PID" >/dev/null
 fi

@@ -4,7 +4,7 @@
 # index, durable confirms, 4 KiB pages, listening on a free port of
 # 127.0.0.1) and initializes rank 0's pool "kv" with PAGES pages.
 #
-# serve_meta_start NAME BUILD DIR PAGES [THREADS]
+# serve_meta_start NAME BUILD DIR PAGES [THREADS]  (default: serve-meta's own)
 #   NAME names the caller in errors; DIR holds the backing, the index and
 #   the server's output. Sets PID and PORT; exits 1 if the server does
 #   not start.
@@ -14,10 +14,11 @@
 # serve_meta_ticks
 #   Prints the server's user and system CPU so far, in clock ticks.
 serve_meta_start() {
-	local name=$1 build=$2 dir=$3 pages=$4 threads=${5:-2}
+	local name=$1 build=$2 dir=$3 pages=$4 thread_opt=()
+	[[ -n ${5:-} ]] && thread_opt=(--threads "$5") # (else serve-meta's default)
 	mkdir -p "$dir/backing"
 	"$build/pagefs" serve-meta --backing "$dir/backing" --meta "sqlite:$dir/index.db" \
-		--listen 127.0.0.1:0 --page-size 4K --threads "$threads" --log-level warn \
+		--listen 127.0.0.1:0 --page-size 4K "${thread_opt[@]}" --log-level warn \
 		>"$dir/out" 2>"$dir/err" &
 	# shellcheck disable=SC2034 # (the caller's, for its cleanup)
 	PID=$!
