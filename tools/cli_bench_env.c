@@ -554,7 +554,7 @@ int bench_index_uri(struct bench_env *env, const struct bench_opts *o, const cha
 {
 	char dir[PATH_MAX], err[1024];
 
-	if (o->meta_uri && strstr(o->meta_uri, "://")) {
+	if (o->meta_uri && cli_uri_is_shared(o->meta_uri)) {
 		if (env->npg == (int)(sizeof(env->pg_schemas) / sizeof(env->pg_schemas[0])))
 			return -1;
 		char *schema = env->pg_schemas[env->npg];

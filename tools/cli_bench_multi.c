@@ -186,7 +186,7 @@ out:
 int bench_multi(struct bench_env *env, const struct bench_opts *o)
 {
 	struct multi_row rows[BENCH_MAX_LIST];
-	int nrows = 0, shared = o->meta_uri && strstr(o->meta_uri, "://");
+	int nrows = 0, shared = o->meta_uri && cli_uri_is_shared(o->meta_uri);
 	uint64_t size = o->nsizes ? o->sizes[0] : 64ULL << 10;
 	FILE *json = NULL;
 

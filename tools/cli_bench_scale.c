@@ -322,7 +322,7 @@ int bench_scale(struct bench_env *env, const struct bench_opts *o)
 		return -1;
 	uint64_t pg_bytes;
 	char err[512];
-	if (strstr(uri, "://") && meta_pg_index_bytes(uri, &pg_bytes, err, sizeof(err)) == 0)
+	if (cli_uri_is_shared(uri) && meta_pg_index_bytes(uri, &pg_bytes, err, sizeof(err)) == 0)
 		printf("index size:      %.1f MiB (%.1f bytes/page; PostgreSQL tables and "
 		       "indexes)\n",
 		       (double)pg_bytes / 1048576.0, (double)pg_bytes / (double)n);

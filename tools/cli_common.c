@@ -225,7 +225,12 @@ int cli_is_pagefs_mount(const char *path)
 	return found;
 }
 
+int cli_uri_is_shared(const char *uri)
+{
+	return strstr(uri, "://") != NULL;
+}
+
 int cli_http_workers(const char *uri)
 {
-	return strstr(uri, "://") ? 2 : 1;
+	return cli_uri_is_shared(uri) ? 2 : 1;
 }

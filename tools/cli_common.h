@@ -79,6 +79,9 @@ void cli_human_bytes(double bytes, char *buf, size_t len);
 /* The directory part of path into out (len bytes): "." when path has no
  * slash, "/" for a name at the root. */
 void cli_dirname(const char *path, char *out, size_t len);
+/* Whether index uri names a shared PostgreSQL index (postgres://...,
+ * postgresql://...) rather than an SQLite file. */
+int cli_uri_is_shared(const char *uri);
 /*
  * How many HTTP worker threads serve the metadata protocol (serve-meta,
  * mount --http) on index uri when --threads does not say: 1 on SQLite,

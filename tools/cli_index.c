@@ -55,7 +55,7 @@ int cli_index_open(const char *cmd, struct cli_index_opts *o, struct meta **m)
 	} else {
 		const char *path =
 			strncmp(o->meta_arg, "sqlite:", 7) == 0 ? o->meta_arg + 7 : o->meta_arg;
-		if (strstr(o->meta_arg, "://")) {
+		if (cli_uri_is_shared(o->meta_arg)) {
 			snprintf(o->uri, sizeof(o->uri), "%s", o->meta_arg);
 		} else if (!*path) {
 			return cli_usage_error(cmd, "--meta '%s' names no file", o->meta_arg);

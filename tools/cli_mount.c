@@ -305,7 +305,7 @@ static int cli_mount_meta_uri(struct cli_mount_config *cfg)
 	}
 	if (strncmp(arg, "sqlite:", 7) == 0)
 		path = arg + 7;
-	else if (strstr(arg, "://"))
+	else if (cli_uri_is_shared(arg))
 		path = NULL;
 	else
 		path = arg;
