@@ -3,10 +3,10 @@
  * the benchmarks' spread between runs of one build and the "first
  * touches" part of tests/perf/http_profile.sh (docs/BENCHMARKS.md).
  *
- *   fresh_memory [MIB] [PAUSE_SECONDS]
+ *   fresh_memory [MIB] [PAUSE_SECONDS] [huge|4k]
  *
  * Maps MIB MiB (256) as pagefs's index arena does (anonymous, huge pages
- * advised) and writes one byte in every 4 KiB, three times: memory the
+ * advised; with 4k, advised against, as with PAGEFS_HUGE_HEAP=0) and writes one byte in every 4 KiB, three times: memory the
  * process never had, the same amount mapped again at once (the kernel
  * hands back the pages just freed), and again after PAUSE_SECONDS (15).
  * Prints microseconds per 4 KiB and nanoseconds per byte for each. On a
@@ -16,6 +16,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,6 +29,8 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+static int advice = MADV_HUGEPAGE;
+
 /* Maps size bytes, touches every 4 KiB, unmaps; the seconds it took. */
 static double touch(size_t size)
 {
@@ -39,7 +42,7 @@ static double touch(size_t size)
 		perror("fresh_memory: mmap");
 		exit(1);
 	}
-	(void)madvise(p, size, MADV_HUGEPAGE);
+	(void)madvise(p, size, advice);
 	for (size_t i = 0; i < size; i += 4096)
 		p[i] = 1;
 	double t = now_s() - t0;
@@ -60,10 +63,13 @@ int main(int argc, char **argv)
 	size_t size = mib << 20;
 	char what[64];
 
-	if (!mib) {
-		fprintf(stderr, "usage: fresh_memory [MIB] [PAUSE_SECONDS]\n");
+	const char *pages = argc > 3 ? argv[3] : "huge";
+
+	if (!mib || (strcmp(pages, "huge") != 0 && strcmp(pages, "4k") != 0)) {
+		fprintf(stderr, "usage: fresh_memory [MIB] [PAUSE_SECONDS] [huge|4k]\n");
 		return 2;
 	}
+	advice = strcmp(pages, "4k") == 0 ? MADV_NOHUGEPAGE : MADV_HUGEPAGE;
 	report("first touch", size, touch(size));
 	report("again at once", size, touch(size));
 	sleep(pause);

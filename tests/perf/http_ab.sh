@@ -14,9 +14,12 @@
 # serve-meta's own), so that one build can be compared with itself at two
 # thread counts.
 #
+# ENV_A and ENV_B give each side's environment, as VAR=VALUE words (e.g.
+# ENV_B=PAGEFS_HUGE_HEAP=0: one build with and without huge pages).
+#
 # Each round's line also gives both servers' keys/s.
 #
-# Usage: [FILL=SECONDS] [THREADS_A=N] [THREADS_B=N] tests/perf/http_ab.sh BUILD_A BUILD_B [exists|get|write] [CLIENTS] [SECONDS] [ROUNDS]
+# Usage: [FILL=SECONDS] [THREADS_A=N] [THREADS_B=N] [ENV_A=..] [ENV_B=..] tests/perf/http_ab.sh BUILD_A BUILD_B [exists|get|write] [CLIENTS] [SECONDS] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if (($# < 2)); then
@@ -30,8 +33,9 @@ trap 'serve_meta_stop "$DIR"' EXIT
 # shellcheck source=tests/perf/serve_meta.sh
 . tests/perf/serve_meta.sh
 
-measure() { # BUILD THREADS -> "KEYS_PER_CPU_S KEYS_PER_S"
+measure() { # BUILD THREADS ENV -> "KEYS_PER_CPU_S KEYS_PER_S"
 	local build=$1 threads=$2 line
+	SERVE_ENV=$3
 	serve_meta_start http_ab.sh "$build" "$DIR/run" $((1 << 23)) "$threads"
 	HTTP_LOAD_RUN=0 "$build/http_load" "$PORT" write 1 "${FILL:-1}" "$PID" >/dev/null
 	line=$(HTTP_LOAD_RUN=1 "$build/http_load" "$PORT" "$OP" "$CLIENTS" "$SECS" "$PID")
@@ -44,8 +48,8 @@ measure() { # BUILD THREADS -> "KEYS_PER_CPU_S KEYS_PER_S"
 
 ratios=()
 for ((r = 1; r <= ROUNDS; r++)); do
-	read -r a ar < <(measure "$A" "${THREADS_A:-}")
-	read -r b br < <(measure "$B" "${THREADS_B:-}")
+	read -r a ar < <(measure "$A" "${THREADS_A:-}" "${ENV_A:-}")
+	read -r b br < <(measure "$B" "${THREADS_B:-}" "${ENV_B:-}")
 	ratios+=("$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", b / a }')")
 	echo "$OP clients=$CLIENTS round=$r a keys/cpu_s=$a keys/s=$ar b keys/cpu_s=$b keys/s=$br b/a=${ratios[-1]}"
 done

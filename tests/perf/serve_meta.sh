@@ -8,6 +8,7 @@
 #   NAME names the caller in errors; DIR holds the backing, the index and
 #   the server's output. Sets PID and PORT; exits 1 if the server does
 #   not start.
+#   SERVE_ENV, if set, is the server's environment as VAR=VALUE words.
 # serve_meta_stop DIR
 #   Stops the server started (if any) and removes DIR: the callers' EXIT
 #   trap.
@@ -17,7 +18,8 @@ serve_meta_start() {
 	local name=$1 build=$2 dir=$3 pages=$4 thread_opt=()
 	[[ -n ${5:-} ]] && thread_opt=(--threads "$5") # (else serve-meta's default)
 	mkdir -p "$dir/backing"
-	"$build/pagefs" serve-meta --backing "$dir/backing" --meta "sqlite:$dir/index.db" \
+	# shellcheck disable=SC2086 # (SERVE_ENV: VAR=VALUE words, or none)
+	env ${SERVE_ENV:-} "$build/pagefs" serve-meta --backing "$dir/backing" --meta "sqlite:$dir/index.db" \
 		--listen 127.0.0.1:0 --page-size 4K "${thread_opt[@]}" --log-level warn \
 		>"$dir/out" 2>"$dir/err" &
 	# shellcheck disable=SC2034 # (the caller's, for its cleanup)
