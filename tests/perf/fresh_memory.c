@@ -6,8 +6,9 @@
  *   fresh_memory [MIB] [PAUSE_SECONDS] [huge|4k]
  *
  * Maps MIB MiB (256) as pagefs's index arena does (anonymous, huge pages
- * advised; with 4k, advised against, as with PAGEFS_HUGE_HEAP=0) and writes one byte in every 4 KiB, three times: memory the
- * process never had, the same amount mapped again at once (the kernel
+ * advised; with 4k advised against, as with PAGEFS_HUGE_HEAP=0) and
+ * writes one byte in every 4 KiB, three times: memory the process never
+ * had, the same amount mapped again at once (the kernel
  * hands back the pages just freed), and again after PAUSE_SECONDS (15).
  * Prints microseconds per 4 KiB and nanoseconds per byte for each. On a
  * virtual machine whose guest reports free pages to the host (virtio
@@ -29,10 +30,9 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static int advice = MADV_HUGEPAGE;
-
-/* Maps size bytes, touches every 4 KiB, unmaps; the seconds it took. */
-static double touch(size_t size)
+/* Maps size bytes with madvise advice, touches every 4 KiB, unmaps; the
+ * seconds it took. */
+static double touch(size_t size, int advice)
 {
 	double t0 = now_s();
 	unsigned char *p =
@@ -60,20 +60,19 @@ int main(int argc, char **argv)
 {
 	size_t mib = argc > 1 ? strtoul(argv[1], NULL, 10) : 256;
 	unsigned pause = argc > 2 ? (unsigned)strtoul(argv[2], NULL, 10) : 15;
+	const char *pages = argc > 3 ? argv[3] : "huge";
+	int small = strcmp(pages, "4k") == 0, advice = small ? MADV_NOHUGEPAGE : MADV_HUGEPAGE;
 	size_t size = mib << 20;
 	char what[64];
 
-	const char *pages = argc > 3 ? argv[3] : "huge";
-
-	if (!mib || (strcmp(pages, "huge") != 0 && strcmp(pages, "4k") != 0)) {
+	if (!mib || (!small && strcmp(pages, "huge") != 0)) {
 		fprintf(stderr, "usage: fresh_memory [MIB] [PAUSE_SECONDS] [huge|4k]\n");
 		return 2;
 	}
-	advice = strcmp(pages, "4k") == 0 ? MADV_NOHUGEPAGE : MADV_HUGEPAGE;
-	report("first touch", size, touch(size));
-	report("again at once", size, touch(size));
+	report("first touch", size, touch(size, advice));
+	report("again at once", size, touch(size, advice));
 	sleep(pause);
 	snprintf(what, sizeof(what), "again after %u s", pause);
-	report(what, size, touch(size));
+	report(what, size, touch(size, advice));
 	return 0;
 }

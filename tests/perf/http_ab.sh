@@ -34,8 +34,7 @@ trap 'serve_meta_stop "$DIR"' EXIT
 . tests/perf/serve_meta.sh
 
 measure() { # BUILD THREADS ENV -> "KEYS_PER_CPU_S KEYS_PER_S"
-	local build=$1 threads=$2 line
-	SERVE_ENV=$3
+	local build=$1 threads=$2 line SERVE_ENV=$3 # (serve_meta_start reads it)
 	serve_meta_start http_ab.sh "$build" "$DIR/run" $((1 << 23)) "$threads"
 	HTTP_LOAD_RUN=0 "$build/http_load" "$PORT" write 1 "${FILL:-1}" "$PID" >/dev/null
 	line=$(HTTP_LOAD_RUN=1 "$build/http_load" "$PORT" "$OP" "$CLIENTS" "$SECS" "$PID")
