@@ -771,7 +771,7 @@ int serve_start_ops(struct meta *m, const char *addr, int port, int threads,
 		sv->ops = *ops;
 	sv->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, (uint16_t)port,
 	                         NULL, NULL, on_request, sv, MHD_OPTION_SOCK_ADDR, &sa,
-	                         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(threads > 0 ? threads : 2),
+	                         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(threads > 0 ? threads : 1),
 	                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv,
 	                         MHD_OPTION_CONNECTION_LIMIT, 1024u, MHD_OPTION_CONNECTION_TIMEOUT,
 	                         120u, MHD_OPTION_END);

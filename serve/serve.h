@@ -27,9 +27,10 @@ struct serve; /* opaque: one listening server */
 int serve_parse_listen(const char *s, char *addr, size_t addrlen, int *port);
 
 /*
- * Starts serving on addr:port with `threads` worker threads (0: 2). The
- * meta handle must outlive the server. Returns 0, or a negative errno with
- * a message in err. The bound port is in *bound (useful with port 0).
+ * Starts serving on addr:port with `threads` worker threads (the caller
+ * chooses; below 1 is 1). The meta handle must outlive the server.
+ * Returns 0, or a negative errno with a message in err. The bound port is
+ * in *bound (useful with port 0).
  */
 int serve_start(struct meta *m, const char *addr, int port, int threads, struct serve **out,
                 int *bound, char *err, size_t errlen);
