@@ -281,6 +281,9 @@ struct page_table {
 	/* By name only: the pages batch lookups found lately, direct mapped
 	 * by name hash (table.c, "recent"); NULL when there is none. */
 	uint64_t *recent;
+	/* By id only: pages of ids handed out since the load, by id
+	 * (idsegs.c); count includes them. */
+	struct idsegs *segs;
 };
 
 /* Renamed pages' ctimes by page id (dirtime.c); id 0: an empty entry. */
@@ -512,6 +515,24 @@ void index_idtable_del(struct page_table *t, struct page *p);
 struct page *index_idtable_find(const struct page_table *t, uint64_t id);
 void index_idtable_prefetch(const struct page_table *t, uint64_t id);
 uint64_t index_idtable_probes(const struct page_table *t, uint64_t *longest);
+/* From now on ids above the highest linked so far go to segments
+ * (idsegs.c); called once the load is done. */
+void index_idtable_seal(struct page_table *t);
+/* Frees the table, and with free_pages every page in it. */
+void index_idtable_free(struct page_table *t, int free_pages);
+
+/* idsegs.c: the table by id's direct part, for idtable.c only. add and
+ * del return 1 when the page is (was) there; del may move a segment's
+ * other pages to the hashed part, each through rehash. */
+int index_idsegs_init(struct idsegs **out);
+void index_idsegs_seal(struct idsegs *s);
+uint64_t index_idsegs_live(const struct idsegs *s);
+struct page *index_idsegs_find(const struct idsegs *s, uint64_t id);
+const void *index_idsegs_entry(const struct idsegs *s, uint64_t id);
+int index_idsegs_add(struct idsegs *s, struct page *p);
+int index_idsegs_del(struct idsegs *s, struct page *p, void (*rehash)(void *, struct page *),
+                     void *arg);
+void index_idsegs_free(struct idsegs *s, int free_pages);
 
 /* pname.c: a page's name, packed. index_pname_plan works out how (interning
  * its tail) and returns the bytes of packed[] it takes; index_pname_set writes

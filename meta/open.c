@@ -350,6 +350,7 @@ int meta_open(const struct meta_config *cfg, struct meta **out, char *err, size_
 		if (rc == 0) {
 			record_dirtimes_load(m);
 			check_index(m, "after the load");
+			index_idtable_seal(&m->by_id); /* new ids by id from here */
 		}
 		if (rc < 0) {
 			if (!err[0])
@@ -388,12 +389,7 @@ void meta_close(struct meta *m)
 	record_stop(m);
 	if (served)
 		check_index(m, "at close");
-	if (m->by_id.buckets) {
-		for (uint64_t i = 0; i < m->by_id.n; i++)
-			if (m->by_id.buckets[i])
-				index_page_free(page_at(m->by_id.buckets[i]));
-	}
-	index_table_free(&m->by_id);
+	index_idtable_free(&m->by_id, 1);
 	index_table_free(&m->by_name);
 	index_ctimes_free(&m->ctimes);
 	while (m->pools) {

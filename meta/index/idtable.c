@@ -9,6 +9,10 @@
  * mount for a load factor near 0.76 (store_estimate errs high) and grows
  * by half at 0.875: at 0.76 a lookup that finds its page reads 2.6 pages
  * on average. A delete shifts the pages after it back (no tombstones).
+ *
+ * In front of the buckets, pages of ids handed out since the load sit in
+ * arrays by id (idsegs.c): a page is looked for there first, then in the
+ * buckets. t->count counts both; the load factor, the buckets' pages.
  */
 #include "meta/hash.h"
 #include "meta/index.h"
@@ -31,7 +35,32 @@ static uint64_t buckets_for(uint64_t pages)
 
 int index_idtable_init(struct page_table *t, uint64_t pages)
 {
-	return index_table_init(t, buckets_for(pages)); /* (clamped as by name) */
+	int rc = index_table_init(t, buckets_for(pages)); /* (clamped as by name) */
+
+	if (rc == 0 && (rc = index_idsegs_init(&t->segs)) < 0)
+		index_table_free(t);
+	return rc;
+}
+
+void index_idtable_seal(struct page_table *t)
+{
+	index_idsegs_seal(t->segs);
+}
+
+void index_idtable_free(struct page_table *t, int free_pages)
+{
+	for (uint64_t i = 0; free_pages && t->buckets && i < t->n; i++)
+		if (t->buckets[i])
+			index_page_free(page_at(t->buckets[i]));
+	index_idsegs_free(t->segs, free_pages);
+	t->segs = NULL;
+	index_table_free(t);
+}
+
+/* Pages in the buckets. */
+static uint64_t hashed(const struct page_table *t)
+{
+	return t->count - index_idsegs_live(t->segs);
 }
 
 /* Puts ref (of a page not in t) into its first empty bucket. */
@@ -65,17 +94,24 @@ void index_idtable_reserve(struct page_table *t, uint64_t pages)
 		grow(t, buckets_for(pages));
 }
 
-void index_idtable_add(struct page_table *t, struct page *p)
+/* Puts p into the buckets, growing them first if they are 7/8 full. */
+static void add_hashed(struct page_table *t, struct page *p)
 {
-	if ((t->count + 1) * 8 > t->n * 7)
+	if ((hashed(t) + 1) * 8 > t->n * 7)
 		grow(t, 0);
-	if (t->count + 1 >= t->n) {
+	if (hashed(t) + 1 >= t->n) {
 		/* Every grow since the table was 7/8 full found no memory. */
 		log_error("out of memory: the table of pages by id is full (%llu pages)",
-		          (unsigned long long)t->count);
+		          (unsigned long long)hashed(t));
 		abort();
 	}
 	place(t, page_ref(p), p->id);
+}
+
+void index_idtable_add(struct page_table *t, struct page *p)
+{
+	if (!index_idsegs_add(t->segs, p))
+		add_hashed(t, p);
 	t->count++;
 }
 
@@ -93,6 +129,10 @@ static uint64_t find(const struct page_table *t, uint64_t id)
 
 struct page *index_idtable_find(const struct page_table *t, uint64_t id)
 {
+	struct page *p = index_idsegs_find(t->segs, id);
+
+	if (p)
+		return p;
 	uint64_t i = find(t, id);
 
 	return i < t->n ? page_at(t->buckets[i]) : NULL;
@@ -104,8 +144,18 @@ static int between(uint64_t from, uint64_t h, uint64_t to)
 	return from <= to ? from < h && h <= to : from < h || h <= to;
 }
 
+/* A segment's page moving to the buckets (still counted in t->count). */
+static void rehash(void *arg, struct page *p)
+{
+	add_hashed(arg, p);
+}
+
 void index_idtable_del(struct page_table *t, struct page *p)
 {
+	if (index_idsegs_del(t->segs, p, rehash, t)) {
+		t->count--;
+		return;
+	}
 	uint64_t hole = find(t, p->id);
 
 	if (hole == t->n || t->buckets[hole] != page_ref(p))
@@ -128,14 +178,16 @@ void index_idtable_del(struct page_table *t, struct page *p)
 
 void index_idtable_prefetch(const struct page_table *t, uint64_t id)
 {
-	__builtin_prefetch(&t->buckets[home(t, id)], 1);
+	const void *e = index_idsegs_entry(t->segs, id);
+
+	__builtin_prefetch(e ? e : &t->buckets[home(t, id)], 1);
 }
 
 uint64_t index_idtable_probes(const struct page_table *t, uint64_t *longest)
 {
-	uint64_t sum = 0;
+	uint64_t sum = index_idsegs_live(t->segs); /* one entry each */
 
-	*longest = 0;
+	*longest = sum ? 1 : 0;
 	for (uint64_t i = 0; i < t->n; i++) {
 		if (!t->buckets[i])
 			continue;

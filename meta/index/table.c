@@ -119,8 +119,10 @@ uint32_t index_page_name_hash(const struct page *p)
 
 int index_table_grown(const struct page_table *t, struct page_table *g, uint64_t n)
 {
-	*g = (struct page_table){
-		.n = n ? n : t->n + t->n / 2, .count = t->count, .recent = t->recent};
+	*g = (struct page_table){.n = n ? n : t->n + t->n / 2,
+	                         .count = t->count,
+	                         .recent = t->recent,
+	                         .segs = t->segs};
 	if (g->n > BUCKETS_MAX)
 		g->n = BUCKETS_MAX;
 	return g->n > t->n && (g->buckets = calloc(g->n, sizeof(*g->buckets))) ? 0 : -1;

@@ -135,7 +135,7 @@ Test(table, grows_by_half_and_finds_every_page)
 	cr_assert_eq(by_name.count, PAGES - PAGES / 2);
 	check_found(&by_name, &by_id, PAGES / 2, PAGES);
 	index_table_free(&by_name);
-	index_table_free(&by_id);
+	index_idtable_free(&by_id, 0);
 }
 
 /* Sized up front (as the mount sizes them from the index file), the
@@ -172,7 +172,7 @@ Test(table, sized_up_front_holds_without_growing)
 		cr_assert_eq(out[i], k < PAGES ? pages[k] : NULL, "key %u (page %u)", i, k);
 	}
 	index_table_free(&by_name);
-	index_table_free(&by_id);
+	index_idtable_free(&by_id, 0);
 }
 
 /* Reserved for more pages while holding some (as the key protocol's
@@ -206,7 +206,7 @@ Test(table, reserved_while_holding_pages_rehashes_once_and_holds_the_rest)
 	cr_assert_eq(by_id.n, id_buckets, "no growth by id");
 	check_found(&by_name, &by_id, 0, PAGES);
 	index_table_free(&by_name);
-	index_table_free(&by_id);
+	index_idtable_free(&by_id, 0);
 }
 
 /* Ids as they come (one after another, in blocks of a shared index's
@@ -241,7 +241,7 @@ Test(table, ids_of_any_stride_spread_evenly)
 		              (unsigned long long)strides[k], (unsigned long long)longest);
 		for (unsigned i = 0; i < N; i += 997)
 			cr_assert_eq(index_idtable_find(&t, v[i]->id), v[i]);
-		index_table_free(&t);
+		index_idtable_free(&t, 0);
 	}
 	for (unsigned i = 0; i < N; i++)
 		index_page_free(v[i]);
@@ -314,7 +314,7 @@ Test(table, removals_shift_pages_back_across_the_end)
 
 	cr_assert_eq(index_idtable_init(&t, 1), 0);
 	n = t.n;
-	index_table_free(&t);
+	index_idtable_free(&t, 0);
 	for (unsigned i = 0, k = 0; k < RUN; i++) { /* homes n-2, n-1, 0, n-2, ... */
 		uint64_t want = (k % 3 == 0) ? n - 2 : (k % 3 == 1) ? n - 1 : 0;
 		if (home_of(pages[i]->id, n) != want) {
@@ -345,7 +345,7 @@ Test(table, removals_shift_pages_back_across_the_end)
 		for (uint64_t b = 0; b < t.n; b++)
 			cr_assert_eq(t.buckets[b], 0, "bucket %llu not emptied",
 			             (unsigned long long)b);
-		index_table_free(&t);
+		index_idtable_free(&t, 0);
 	}
 }
 
