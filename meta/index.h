@@ -333,7 +333,7 @@ struct meta {
 	uint8_t ranks[(META_RANK_MAX + 1) / 8]; /* explicitly created ranks */
 
 	struct page_table by_name; /* key: (pool id, name); chains via name_next */
-	struct page_table by_id;   /* key: page id; open addressing (idtable.c) */
+	struct page_table by_id;   /* key: page id (idtable.c, idsegs.c) */
 	struct idblock page_ids, pool_ids;
 	/* Ids of the last 1024 pages another page took the name of
 	 * (index_page_replaced, meta_page_replaced). */

@@ -14,12 +14,12 @@
  *
  * A segment is made when a page of an id at or above the floor (the
  * highest id loaded, plus 1) is linked and its range has none; it takes
- * 4 bytes an id of its range. Once pages have taken ids near its end
- * ("passed") and deletions leave fewer than half its ids live, its live
- * pages move to the hashed buckets and the segment is freed: a segment
- * costs at most 8 bytes a live page (the hashed buckets 5). Its range is
- * then marked moved, so that its ids stay hashed. A range whose end is
- * never reached keeps its segment (SEG_BYTES) while it holds pages.
+ * 4 bytes an id of its range (16 KiB). Once a page of one of its last
+ * SEG / 16 ids was linked ("passed") and deletions leave fewer than half
+ * its ids live, its live pages move to the hashed buckets and the segment
+ * is freed: a passed segment costs at most 8 bytes a live page (the
+ * hashed buckets 5). Its range is then marked moved, so that its ids stay
+ * hashed. A range never passed keeps its segment while it holds pages.
  *
  * The directory maps a range (id / SEG) to its segment or to "moved":
  * open addressing, never shrinks, an entry per range ever used above the
