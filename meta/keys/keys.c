@@ -125,19 +125,20 @@ static int create_pool(struct meta *m, int rank, const char *ns, uint64_t slot_s
 	return rc;
 }
 
-/* The most pages keys_size_tables sizes the tables for: 16M pages, 219
- * MB of buckets (8 bytes by name, 5 by id). */
+/* The most pages keys_size_tables sizes the table by name for: 16M
+ * pages, 134 MB of buckets. */
 #define KEYS_TABLES_AHEAD (1ULL << 24)
 
-/* A cache fills its pools, so the tables by name and by id are sized for
- * the pool's free slots at its initialize, while they hold few pages:
- * otherwise the first fill rehashes every page under meta.lock each time
- * the tables grow by half. The table by name takes twice as many buckets
- * as pages (a load factor of 1/2 when the pool is full, 4 bytes a page
- * more than a mount gives it): a write looks each new key up three times
- * (reserve, confirm, commit), and each miss reads every page of the
- * key's chain, a cache miss each (DECISIONS.md, "The key protocol's
- * table by name at load factor 1/2"). meta.lock held. */
+/* A cache fills its pools, so the table by name is sized for the pool's
+ * free slots at its initialize, while it holds few pages: otherwise the
+ * first fill rehashes every page under meta.lock each time the table
+ * grows by half. It takes twice as many buckets as pages (a load factor
+ * of 1/2 when the pool is full, 4 bytes a page more than a mount gives
+ * it): a write looks each new key up three times (reserve, confirm,
+ * commit), and each miss reads every page of the key's chain, a cache
+ * miss each (DECISIONS.md, "The key protocol's table by name at load
+ * factor 1/2"). The table by id needs no room: pages of new ids go to
+ * its segments (idsegs.c). meta.lock held. */
 static void keys_size_tables(struct meta *m, const struct pool *pool)
 {
 	uint64_t want = m->by_name.count + (pool->capacity - pool_used(pool));
@@ -145,7 +146,6 @@ static void keys_size_tables(struct meta *m, const struct pool *pool)
 	if (want > KEYS_TABLES_AHEAD)
 		want = KEYS_TABLES_AHEAD;
 	index_table_reserve(&m->by_name, 2 * want);
-	index_idtable_reserve(&m->by_id, want);
 }
 
 int meta_keys_initialize(struct meta *m, int rank, const char *ns, uint64_t num_pages, int *differs,

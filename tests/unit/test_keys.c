@@ -506,17 +506,41 @@ Test(keys, a_batch_partly_confirmed_expires_only_its_unconfirmed_slots, .timeout
 	cr_assert(got[0] == s[0] && got[1] == s[2] && got[2] == s[4], "the confirmed pages stay");
 }
 
-/* A cache fills its pool: initialize sizes the tables by name and by id
- * for the pool's slots at once, so the first fill never rehashes; by
- * name at twice the slots, a load factor of 1/2 once the pool is full. */
+/* A cache fills its pool: initialize sizes the table by name for the
+ * pool's slots at once, at twice the slots (a load factor of 1/2 once
+ * the pool is full), so the first fill never rehashes it; the table by
+ * id takes the new pages into its segments, and its buckets never grow. */
 Test(keys, initialize_sizes_the_tables_for_the_pool)
 {
-	uint64_t before = fx.m->by_name.n;
-	init_pool(0, "http", 50000);
+	enum { KEYS = 4096 };
+	uint64_t before = fx.m->by_name.n, id_buckets = fx.m->by_id.n;
+	uint32_t p = init_pool(0, "http", 50000);
 	cr_assert_geq(fx.m->by_name.n, 100000, "by name: %llu buckets (%llu before)",
 	              (unsigned long long)fx.m->by_name.n, (unsigned long long)before);
-	cr_assert_geq(fx.m->by_id.n * 4, 50000ull * 5, "by id: %llu buckets",
-	              (unsigned long long)fx.m->by_id.n);
+	uint64_t name_buckets = fx.m->by_name.n;
+
+	static char names[KEYS][16];
+	const char *keys[64];
+	int64_t slots[64];
+	for (unsigned base = 0; base < KEYS; base += 64) {
+		for (unsigned i = 0; i < 64; i++) {
+			snprintf(names[base + i], sizeof(names[0]), "k%u", base + i);
+			keys[i] = names[base + i];
+		}
+		reserve(p, keys, 64, slots);
+		size_t ignored = 0;
+		cr_assert_eq(meta_keys_confirm(fx.m, p, keys, slots, 64, NULL, 0, &ignored), 0);
+		cr_assert_eq(ignored, 0);
+	}
+	cr_assert_eq(fx.m->by_name.n, name_buckets, "by name: no growth while filling");
+	cr_assert_eq(fx.m->by_id.n, id_buckets, "by id: the buckets never grew");
+	cr_assert_eq(index_idsegs_live(fx.m->by_id.segs), KEYS, "by id: in segments");
+	for (unsigned i = 0; i < KEYS; i += 97) {
+		const char *k = names[i];
+		int64_t got;
+		cr_assert_eq(meta_keys_get(fx.m, p, &k, 1, &got), 0);
+		cr_assert_geq(got, 0, "%s", k);
+	}
 }
 
 /* Sleeps to just past the start of the next second of the realtime
