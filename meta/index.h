@@ -527,6 +527,7 @@ void index_idtable_free(struct page_table *t, int free_pages);
 int index_idsegs_init(struct idsegs **out);
 void index_idsegs_seal(struct idsegs *s);
 uint64_t index_idsegs_live(const struct idsegs *s);
+uint64_t index_idsegs_ranges(const struct idsegs *s); /* directory entries */
 struct page *index_idsegs_find(const struct idsegs *s, uint64_t id);
 const void *index_idsegs_entry(const struct idsegs *s, uint64_t id);
 int index_idsegs_add(struct idsegs *s, struct page *p);

@@ -21,9 +21,15 @@
  * hashed buckets 5). Its range is then marked moved, so that its ids stay
  * hashed. A range never passed keeps its segment while it holds pages.
  *
- * The directory maps a range (id / SEG) to its segment or to "moved":
- * open addressing, never shrinks, an entry per range ever used above the
- * floor. Callers hold meta.lock, or are the load's one linker thread.
+ * The directory maps a range (id / SEG) to its segment or to "moved",
+ * by open addressing. Segments are made only for ranges at most WINDOW
+ * ranges below the highest that has had one (several nodes' blocks of a
+ * shared index take turns that far apart), so a moved range further down
+ * can never take a segment again, and its entry is dropped when the
+ * directory is rebuilt (at half full, to a quarter): it holds about the
+ * live segments and WINDOW entries more, twice that at most, however many
+ * ids were ever handed out. Callers hold
+ * meta.lock, or are the load's one linker thread.
  */
 #include "meta/hash.h"
 #include "meta/index.h"
@@ -34,6 +40,7 @@
 #define SEG_SHIFT 12
 #define SEG ((uint64_t)1 << SEG_SHIFT)
 #define PASSED (SEG - SEG / 16) /* an entry past this: the range was passed */
+#define WINDOW ((uint64_t)4096) /* ranges below the top that take segments (16M ids) */
 
 struct idseg {
 	uint32_t live;   /* entries set */
@@ -54,6 +61,7 @@ struct idsegs {
 	uint64_t live;   /* pages in segments */
 	struct idsegs_dir *dir;
 	uint64_t mask, used;     /* directory: size - 1, entries used */
+	uint64_t top;            /* the highest range that had a segment, + 1; 0: none */
 	struct idsegs_dir *last; /* the entry found last (the stream's, mostly) */
 };
 
@@ -76,6 +84,11 @@ void index_idsegs_seal(struct idsegs *s)
 uint64_t index_idsegs_live(const struct idsegs *s)
 {
 	return s ? s->live : 0;
+}
+
+uint64_t index_idsegs_ranges(const struct idsegs *s)
+{
+	return s ? s->used : 0;
 }
 
 /* The directory entry of range r, or NULL. */
@@ -104,21 +117,48 @@ static struct idsegs_dir *dir_put(struct idsegs_dir *dir, uint64_t mask, uint64_
 	return &dir[i];
 }
 
+/* Whether range r may take a segment: within WINDOW of the top. */
+static int in_window(const struct idsegs *s, uint64_t r)
+{
+	return r + 1 + WINDOW >= s->top;
+}
+
+/* Whether an entry stays in a rebuilt directory: a segment, or a moved
+ * range that could still take one. */
+static int kept(const struct idsegs *s, const struct idsegs_dir *e)
+{
+	return e->key && (e->seg != MOVED || in_window(s, e->key - 1));
+}
+
+/* Rebuilds the directory without the entries no longer kept, at most a
+ * quarter full. -ENOMEM leaves it as it was. */
+static int dir_rebuild(struct idsegs *s)
+{
+	uint64_t keep = 0, size = 64;
+
+	for (uint64_t i = 0; s->dir && i <= s->mask; i++)
+		keep += (uint64_t)kept(s, &s->dir[i]);
+	while ((keep + 1) * 4 > size)
+		size *= 2;
+	struct idsegs_dir *d = calloc(size, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	for (uint64_t i = 0; s->dir && i <= s->mask; i++)
+		if (kept(s, &s->dir[i]))
+			dir_put(d, size - 1, s->dir[i].key, s->dir[i].seg);
+	free(s->dir);
+	s->dir = d;
+	s->mask = size - 1;
+	s->used = keep;
+	s->last = NULL;
+	return 0;
+}
+
 /* A new entry for range r (not in the directory). NULL on ENOMEM. */
 static struct idsegs_dir *dir_add(struct idsegs *s, uint64_t r, struct idseg *seg)
 {
-	if (!s->dir || (s->used + 1) * 2 > s->mask + 1) {
-		uint64_t size = s->dir ? (s->mask + 1) * 2 : 64;
-		struct idsegs_dir *d = calloc(size, sizeof(*d));
-		if (!d)
-			return NULL;
-		for (uint64_t i = 0; s->dir && i <= s->mask; i++)
-			if (s->dir[i].key)
-				dir_put(d, size - 1, s->dir[i].key, s->dir[i].seg);
-		free(s->dir);
-		s->dir = d;
-		s->mask = size - 1;
-	}
+	if ((!s->dir || (s->used + 1) * 2 > s->mask + 1) && dir_rebuild(s) < 0)
+		return NULL;
 	s->used++;
 	return s->last = dir_put(s->dir, s->mask, r + 1, seg);
 }
@@ -155,7 +195,7 @@ int index_idsegs_add(struct idsegs *s, struct page *p)
 		s->id_max = id;
 	struct idsegs_dir *e = dir_find(s, r);
 	if (!e) {
-		if (id < s->floor)
+		if (id < s->floor || !in_window(s, r))
 			return 0;
 		struct idseg *g = calloc(1, sizeof(*g));
 		if (!g)
@@ -164,6 +204,8 @@ int index_idsegs_add(struct idsegs *s, struct page *p)
 			free(g);
 			return 0;
 		}
+		if (r + 1 > s->top)
+			s->top = r + 1;
 	}
 	if (e->seg == MOVED)
 		return 0;

@@ -4,8 +4,9 @@
  * segments and are found, removed and counted like hashed ones; ids below
  * the floor stay hashed; a passed segment left less than half full moves
  * its pages to the buckets and its range stays hashed; a segment not yet
- * passed keeps its pages however few; and a mount seals its table, so the
- * pages written after it are in segments and a remount hashes them all.
+ * passed keeps its pages however few; the directory forgets ranges moved
+ * far below the top; and a mount seals its table, so the pages written
+ * after it are in segments and a remount hashes them all.
  */
 #include "fixture.h"
 #include "meta/index.h"
@@ -152,6 +153,46 @@ Test(idsegs, a_segment_not_yet_passed_keeps_its_pages_however_few)
 	index_idtable_free(&t, 1); /* frees the pages it holds */
 	for (unsigned i = SEG / 2; i < SEG; i++)
 		v[i] = index_page_alloc("x", 1);
+}
+
+/* Ranges moved long ago leave the directory: over three windows of
+ * ranges, each taking one page near its end (passed) that then goes (its
+ * pages move), the directory keeps at most two windows of entries, and an id
+ * of a range below the window, or of a moved one, is hashed. */
+Test(idsegs, the_directory_forgets_ranges_far_below_the_top)
+{
+	enum { WINDOW = 4096 }; /* idsegs.c's WINDOW */
+	struct page_table t;
+	struct page *p = v[0];
+
+	cr_assert_eq(index_idtable_init(&t, 1), 0);
+	index_idtable_seal(&t);
+	for (uint64_t r = 0; r < 3 * WINDOW; r++) {
+		p->id = r * SEG + SEG - 1;
+		index_idtable_add(&t, p);
+		cr_assert_eq(index_idsegs_live(t.segs), 1, "range %llu", (unsigned long long)r);
+		cr_assert_eq(index_idtable_find(&t, p->id), p);
+		index_idtable_del(&t, p);
+		cr_assert_eq(t.count, 0);
+	}
+	/* (rebuilt at half full to a quarter: twice the window at most) */
+	cr_assert_leq(index_idsegs_ranges(t.segs), 2 * WINDOW + 2, "%llu ranges in the directory",
+	              (unsigned long long)index_idsegs_ranges(t.segs));
+	p->id = 5 * SEG; /* a range far below: hashed */
+	index_idtable_add(&t, p);
+	cr_assert_eq(index_idsegs_live(t.segs), 0);
+	cr_assert_eq(index_idtable_find(&t, p->id), p);
+	index_idtable_del(&t, p);
+	p->id = (3 * WINDOW - 2) * SEG + 7; /* a moved range in the window: hashed */
+	index_idtable_add(&t, p);
+	cr_assert_eq(index_idsegs_live(t.segs), 0);
+	cr_assert_eq(index_idtable_find(&t, p->id), p);
+	index_idtable_del(&t, p);
+	p->id = 3 * WINDOW * SEG; /* the next range: a segment */
+	index_idtable_add(&t, p);
+	cr_assert_eq(index_idsegs_live(t.segs), 1);
+	index_idtable_del(&t, p);
+	index_idtable_free(&t, 0);
 }
 
 /* Through meta/: pages written after a mount are in segments; a remount
