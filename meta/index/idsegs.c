@@ -28,8 +28,8 @@
  * can never take a segment again, and its entry is dropped when the
  * directory is rebuilt (at half full, to a quarter): it holds about the
  * live segments and WINDOW entries more, twice that at most, however many
- * ids were ever handed out. Callers hold
- * meta.lock, or are the load's one linker thread.
+ * ids were ever handed out. Callers hold meta.lock, or are the load's one
+ * linker thread.
  */
 #include "meta/hash.h"
 #include "meta/index.h"
