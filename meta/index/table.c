@@ -50,6 +50,7 @@ int index_table_init(struct page_table *t, uint64_t buckets)
 	t->n = n;
 	t->count = 0;
 	t->recent = NULL;
+	t->segs = NULL;
 	return 0;
 }
 
