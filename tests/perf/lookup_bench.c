@@ -19,12 +19,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "meta/meta.h"
 #include "perf_common.h"
+#include "perf_meta.h"
 
 #define BATCH 128
 #define NAME_LEN 96
@@ -65,10 +64,8 @@ static double run(struct meta *m, uint32_t pool_id, const char *names, uint64_t 
 
 int main(int argc, char **argv)
 {
-	char dir[] = "/tmp/lookup_bench.XXXXXX", uri[64], backing[64], err[512];
-	struct meta_config cfg;
+	struct perf_index ix;
 	struct meta_pool_info pool;
-	struct meta *m = NULL;
 
 	if (argc != 4) {
 		fprintf(stderr, "usage: lookup_bench PAGES HOT SECONDS\n");
@@ -80,13 +77,6 @@ int main(int argc, char **argv)
 		fprintf(stderr, "lookup_bench: need 0 < 2 * HOT <= PAGES and SECONDS > 0\n");
 		return 2;
 	}
-	if (!mkdtemp(dir))
-		return perror("mkdtemp"), 1;
-	snprintf(uri, sizeof(uri), "sqlite:%s/index.db", dir);
-	snprintf(backing, sizeof(backing), "%s/backing", dir);
-	if (mkdir(backing, 0755) < 0)
-		return perror(backing), 1;
-
 	char *names = malloc(pages * NAME_LEN);
 	struct meta_adopt_page *in = calloc(pages, sizeof(*in));
 	if (!names || !in)
@@ -102,18 +92,10 @@ int main(int argc, char **argv)
 		}
 	}
 
-	memset(&cfg, 0, sizeof(cfg));
-	cfg.uri = uri;
-	cfg.backing = backing;
-	cfg.prefix = "hicache";
-	cfg.default_slot_size = 4096;
-	cfg.default_capacity = pages * 4096;
-	cfg.evict = META_EVICT_NONE;
-	cfg.verify = META_VERIFY_NONE;
-	int ret = meta_open(&cfg, &m, err, sizeof(err));
-	if (ret < 0)
-		return fprintf(stderr, "lookup_bench: %s\n", err), 1;
-	ret = meta_pool_create(m, 0, "kv", 4096, pages * 4096, &pool);
+	if (perf_index_open(&ix, "lookup_bench", pages) < 0)
+		return 1;
+	struct meta *m = ix.m;
+	int ret = meta_pool_create(m, 0, "kv", 4096, pages * 4096, &pool);
 	for (size_t i = 0; ret == 0 && i < n; i++)
 		in[i].pool_id = pool.id;
 	if (ret == 0)
@@ -125,10 +107,7 @@ int main(int argc, char **argv)
 	double g = run(m, pool.id, names, hot, seconds, 1);
 	printf("pages=%llu hot=%llu exists_ns_per_key=%.1f get_ns_per_key=%.1f\n",
 	       (unsigned long long)pages, (unsigned long long)hot, e, g);
-	meta_close(m);
 	free(names);
 	free(in);
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	return system(cmd) == 0 ? 0 : 1;
+	return perf_index_close(&ix) == 0 ? 0 : 1;
 }

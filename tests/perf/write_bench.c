@@ -18,11 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "meta/meta.h"
 #include "perf_common.h"
+#include "perf_meta.h"
 
 #define BATCH 128
 #define NAME_LEN 96
@@ -35,13 +34,12 @@ static void fail(const char *what, int ret)
 
 int main(int argc, char **argv)
 {
-	char dir[] = "/tmp/write_bench.XXXXXX", uri[64], backing[64], err[512], msg[256];
+	char msg[256];
 	static char body[BATCH * NAME_LEN];
 	const char *keys[BATCH];
 	uint8_t existed[BATCH];
 	int64_t slots[BATCH];
-	struct meta_config cfg;
-	struct meta *m = NULL;
+	struct perf_index ix;
 	uint32_t pool_id;
 	int differs = 0;
 
@@ -54,24 +52,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "write_bench: need 10 <= BATCHES and BATCHES * 128 <= PAGES\n");
 		return 2;
 	}
-	if (!mkdtemp(dir))
-		return perror("mkdtemp"), 1;
-	snprintf(uri, sizeof(uri), "sqlite:%s/index.db", dir);
-	snprintf(backing, sizeof(backing), "%s/backing", dir);
-	if (mkdir(backing, 0755) < 0)
-		return perror(backing), 1;
-
-	memset(&cfg, 0, sizeof(cfg));
-	cfg.uri = uri;
-	cfg.backing = backing;
-	cfg.prefix = "hicache";
-	cfg.default_slot_size = 4096;
-	cfg.default_capacity = pages * 4096;
-	cfg.evict = META_EVICT_NONE;
-	cfg.verify = META_VERIFY_NONE;
-	int ret = meta_open(&cfg, &m, err, sizeof(err));
-	if (ret < 0)
-		return fprintf(stderr, "write_bench: %s\n", err), 1;
+	if (perf_index_open(&ix, "write_bench", pages) < 0)
+		return 1;
+	struct meta *m = ix.m;
+	int ret;
 	if ((ret = meta_keys_initialize(m, 0, "kv", pages, &differs, msg, sizeof(msg))) < 0)
 		fail(msg[0] ? msg : "initialize", ret);
 	if ((ret = meta_keys_pool(m, 0, "kv", &pool_id)) < 0)
@@ -100,8 +84,5 @@ int main(int argc, char **argv)
 	       (unsigned long long)pages, (unsigned long long)batches * BATCH,
 	       (t1 - t0) * 1e9 / (double)(batches * BATCH),
 	       (t1 - tail) * 1e9 / (double)(last * BATCH));
-	meta_close(m);
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	return system(cmd) == 0 ? 0 : 1;
+	return perf_index_close(&ix) == 0 ? 0 : 1;
 }
